@@ -36,6 +36,22 @@ class Kind(Enum):
         return self is not Kind.F
 
 
+class UpdateRule(Enum):
+    """When weights change, and so which weights each micro-batch sees.
+
+    * ``flush``: one weight version; the optimizer steps on each device after its last action
+      of the step (GPipe, 1F1B, interleaved, zero-bubble, DualPipe).
+    * ``2bw``: double-buffered weights and no flush: W(t+1) = W(t) - lr * grad f(W(t-1))
+      (PipeDream-2BW).
+    * ``async``: no flush, weight stashing: device d computes with weights K-1-d steps old
+      (PipeDream).
+    """
+
+    FLUSH = "flush"
+    TWO_BW = "2bw"
+    ASYNC = "async"
+
+
 _ACTION_TEXT = re.compile(r"(\d+)([FBIW])(\d+)")
 
 

@@ -8,9 +8,13 @@ gives times.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipesim.schedules.action import Action
 from pipesim.schedules.render import render_grid
-from pipesim.schedules.schedule import Schedule
+
+if TYPE_CHECKING:
+    from pipesim.schedules.schedule import Schedule
 
 
 def unit_slots(schedule: Schedule) -> tuple[tuple[Action | None, ...], ...]:

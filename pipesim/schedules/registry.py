@@ -1,8 +1,10 @@
 """Schedule generators by name: ``build("1f1b", devices=4, microbatches=8)``.
 
-Each entry pairs a pure generator ``(devices, microbatches, chunks) -> Schedule`` with the
-constraints it has and why, so a sweep can ask :func:`unsupported_reason` before building and a
-user gets the reason instead of a broken schedule.
+Each entry is the one home of every fact about a schedule: its pure generator
+``(devices, microbatches, chunks) -> Schedule``, the constraints it has and why (so a sweep can
+ask :func:`unsupported_reason` before building and a user gets the reason instead of a broken
+schedule), its closed-form bubble, the class that runs it in ``torch.distributed.pipelining``,
+and the role it plays when validation calibrates a machine.
 """
 
 from __future__ import annotations
@@ -10,19 +12,39 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from pipesim.errors import ScheduleError
-from pipesim.schedules import one_f_one_b as family
-from pipesim.schedules import v_shaped
+from pipesim.schedules import closed_forms, v_shaped
+from pipesim.schedules import looped_schedules as looped
+from pipesim.schedules.closed_forms import BubbleTerms, ClosedForm
 from pipesim.schedules.schedule import Schedule
 
 Generator = Callable[[int, int, int], Schedule]
 Constraint = Callable[[int, int, int], "str | None"]
 
 
+class ProbeRole(Enum):
+    """What a schedule measures when validation calibrates stage times in situ: one probe runs
+    full backwards (F and B), the other split ones (F, I and W)."""
+
+    FULL_BACKWARD = "full-backward"
+    SPLIT_BACKWARD = "split-backward"
+
+
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """A registered schedule: its generator, what it is, where it comes from, what it needs."""
+    """A registered schedule: its generator, what it is, where it comes from, what it needs.
+
+    Attributes:
+        closed_form: the idle time per device per step for equal stages and no communication,
+            or None where no paper gives one (see :mod:`pipesim.schedules.closed_forms`).
+        torch_class: the ``torch.distributed.pipelining`` class that runs the same order, and
+            None where PyTorch has no such schedule (ZB-H1 is its interleaved zero bubble with
+            one stage per rank).
+        probe_role: whether validation may use this schedule to calibrate full or split
+            backwards; ``probe_priority`` orders the candidates of one role (lowest first).
+    """
 
     name: str
     generate: Generator
@@ -31,6 +53,10 @@ class ScheduleInfo:
     default_chunks: int
     constraint: Constraint
     supports_remat: bool
+    closed_form: ClosedForm | None = None
+    torch_class: str | None = None
+    probe_role: ProbeRole | None = None
+    probe_priority: int = 0
 
 
 def _chunks_exactly(required: int, why: str) -> Constraint:
@@ -92,66 +118,88 @@ _REGISTRY: dict[str, ScheduleInfo] = {
     for info in (
         ScheduleInfo(
             "gpipe",
-            family.gpipe,
+            looped.gpipe,
             "fill-drain: all forwards, then all backwards; optional re-materialization",
             "Huang et al., GPipe, arXiv 1811.06965 §2.2",
             1,
             _chunks_exactly(1, f"{_ONE_CHUNK}; looped-bfs is GPipe with chunks"),
             True,
+            closed_form=closed_forms.fill_drain,
+            torch_class="ScheduleGPipe",
         ),
         ScheduleInfo(
             "1f1b",
-            family.one_f_one_b,
+            looped.one_f_one_b,
             "PipeDream-Flush: K-d warm-up forwards on device d, then one forward one backward",
             "Narayanan et al., PipeDream-2BW, arXiv 2006.09503 §3; Megatron-LM, arXiv 2104.04473",
             1,
             _chunks_exactly(1, f"{_ONE_CHUNK}; interleaved-1f1b takes chunks"),
             True,
+            closed_form=closed_forms.fill_drain,
+            torch_class="Schedule1F1B",
+            probe_role=ProbeRole.FULL_BACKWARD,
+            probe_priority=0,
         ),
         ScheduleInfo(
             "interleaved-1f1b",
-            family.interleaved_one_f_one_b,
+            looped.interleaved_one_f_one_b,
             "v chunks per device, stage s on device s mod K; bubble (1/v)(K-1)/M of ideal",
             "Narayanan et al., Megatron-LM, arXiv 2104.04473 §2.2",
             2,
             _interleaved_constraint,
             True,
+            closed_form=closed_forms.interleaved,
+            torch_class="ScheduleInterleaved1F1B",
+            probe_role=ProbeRole.FULL_BACKWARD,
+            probe_priority=1,
         ),
         ScheduleInfo(
             "looped-bfs",
-            family.looped_bfs,
+            looped.looped_bfs,
             "breadth-first over v chunks per device: each chunk takes every micro-batch in turn",
             "Lamy-Poirier, Breadth-First Pipeline Parallelism, arXiv 2211.05953",
             2,
             _any_chunks,
             True,
+            closed_form=closed_forms.looped_bfs,
+            torch_class="ScheduleLoopedBFS",
+            probe_role=ProbeRole.FULL_BACKWARD,
+            probe_priority=2,
         ),
         ScheduleInfo(
             "zb-h1",
-            family.zb_h1,
+            looped.zb_h1,
             "zero bubble H1: I/W split, W fills the bubble, memory as 1F1B",
             "Qi et al., Zero Bubble Pipeline Parallelism, arXiv 2401.10241 §2.1",
             1,
             _chunks_exactly(1, f"{_ONE_CHUNK}; interleaved-zb takes chunks"),
             False,
+            closed_form=closed_forms.zb_h1,
+            torch_class="ScheduleInterleavedZeroBubble",
+            probe_role=ProbeRole.SPLIT_BACKWARD,
+            probe_priority=0,
         ),
         ScheduleInfo(
             "zb-h2",
-            family.zb_h2,
+            looped.zb_h2,
             "zero bubble H2: 2(K-d)-1 warm-up forwards, no bubble at (2K-1) micro-batches",
             "Qi et al., Zero Bubble Pipeline Parallelism, arXiv 2401.10241 §2.2",
             1,
             _chunks_exactly(1, _ONE_CHUNK),
             False,
+            closed_form=closed_forms.zb_h2,
         ),
         ScheduleInfo(
             "interleaved-zb",
-            family.interleaved_zero_bubble,
+            looped.interleaved_zero_bubble,
             "interleaved 1F1B with the I/W split (ZB1P), as torch.distributed.pipelining has it",
             "Qi et al., arXiv 2401.10241; PyTorch ScheduleInterleavedZeroBubble",
             2,
             _interleaved_constraint,
             False,
+            torch_class="ScheduleInterleavedZeroBubble",
+            probe_role=ProbeRole.SPLIT_BACKWARD,
+            probe_priority=2,
         ),
         ScheduleInfo(
             "zbv",
@@ -161,6 +209,10 @@ _REGISTRY: dict[str, ScheduleInfo] = {
             2,
             _chunks_exactly(2, "ZB-V places two stages per device in a V"),
             False,
+            closed_form=closed_forms.zbv,
+            torch_class="ScheduleZBVZeroBubble",
+            probe_role=ProbeRole.SPLIT_BACKWARD,
+            probe_priority=1,
         ),
         ScheduleInfo(
             "dualpipev",
@@ -170,24 +222,27 @@ _REGISTRY: dict[str, ScheduleInfo] = {
             2,
             _dualpipev_constraint,
             False,
+            torch_class="ScheduleDualPipeV",
         ),
         ScheduleInfo(
             "pipedream-2bw",
-            family.pipedream_2bw,
+            looped.pipedream_2bw,
             "1F1B order without flush, double-buffered weights: W(t+1) = W(t) - lr grad f(W(t-1))",
             "Narayanan et al., Memory-Efficient Pipeline-Parallel DNN Training, arXiv 2006.09503",
             1,
             _two_bw_constraint,
             True,
+            closed_form=closed_forms.no_flush,
         ),
         ScheduleInfo(
             "pipedream",
-            family.pipedream,
+            looped.pipedream,
             "1F1B order without flush, weight stashing (asynchronous)",
             "Narayanan et al., PipeDream, SOSP 2019",
             1,
             _chunks_exactly(1, _ONE_CHUNK),
             True,
+            closed_form=closed_forms.no_flush,
         ),
     )
 }
@@ -250,4 +305,58 @@ def build(
     if reason is not None:
         raise ScheduleError(f"{name}: {reason}")
     schedule = info.generate(devices, microbatches, chunks)
-    return dataclasses.replace(schedule, rematerialize=True) if remat else schedule
+    if remat:
+        schedule = dataclasses.replace(schedule, rematerialize=True)
+    object.__setattr__(schedule, "_generator", name)
+    return schedule
+
+
+def registered_info(schedule: Schedule) -> ScheduleInfo | None:
+    """The registry entry whose generator produced ``schedule``, or None.
+
+    A schedule built by :func:`build` names its generator. Any other schedule (a CSV, one made
+    by hand) is matched only when it is proven equal, action for action, placement and update
+    rule, to what the generator of its name builds with the same K, M and v: a file named
+    "1f1b" that holds another order gets no entry, and so no closed form.
+    """
+    if schedule.generator is not None:
+        return _REGISTRY[schedule.generator]
+    info = _REGISTRY.get(schedule.name)
+    if info is None:
+        return None
+    k, m, v = schedule.devices, schedule.microbatches, schedule.chunks
+    if unsupported_reason(info.name, k, m, v, schedule.rematerialize) is not None:
+        return None
+    reference = build(info.name, k, m, v, remat=schedule.rematerialize)
+    return info if reference == schedule else None
+
+
+def closed_form_bubble_s(schedule: Schedule, terms: BubbleTerms) -> float | None:
+    """The closed-form idle time per device per step of ``schedule``, or None where its
+    generator has no closed form, the conditions of the form do not hold, or the schedule is
+    not (provably) the registered one."""
+    info = registered_info(schedule)
+    if info is None or info.closed_form is None:
+        return None
+    return info.closed_form(terms)
+
+
+def probe_schedules(devices: int, microbatches: int, chunks: int) -> tuple[str, ...]:
+    """The schedules validation runs to calibrate stage times at this K, M and v: for each
+    :class:`ProbeRole`, the registered candidate of lowest priority that can be built."""
+    chosen = []
+    for role in ProbeRole:
+        candidates = sorted(
+            (info for info in _REGISTRY.values() if info.probe_role is role),
+            key=lambda info: info.probe_priority,
+        )
+        for info in candidates:
+            if unsupported_reason(info.name, devices, microbatches, chunks) is None:
+                chosen.append(info.name)
+                break
+    return tuple(chosen)
+
+
+def torch_schedules() -> dict[str, str]:
+    """Schedule name to the ``torch.distributed.pipelining`` class that runs the same order."""
+    return {name: info.torch_class for name, info in _REGISTRY.items() if info.torch_class}

@@ -11,26 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from pipesim.errors import ScheduleError
-from pipesim.schedules.action import Action, Kind
+from pipesim.schedules.action import Action, Kind, UpdateRule
+from pipesim.schedules.validate import validate
 
-
-class UpdateRule(Enum):
-    """When weights change, and so which weights each micro-batch sees.
-
-    * ``flush``: one weight version; the optimizer steps on each device after its last action
-      of the step (GPipe, 1F1B, interleaved, zero-bubble, DualPipe).
-    * ``2bw``: double-buffered weights and no flush: W(t+1) = W(t) - lr * grad f(W(t-1))
-      (PipeDream-2BW).
-    * ``async``: no flush, weight stashing: device d computes with weights K-1-d steps old
-      (PipeDream).
-    """
-
-    FLUSH = "flush"
-    TWO_BW = "2bw"
-    ASYNC = "async"
+__all__ = ["Schedule", "UpdateRule"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +31,9 @@ class Schedule:
         update_rule: the weight-update semantics.
         rematerialize: stash only each stage's input per micro-batch and re-run the stage's
             forward inside its backward (GPipe's re-materialization).
+        generator: the registered generator that built this very schedule, set by
+            :func:`~pipesim.schedules.registry.build` only; None for a schedule made by hand or
+            loaded from a file, whatever its name (see :meth:`generated_by`).
     """
 
     name: str
@@ -63,6 +52,7 @@ class Schedule:
     _consumers: dict[Action, tuple[Action, ...]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
+    _generator: str | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         # Accept any sequences; store tuples so the schedule is immutable and hashable-equal.
@@ -71,12 +61,15 @@ class Schedule:
         object.__setattr__(
             self, "device_actions", tuple(_as_tuple(row, "device_actions row") for row in rows)
         )
-        from pipesim.schedules.validate import validate  # validate imports this module
-
         checked = validate(self)
         object.__setattr__(self, "_backward_kinds", checked.backward_kinds)
         object.__setattr__(self, "_order", checked.order)
         object.__setattr__(self, "_dependencies", checked.dependencies)
+
+    @property
+    def generator(self) -> str | None:
+        """The registered generator that built this schedule, or None (made by hand, loaded)."""
+        return self._generator
 
     # -- shape -----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipesim.errors import ScheduleError
-from pipesim.schedules.action import Action, Kind
+from pipesim.schedules.action import Action, Kind, UpdateRule
 from pipesim.schedules.dependencies import action_dependencies
 from pipesim.schedules.render import render_grid
 
@@ -92,7 +92,6 @@ def _check_shape(schedule: Schedule) -> None:
         for step, action in enumerate(row):
             if not isinstance(action, Action):
                 raise ScheduleError(f"device {device} step {step}: {action!r} is not an Action")
-    from pipesim.schedules.schedule import UpdateRule  # schedule imports this module
 
     if not isinstance(schedule.update_rule, UpdateRule):
         raise ScheduleError(

@@ -1,5 +1,6 @@
-"""The 1F1B family: fill-drain (GPipe, looped BFS), 1F1B and its no-flush variants
-(PipeDream, PipeDream-2BW), interleaved 1F1B, and the zero-bubble handcrafted schedules.
+"""Schedules on the looped placement (stage s on device s mod K): fill-drain (GPipe, looped BFS),
+1F1B and its no-flush variants (PipeDream, PipeDream-2BW), interleaved 1F1B, and the zero-bubble
+handcrafted schedules.
 
 Every generator here is one call of
 :func:`~pipesim.schedules.phases.merge_one_forward_one_backward` per device; they differ only in
