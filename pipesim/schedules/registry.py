@@ -312,23 +312,31 @@ def build(
 
 
 def registered_info(schedule: Schedule) -> ScheduleInfo | None:
-    """The registry entry whose generator produced ``schedule``, or None.
+    """The registry entry whose generator produces ``schedule``, or None.
 
     A schedule built by :func:`build` names its generator. Any other schedule (a CSV, one made
-    by hand) is matched only when it is proven equal, action for action, placement and update
-    rule, to what the generator of its name builds with the same K, M and v: a file named
-    "1f1b" that holds another order gets no entry, and so no closed form.
+    by hand) is matched only when it is proven equal, action for action, in placement and in
+    update rule, to what a registered generator builds with the same K, M and v (the entry of
+    its own name is tried first): a file named "1f1b" that holds another order gets no entry,
+    and so no closed form, while an exported 1F1B read back gets 1F1B's.
     """
     if schedule.generator is not None:
         return _REGISTRY[schedule.generator]
-    info = _REGISTRY.get(schedule.name)
-    if info is None:
-        return None
     k, m, v = schedule.devices, schedule.microbatches, schedule.chunks
-    if unsupported_reason(info.name, k, m, v, schedule.rematerialize) is not None:
-        return None
-    reference = build(info.name, k, m, v, remat=schedule.rematerialize)
-    return info if reference == schedule else None
+    own = _REGISTRY.get(schedule.name)
+    candidates = [own] if own is not None else []
+    candidates += [info for info in _REGISTRY.values() if info is not own]
+    for info in candidates:
+        if unsupported_reason(info.name, k, m, v, schedule.rematerialize) is not None:
+            continue
+        reference = build(info.name, k, m, v, remat=schedule.rematerialize)
+        if (
+            reference.placement == schedule.placement
+            and reference.device_actions == schedule.device_actions
+            and reference.update_rule is schedule.update_rule
+        ):
+            return info
+    return None
 
 
 def closed_form_bubble_s(schedule: Schedule, terms: BubbleTerms) -> float | None:

@@ -121,3 +121,40 @@ def test_unsupported_reason_is_none_where_build_succeeds() -> None:
     assert unsupported_reason("interleaved-1f1b", 4, 3, 2) is None  # one round of 3
     assert unsupported_reason("interleaved-1f1b", 4, 10, 2) is None  # two rounds of 5
     assert unsupported_reason("dualpipev", 2, 3) is not None
+
+
+def test_a_loaded_schedule_gets_a_closed_form_only_when_proven_equal() -> None:
+    """A hand-made schedule named "1f1b" whose order is GPipe's is GPipe, not 1F1B; one named
+    "1f1b" that no generator makes has no entry at all."""
+    from pipesim.schedules import Schedule, from_csv, to_csv
+    from pipesim.schedules.registry import registered_info
+
+    built = build("1f1b", 4, 8)
+    assert built.generator == "1f1b"
+    assert registered_info(built) is not None and registered_info(built).name == "1f1b"
+
+    loaded = from_csv(to_csv(build("1f1b", 4, 8)), name="my-file.csv")
+    assert loaded.generator is None
+    info = registered_info(loaded)
+    assert info is not None and info.name == "1f1b"
+
+    gpipe = build("gpipe", 2, 2)
+    impostor = Schedule("1f1b", 2, gpipe.placement, gpipe.device_actions)
+    info = registered_info(impostor)
+    assert info is not None and info.name == "gpipe"
+
+    # device 0 runs its two forwards in the opposite order: valid, but nobody's generator.
+    rows = [list(row) for row in gpipe.device_actions]
+    rows[0][0], rows[0][1] = rows[0][1], rows[0][0]
+    odd = Schedule("1f1b", 2, gpipe.placement, rows)
+    assert registered_info(odd) is None
+
+
+def test_probe_schedules_pick_one_full_and_one_split_backward() -> None:
+    from pipesim.schedules.registry import probe_schedules
+
+    assert probe_schedules(2, 6, 1) == ("1f1b", "zb-h1")
+    assert probe_schedules(2, 6, 2) == ("interleaved-1f1b", "zbv")
+    assert probe_schedules(2, 6, 3) == ("interleaved-1f1b", "interleaved-zb")
+    # 5 micro-batches do not split into interleaved rounds of K=2: looped BFS takes the role.
+    assert probe_schedules(2, 5, 3)[0] == "looped-bfs"
