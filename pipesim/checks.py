@@ -50,10 +50,11 @@ def fraction(field: str, value: object) -> float:
     return number
 
 
-def positive_int(field: str, value: object) -> int:
-    """``value`` as an int >= 1."""
+def positive_int(field: str, value: object, *, error: type[PipesimError] = SpecError) -> int:
+    """``value`` as an int >= 1; a bad one raises ``error`` (a spec's field by default; a
+    schedule's K, M, v or step count passes :class:`~pipesim.errors.ScheduleError`)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{field} must be an integer >= 1, got {value!r}")
+        raise error(f"{field} must be an integer >= 1, got {value!r}")
     return value
 
 

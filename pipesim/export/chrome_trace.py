@@ -40,7 +40,7 @@ def chrome_trace(
         events.append(_thread_name(pid, device, f"device {device}"))
         events.append(_sort_index(pid, device, device))
     for name, tid in channel_tid.items():
-        events.append(_thread_name(pid, tid, f"link {name}"))
+        events.append(_thread_name(pid, tid, name))  # the channel names its link already
         events.append(_sort_index(pid, tid, tid))
     for record in compute:
         kind = "optimizer" if record.action is None else _CATEGORY[record.action.kind.value]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from pipesim import checks
 from pipesim.errors import ScheduleError
 from pipesim.schedules import closed_forms, v_shaped
 from pipesim.schedules import looped_schedules as looped
@@ -263,9 +264,7 @@ def schedule_info(name: str) -> ScheduleInfo:
 
 
 def _check_count(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ScheduleError(f"{field} must be an integer >= 1, got {value!r}")
-    return value
+    return checks.positive_int(field, value, error=ScheduleError)
 
 
 def unsupported_reason(

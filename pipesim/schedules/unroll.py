@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipesim import checks
+from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule, UpdateRule
 
@@ -34,7 +35,7 @@ class Work:
 
 def unroll(schedule: Schedule, steps: int) -> tuple[tuple[Work, ...], ...]:
     """Each device's list of work over ``steps`` consecutive training steps."""
-    steps = checks.positive_int("steps", steps)
+    steps = checks.positive_int("steps", steps, error=ScheduleError)
     flush = schedule.update_rule is UpdateRule.FLUSH
     devices = []
     for row in schedule.device_actions:
@@ -49,10 +50,10 @@ def unroll(schedule: Schedule, steps: int) -> tuple[tuple[Work, ...], ...]:
 def _overlap(previous: list[Work], following: list[Work]) -> list[Work]:
     """Interleave ``previous``'s trailing backwards with ``following``'s leading forwards."""
     tail_start = len(previous)
-    while tail_start > 0 and _kind(previous[tail_start - 1]) is not Kind.F:
+    while tail_start > 0 and not _is_forward(previous[tail_start - 1]):
         tail_start -= 1
     head_end = 0
-    while head_end < len(following) and _kind(following[head_end]) is Kind.F:
+    while head_end < len(following) and _is_forward(following[head_end]):
         head_end += 1
     tail, head = previous[tail_start:], following[:head_end]
     woven: list[Work] = []
@@ -64,8 +65,9 @@ def _overlap(previous: list[Work], following: list[Work]) -> list[Work]:
     return previous[:tail_start] + woven + following[head_end:]
 
 
-def _kind(work: Work) -> Kind:
-    return Kind.F if work.action is None else work.action.kind
+def _is_forward(work: Work) -> bool:
+    """True for a forward. Only actions are woven: optimizer items are added afterwards."""
+    return work.action is not None and work.action.kind is Kind.F
 
 
 def _with_optimizer_steps(items: list[Work], steps: int) -> list[Work]:
