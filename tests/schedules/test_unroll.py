@@ -16,11 +16,11 @@ def _texts(schedule_name: str, devices: int, microbatches: int, steps: int) -> l
 
 
 def test_flush_schedules_run_step_after_step_with_an_optimizer_step_between() -> None:
+    device0 = ["0F0", "0F1", "0B0", "0B1", "opt"]
+    device1 = ["1F0", "1B0", "1F1", "1B1", "opt"]
     assert _texts("1f1b", 2, 2, 2) == [
-        ["s0:0F0", "s0:0F1", "s0:0B0", "s0:0B1", "s0:opt"]
-        + ["s1:0F0", "s1:0F1", "s1:0B0", "s1:0B1", "s1:opt"],
-        ["s0:1F0", "s0:1B0", "s0:1F1", "s0:1B1", "s0:opt"]
-        + ["s1:1F0", "s1:1B0", "s1:1F1", "s1:1B1", "s1:opt"],
+        [f"s{step}:{item}" for step in (0, 1) for item in device0],
+        [f"s{step}:{item}" for step in (0, 1) for item in device1],
     ]
 
 
