@@ -7,7 +7,8 @@
 * PipeDream-2BW §3, per worker of a depth-d pipeline with micro-batch b and m micro-batches
   per step: 2BW with recompute 2|W|/d + |A_total(b)|/d + d·|A_input(b)|; without recompute
   2|W|/d + d·|A_total(b)|/d + d·|A_input(b)|; GPipe with recompute |W|/d + |A_total(b)|/d +
-  m·|A_input(b)|.
+  m·|A_input(b)|; PipeDream-Flush one weight version and at most d micro-batches in flight,
+  |W|/d + d·|A_total(b)|/d; PipeDream up to d weight versions, d·|W|/d + d·|A_total(b)|/d.
 """
 
 from __future__ import annotations
@@ -56,3 +57,16 @@ def gpipe_worker_bytes(
         + activation_total_bytes / depth
         + microbatches * activation_input_bytes
     )
+
+
+def one_f_one_b_worker_bytes(
+    weight_bytes: float, activation_total_bytes: float, depth: int
+) -> float:
+    """PipeDream-2BW §3: PipeDream-Flush (1F1B) keeps one weight version and at most d
+    micro-batches' activations of its 1/d of the model."""
+    return weight_bytes / depth + depth * activation_total_bytes / depth
+
+
+def pipedream_worker_bytes(weight_bytes: float, activation_total_bytes: float, depth: int) -> float:
+    """PipeDream-2BW §3: PipeDream stashes up to d weight versions and d micro-batches."""
+    return depth * weight_bytes / depth + depth * activation_total_bytes / depth

@@ -6,12 +6,18 @@ processes."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipesim.checks import SpecError
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.spec_derived import costs_from_model
 from pipesim.costs.synthetic import synthetic_costs
+
+if TYPE_CHECKING:
+    from pipesim.hardware.catalogue import HardwareSpec
+    from pipesim.workload.model import Model
 
 
 @dataclass(frozen=True)
@@ -54,22 +60,47 @@ class ModelRequest:
         from pipesim.workload import resolve_model
 
         model = resolve_model(self.model)
-        if self.dtype is not None:
-            model = dataclasses.replace(model, dtype=self.dtype)
-        cluster = resolve_hardware(self.hardware).cluster(devices)
         batch = model.default_batch if self.batch is None else self.batch
         if batch < 1 or batch % microbatches:
             raise SpecError(
                 f"--batch {batch} must be a positive multiple of the {microbatches} micro-batches"
             )
-        return costs_from_model(
+        return model_on_hardware(
             model,
-            cluster,
-            devices * chunks,
+            resolve_hardware(self.hardware),
+            devices,
+            chunks,
             batch / microbatches,
             self.partition,
             optimizer=self.optimizer,
+            dtype=self.dtype,
         )
+
+
+def model_on_hardware(
+    model: Model,
+    hardware: HardwareSpec,
+    devices: int,
+    chunks: int,
+    microbatch_size: float,
+    partition: Sequence[int] | None = None,
+    *,
+    optimizer: bool = True,
+    dtype: str | None = None,
+) -> PipelineCosts:
+    """The one composition of a model and a hardware spec into pipeline costs: ``model`` (in
+    ``dtype`` when given) cut into K·v stages (``partition`` layers per stage, or the even
+    split) on K devices of ``hardware``, at ``microbatch_size`` samples per micro-batch."""
+    if dtype is not None:
+        model = dataclasses.replace(model, dtype=dtype)
+    return costs_from_model(
+        model,
+        hardware.cluster(devices),
+        devices * chunks,
+        microbatch_size,
+        partition,
+        optimizer=optimizer,
+    )
 
 
 CostRequest = SyntheticRequest | ModelRequest

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from importlib import resources
 
-from pipesim.costs import costs_from_model
+from pipesim.costs.request import model_on_hardware
 from pipesim.engine import SimulationResult, simulate
 from pipesim.hardware import hardware
 from pipesim.schedules import build
@@ -29,11 +28,14 @@ def simulate_model(
     """One simulated step (or ``steps`` back to back) of a model on K devices."""
     built = build(schedule, devices, microbatches, chunks, remat=remat)
     target = model(model_or_name) if isinstance(model_or_name, str) else model_or_name
-    if dtype is not None:
-        target = dataclasses.replace(target, dtype=dtype)
-    cluster = hardware(hardware_name).cluster(devices)
-    costs = costs_from_model(
-        target, cluster, built.stages, batch / microbatches, optimizer=optimizer
+    costs = model_on_hardware(
+        target,
+        hardware(hardware_name),
+        devices,
+        built.chunks,
+        batch / microbatches,
+        optimizer=optimizer,
+        dtype=dtype,
     )
     return simulate(built, costs, steps=steps)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from pipesim.analysis import memory
 from pipesim.engine import SimulationResult
 from pipesim.workload import Model, model
 from pipesim.workload.partition import even_partition
@@ -65,12 +66,12 @@ def formula_bytes(name: str, schedule: str, microbatches: int) -> float:
     a_input = max(inputs)
     d = DEPTH
     if schedule == "pipedream-2bw":  # 2BW with recompute
-        return 2 * weights / d + a_total / d + d * a_input
+        return memory.two_bw_worker_bytes(weights, a_total, a_input, d, recompute=True)
     if schedule == "gpipe":  # GPipe with recompute
-        return weights / d + a_total / d + microbatches * a_input
+        return memory.gpipe_worker_bytes(weights, a_total, a_input, d, microbatches)
     if schedule == "1f1b":  # one weight version, at most d micro-batches in flight
-        return weights / d + d * a_total / d
-    return d * weights / d + d * a_total / d  # PipeDream: up to d weight versions
+        return memory.one_f_one_b_worker_bytes(weights, a_total, d)
+    return memory.pipedream_worker_bytes(weights, a_total, d)  # up to d weight versions
 
 
 def memory_rows(name: str) -> tuple[list[Row], list[dict[str, object]]]:
