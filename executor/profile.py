@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -168,10 +168,11 @@ def profile_link(
     sizes: Sequence[int] = (64, 65536, 1 << 20, 4 << 20),
     repeats: int = 10,
     device: torch.device | None = None,
+    statistic: Callable[[Sequence[float]], float] = statistics.median,
 ) -> LinkProfile:
     """Ping-pong with ``peer`` over torch.distributed (both ranks call this, naming each
     other; other ranks need not take part); returns the least-squares fit of one-way time
-    against size."""
+    against size, each size's time being ``statistic`` of its ``repeats`` round trips."""
     import torch.distributed as dist
 
     rank = dist.get_rank()
@@ -190,7 +191,7 @@ def profile_link(
                 dist.send(buffer, peer)
             if round_ >= 2:
                 one_way.append((time.perf_counter_ns() - began) / 2e9)
-        samples.append((buffer.numel() * 4, statistics.median(one_way)))
+        samples.append((buffer.numel() * 4, statistic(one_way)))
     latency, per_byte = _fit_line(samples)
     bandwidth = 1.0 / per_byte if per_byte > 0 else float("inf")
     return LinkProfile(max(latency, 0.0), bandwidth, tuple(samples))
