@@ -44,8 +44,8 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, tu
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
+            for branch in node.orelse:
+                visit(branch)
             return
         if isinstance(node, ast.Import):
             found.extend((alias.name, ()) for alias in node.names)

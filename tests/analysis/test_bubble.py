@@ -80,7 +80,7 @@ def test_a_schedule_named_like_a_registered_one_gets_no_closed_form_unless_it_is
     gpipe = build("gpipe", 2, 2)
     rows = [list(row) for row in gpipe.device_actions]
     rows[0][0], rows[0][1] = rows[0][1], rows[0][0]  # 0F1 before 0F0: valid, nobody's order
-    custom = Schedule("1f1b", 2, gpipe.placement, rows)
+    custom = Schedule("1f1b", 2, gpipe.placement, tuple(tuple(row) for row in rows))
     pipeline = synthetic_costs(2, 1, 1, 1, 0)
     assert simulate(custom, pipeline).analytic_bubble_fraction is None
     renamed = Schedule("1f1b", 2, gpipe.placement, gpipe.device_actions)

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import numbers
+from typing import Any
 
 from pipesim.costs import synthetic_costs
 from pipesim.engine import simulate
@@ -20,7 +21,7 @@ REQUIRED = {
 }
 
 
-def sample_trace() -> dict:
+def sample_trace() -> dict[str, Any]:
     result = simulate(
         build("interleaved-1f1b", 2, 4, 2),
         synthetic_costs(2, 2, 1.0, 2.0, comm_s=0.1, activation_bytes=100.0),

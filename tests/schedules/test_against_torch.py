@@ -36,7 +36,7 @@ def torch_order(cls: Any, devices: int, microbatches: int, chunks: int) -> list[
     rows = []
     for rank in range(devices):
         obj.rank = rank
-        row = []
+        row: list[str] = []
         for action in obj._calculate_single_rank_operations(rank):
             if action is None:
                 continue

@@ -23,7 +23,9 @@ def paper_row(worker: int, text: str) -> list[Action]:
     return [Action(worker, kinds[cell[0]], int(cell[1:]) - 1) for cell in text.split()]
 
 
-def device_rows(name: str, devices: int, microbatches: int, chunks: int | None = None):
+def device_rows(
+    name: str, devices: int, microbatches: int, chunks: int | None = None
+) -> list[list[Action]]:
     return [list(row) for row in build(name, devices, microbatches, chunks).device_actions]
 
 

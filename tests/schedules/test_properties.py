@@ -99,7 +99,7 @@ def test_a_shuffled_device_list_is_accepted_exactly_when_it_can_run(
     rng.shuffle(rows[device])
     runnable = reference_runs_to_completion(schedule.stages, schedule.placement, rows)
     try:
-        Schedule(schedule.name, schedule.microbatches, schedule.placement, rows)
+        Schedule(schedule.name, schedule.microbatches, schedule.placement, tuple(map(tuple, rows)))
     except ScheduleError:
         assert not runnable
     else:
@@ -114,7 +114,7 @@ def test_a_truncated_schedule_is_rejected(schedule: Schedule, data: st.DataObjec
     rows = list(schedule.device_actions)
     rows[device] = row[:-cut]
     with pytest.raises(ScheduleError, match=r"is missing|no backward|but no"):
-        Schedule(schedule.name, schedule.microbatches, schedule.placement, rows)
+        Schedule(schedule.name, schedule.microbatches, schedule.placement, tuple(rows))
 
 
 @given(schedules(max_devices=4, max_microbatches=8))
@@ -122,7 +122,7 @@ def test_a_reversed_device_list_is_rejected(schedule: Schedule) -> None:
     rows = list(schedule.device_actions)
     rows[0] = tuple(reversed(rows[0]))
     with pytest.raises(ScheduleError, match="before"):
-        Schedule(schedule.name, schedule.microbatches, schedule.placement, rows)
+        Schedule(schedule.name, schedule.microbatches, schedule.placement, tuple(rows))
 
 
 def test_every_schedule_builds_validates_and_exports_over_the_whole_grid() -> None:

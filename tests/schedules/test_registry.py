@@ -131,12 +131,13 @@ def test_a_loaded_schedule_gets_a_closed_form_only_when_proven_equal() -> None:
 
     built = build("1f1b", 4, 8)
     assert built.generator == "1f1b"
-    assert registered_info(built) is not None and registered_info(built).name == "1f1b"
+    built_info = registered_info(built)
+    assert built_info is not None and built_info.name == "1f1b"
 
     loaded = from_csv(to_csv(build("1f1b", 4, 8)), name="my-file.csv")
     assert loaded.generator is None
-    info = registered_info(loaded)
-    assert info is not None and info.name == "1f1b"
+    loaded_info = registered_info(loaded)
+    assert loaded_info is not None and loaded_info.name == "1f1b"
 
     gpipe = build("gpipe", 2, 2)
     impostor = Schedule("1f1b", 2, gpipe.placement, gpipe.device_actions)
@@ -146,7 +147,7 @@ def test_a_loaded_schedule_gets_a_closed_form_only_when_proven_equal() -> None:
     # device 0 runs its two forwards in the opposite order: valid, but nobody's generator.
     rows = [list(row) for row in gpipe.device_actions]
     rows[0][0], rows[0][1] = rows[0][1], rows[0][0]
-    odd = Schedule("1f1b", 2, gpipe.placement, rows)
+    odd = Schedule("1f1b", 2, gpipe.placement, tuple(tuple(row) for row in rows))
     assert registered_info(odd) is None
 
 

@@ -10,8 +10,8 @@ from pipesim.errors import ScheduleError
 from pipesim.schedules import Action, Kind, Schedule, UpdateRule, build, parse_action
 
 
-def rows(*texts: str) -> list[list[Action]]:
-    return [[parse_action(c) for c in t.split()] for t in texts]
+def rows(*texts: str) -> tuple[tuple[Action, ...], ...]:
+    return tuple(tuple(parse_action(c) for c in t.split()) for t in texts)
 
 
 def error_of(*args: object, **kwargs: object) -> str:
