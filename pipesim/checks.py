@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pipesim.errors import PipesimError
+from pipesim.errors import PipesimError, shown
 
 
 class SpecError(PipesimError):
@@ -22,7 +22,7 @@ def positive(field: str, value: object) -> float:
     """``value`` as a finite float > 0."""
     number = _number(value)
     if number is None or not math.isfinite(number) or number <= 0:
-        raise SpecError(f"{field} must be a number > 0, got {value!r}")
+        raise SpecError(f"{field} must be a number > 0, got {shown(value)}")
     return number
 
 
@@ -30,7 +30,7 @@ def positive_or_inf(field: str, value: object) -> float:
     """``value`` as a float > 0, infinity allowed (an ideal link, unlimited memory)."""
     number = _number(value)
     if number is None or math.isnan(number) or number <= 0:
-        raise SpecError(f"{field} must be a number > 0, got {value!r}")
+        raise SpecError(f"{field} must be a number > 0, got {shown(value)}")
     return number
 
 
@@ -38,7 +38,7 @@ def non_negative(field: str, value: object) -> float:
     """``value`` as a finite float >= 0."""
     number = _number(value)
     if number is None or not math.isfinite(number) or number < 0:
-        raise SpecError(f"{field} must be a number >= 0, got {value!r}")
+        raise SpecError(f"{field} must be a number >= 0, got {shown(value)}")
     return number
 
 
@@ -46,7 +46,7 @@ def fraction(field: str, value: object) -> float:
     """``value`` as a float in (0, 1]."""
     number = _number(value)
     if number is None or not 0 < number <= 1:
-        raise SpecError(f"{field} must be a number in (0, 1], got {value!r}")
+        raise SpecError(f"{field} must be a number in (0, 1], got {shown(value)}")
     return number
 
 
@@ -54,19 +54,19 @@ def positive_int(field: str, value: object, *, error: type[PipesimError] = SpecE
     """``value`` as an int >= 1; a bad one raises ``error`` (a spec's field by default; a
     schedule's K, M, v or step count passes :class:`~pipesim.errors.ScheduleError`)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise error(f"{field} must be an integer >= 1, got {value!r}")
+        raise error(f"{field} must be an integer >= 1, got {shown(value)}")
     return value
 
 
 def non_negative_int(field: str, value: object) -> int:
     """``value`` as an int >= 0."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SpecError(f"{field} must be an integer >= 0, got {value!r}")
+        raise SpecError(f"{field} must be an integer >= 0, got {shown(value)}")
     return value
 
 
 def name(field: str, value: object) -> str:
     """A non-empty string."""
     if not isinstance(value, str) or not value.strip():
-        raise SpecError(f"{field} must be a non-empty string, got {value!r}")
+        raise SpecError(f"{field} must be a non-empty string, got {shown(value)}")
     return value

@@ -1,11 +1,24 @@
-"""The one exception base of pipesim.
+"""The exception classes of pipesim, and how a message names many offending items.
 
-Every error a user can cause (a bad name, a bad value, an unreadable or invalid file) is a
-:class:`PipesimError`, which is a :class:`ValueError`: the CLI turns it into one line on stderr
-and exit status 2. Anything else escaping the library is a bug.
+Every error a user can cause (a bad name, a bad value, an unreadable or invalid file, a request
+beyond a size limit) is a :class:`PipesimError`, which is a :class:`ValueError`: the CLI turns it
+into one line on stderr and exit status 2. A failure of the machine while doing work that was
+asked for properly (a full disk, an I/O error while writing an output, a crashed run) is an
+:class:`OutputError` or :class:`RunFailed`: one line, exit status 1. Anything else escaping the
+library is a bug.
+
+The first line of every message stands on its own; a :class:`ScheduleError` may add the marked
+device-by-step grid on the lines after it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+
+# How many offending items an error message names before it says "and N more".
+NAMED_ITEMS = 5
+# How many characters of an offending value an error message shows.
+SHOWN_CHARACTERS = 80
 
 
 class PipesimError(ValueError):
@@ -15,11 +28,50 @@ class PipesimError(ValueError):
 class ScheduleError(PipesimError):
     """A schedule that cannot run: incomplete, misplaced, out of order or deadlocked.
 
-    The message renders the device-by-step grid with the offending action marked, so the
-    reader sees where the schedule goes wrong, not just that it does.
+    The message's first line says what is wrong on its own; the lines after it render the
+    device-by-step grid with the offending action marked, so the reader sees where the schedule
+    goes wrong, not just that it does.
     """
+
+
+class LimitError(PipesimError):
+    """A request beyond a documented size limit; the message names the limit and how to raise
+    it (see :mod:`pipesim.limits`)."""
 
 
 class RunFailed(Exception):
     """A run that was asked for properly but failed (a validation process crashed): the CLI
     reports it in one line with exit status 1, not as bad input."""
+
+
+class OutputError(RunFailed):
+    """Writing an output failed part-way (disk full, I/O error): the previous file, if any, is
+    left as it was, and the CLI reports one line with exit status 1."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C, after the command saved what had finished: the message says what was kept and
+    how to go on (``--resume``). The CLI prints it in one line with exit status 130."""
+
+
+def few(items: Iterable[object], limit: int = NAMED_ITEMS) -> str:
+    """``items`` joined by commas, naming at most ``limit`` and then "and N more", so a message
+    about millions of offending items stays one short line."""
+    named: list[str] = []
+    more = 0
+    for item in items:
+        if len(named) < limit:
+            named.append(str(item))
+        else:
+            more += 1
+    text = ", ".join(named)
+    return f"{text} and {more} more" if more else text
+
+
+def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:
+    """``repr(value)``, cut to about ``limit`` characters with "..." and the full length, so a
+    64 MB string or a million-element list in a file makes a short error line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(text):,} characters)"

@@ -1,20 +1,41 @@
-"""Output files: checked before any work is done, written so a failure never leaves half a
-file, and every failure a one-line error naming the option and the path."""
+"""Output files: checked before any work is done, written so that a failure never leaves half a
+file, and never destroying what the path is.
+
+* A regular file (or a new one) is written to a temporary file beside it and renamed over it,
+  so an interrupted or failed write (a full disk, Ctrl-C) leaves the previous file untouched.
+  The new file keeps the previous file's permission bits, or gets those the umask gives a new
+  file (0644 under umask 022), never the temporary file's 0600.
+* A symbolic link is followed: the file it points to is replaced, the link stays a link.
+* A character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+  through in place, as a shell redirection would; it is never renamed over. Block devices,
+  sockets and directories are refused.
+
+Errors: a path that cannot be an output (a directory, a missing folder, no permission to
+write, a read-only file system, a wrong suffix) is bad input, :class:`PipesimError`, found
+before the command computes anything (exit 2). A failure while writing (disk full, I/O error)
+is an :class:`OutputError` (exit 1). Both are one line naming the option and the path.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import IO, Any
 
-from pipesim.errors import PipesimError
+from pipesim.errors import OutputError, PipesimError
+
+_NEW_FILE_MODE = 0o666
 
 
 def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> Path:
-    """``path`` as a file the command may write: not empty, not a directory, in a directory
-    that exists, and ending in one of ``suffixes`` when they are given. Commands call it
-    before they compute, so bad output options cost nothing and lose nothing."""
+    """``path`` as a file the command may write: not empty, not a directory, block device or
+    socket, in a directory that exists and may be written, and ending in one of ``suffixes``
+    when they are given. Commands call it before they compute, so bad output options cost
+    nothing and lose nothing."""
     text = str(path)
     if not text.strip():
         raise PipesimError(f"{field} must name a file, got {text!r}")
@@ -24,11 +45,29 @@ def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> P
         raise PipesimError(
             f"{field} {text!r} must end in {allowed}, got {target.suffix or 'none'!r}"
         )
-    if target.is_dir():
-        raise PipesimError(f"{field}: {text!r} is a directory")
-    directory = target.parent if str(target.parent) else Path(".")
+    real = Path(os.path.realpath(target))
+    try:
+        mode = real.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise PipesimError(f"{field}: cannot use {text!r} ({error.strerror})") from None
+    if mode is not None:
+        if stat.S_ISDIR(mode):
+            raise PipesimError(f"{field}: {text!r} is a directory")
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            raise PipesimError(
+                f"{field}: {text!r} is a block device or socket, not a file to write"
+            )
+        if not stat.S_ISREG(mode):
+            return target  # written through in place: its folder is not written
+    directory = real.parent
     if not directory.is_dir():
-        raise PipesimError(f"{field}: directory {str(directory)!r} does not exist")
+        shown = str(target.parent) if str(target.parent) else "."
+        raise PipesimError(f"{field}: directory {shown!r} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only(directory) else "permission denied"
+        raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})")
     return target
 
 
@@ -45,19 +84,105 @@ def output_directory(path: str | Path, field: str) -> Path:
     except OSError as error:
         raise PipesimError(f"{field}: cannot create {text!r} ({error.strerror})") from None
     if not os.access(target, os.W_OK | os.X_OK):
-        raise PipesimError(f"{field}: cannot write into {text!r} (permission denied)")
+        reason = "read-only file system" if _read_only(target) else "permission denied"
+        raise PipesimError(f"{field}: cannot write into {text!r} ({reason})")
     return target
 
 
-def write_text_atomically(path: str | Path, text: str, *, field: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so an interrupted or
-    failed write never leaves a half-written file where a good one was."""
+@contextlib.contextmanager
+def atomic_output(path: str | Path, *, field: str, binary: bool = False) -> Iterator[IO[Any]]:
+    """A handle to write ``path``'s new content into (text in UTF-8, or ``binary``), made
+    visible only when the ``with`` block ends without an error (see the module's rules). An
+    exception inside the block leaves the previous file as it was and re-raises; an
+    :class:`OSError` becomes one :class:`OutputError`."""
     target = output_path(path, field)
-    directory = target.parent if str(target.parent) else Path(".")
+    real = Path(os.path.realpath(target))
+    open_mode = "wb" if binary else "w"
+    encoding = None if binary else "utf-8"
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, target)
+        existing = real.stat()
+    except FileNotFoundError:
+        existing = None
     except OSError as error:
-        raise PipesimError(f"{field}: cannot write {str(target)!r} ({error.strerror})") from None
+        raise _failure(field, target, error) from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        try:
+            with open(real, open_mode, encoding=encoding) as handle:
+                yield handle
+        except OSError as error:
+            raise _failure(field, target, error) from None
+        return
+    temporary: str | None = None
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+        with os.fdopen(fd, open_mode, encoding=encoding) as handle:
+            yield handle
+            handle.flush()
+            _keep_mode_and_owner(handle.fileno(), existing)
+            os.fsync(handle.fileno())
+        os.replace(temporary, real)
+        temporary = None
+    except OSError as error:
+        raise _failure(field, target, error) from None
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+
+def write_text_atomically(path: str | Path, text: str, *, field: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` by the module's rules."""
+    with atomic_output(path, field=field) as handle:
+        handle.write(text)
+
+
+def write_bytes_atomically(path: str | Path, data: bytes, *, field: str) -> None:
+    """Write ``data`` to ``path`` by the module's rules."""
+    with atomic_output(path, field=field, binary=True) as handle:
+        handle.write(data)
+
+
+def write_with(path: str | Path, write: Callable[[IO[bytes]], object], *, field: str) -> None:
+    """Let ``write`` fill a binary handle (``figure.savefig`` say) for ``path``, by the
+    module's rules."""
+    with atomic_output(path, field=field, binary=True) as handle:
+        write(handle)
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where the OS allows (Linux's
+    /proc/self/status); elsewhere set and restored at once."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def _keep_mode_and_owner(fd: int, existing: os.stat_result | None) -> None:
+    """Give the temporary file the permission bits (and, where allowed, the owner) of the file
+    it replaces, or a new file's mode under the umask."""
+    if existing is None:
+        os.fchmod(fd, _NEW_FILE_MODE & ~umask())
+        return
+    os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+    if hasattr(os, "fchown"):
+        with contextlib.suppress(OSError):  # only root may give a file away; others keep theirs
+            if (existing.st_uid, existing.st_gid) != (os.geteuid(), os.getegid()):
+                os.fchown(fd, existing.st_uid, existing.st_gid)
+
+
+def _read_only(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def _failure(field: str, target: Path, error: OSError) -> OutputError:
+    reason = error.strerror or str(error)
+    return OutputError(
+        f"{field}: cannot write {str(target)!r} ({reason}); any previous file there is unchanged"
+    )

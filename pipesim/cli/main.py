@@ -16,8 +16,8 @@ from pipesim.cli import (
     sweep_cmd,
     validate_cmd,
 )
-from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, ArgumentParser
-from pipesim.errors import PipesimError, RunFailed
+from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED, ArgumentParser
+from pipesim.errors import Interrupted, PipesimError, RunFailed
 
 
 def build_parser() -> ArgumentParser:
@@ -28,7 +28,8 @@ def build_parser() -> ArgumentParser:
             "Simulate pipeline-parallel training schedules on configurable accelerators, and "
             "check the predictions against real PyTorch runs."
         ),
-        epilog="Exit status: 0 done; 1 a check failed; 2 bad input.",
+        epilog="Exit status: 0 done; 1 a check or a write failed; 2 bad input (or beyond a "
+        "size limit); 130 interrupted (Ctrl-C), after saving what finished.",
     )
     parser.add_argument("--version", action="version", version=f"pipesim {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -45,10 +46,12 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 done, 1 check failed, 2 bad input)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line; return the exit status: 0 done, 1 a check or a write failed,
+    2 bad input, 130 interrupted. Every failure is one line on stderr (a schedule error adds
+    its marked grid on the lines after the first), never a traceback."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         status: int = args.handler(args)
     except PipesimError as error:
         sys.stderr.write(f"pipesim: error: {error}\n")
@@ -56,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunFailed as error:
         sys.stderr.write(f"pipesim: failed: {error}\n")
         return EXIT_CHECK_FAILED
+    except Interrupted as error:
+        sys.stderr.write(f"pipesim: interrupted: {error}\n")
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        sys.stderr.write("pipesim: interrupted (Ctrl-C)\n")
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pipesim ... | head` is not an error
         return 0
     return status

@@ -8,11 +8,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from pipesim.errors import PipesimError
+
 Handler = Callable[[argparse.Namespace], int]
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -35,5 +38,14 @@ def positive_int(text: str) -> int:
 
 
 def write_json(payload: Any) -> None:
-    """Print ``payload`` as indented JSON on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    """Print ``payload`` as indented JSON on stdout (strict JSON: NaN and infinities, which
+    JSON cannot hold, are refused, so no reader ever chokes on pipesim's output)."""
+    sys.stdout.write(json_text(payload, indent=2) + "\n")
+
+
+def json_text(payload: Any, indent: int | None = None) -> str:
+    """``payload`` as strict JSON text; a non-finite number is a :class:`PipesimError`."""
+    try:
+        return json.dumps(payload, indent=indent, allow_nan=False)
+    except ValueError as error:
+        raise PipesimError(f"the result holds a non-finite number ({error})") from None

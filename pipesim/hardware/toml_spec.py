@@ -27,16 +27,17 @@ from typing import Any
 
 from pipesim import checks
 from pipesim.checks import SpecError
+from pipesim.errors import shown
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Link, Topology
-from pipesim.tomlspec import Fields, boolean, read_toml, string
+from pipesim.toml_reader import Fields, boolean, read_toml, string
 
 
 def _peaks(field: str, value: Any) -> dict[str, float]:
     if not isinstance(value, dict) or not value:
         raise SpecError(
-            f"{field} must map dtypes to FLOP/s, e.g. {{ bf16 = 312e12 }}, got {value!r}"
+            f"{field} must map dtypes to FLOP/s, e.g. {{ bf16 = 312e12 }}, got {shown(value)}"
         )
     return {str(k): checks.positive(f"{field}.{k}", v) for k, v in value.items()}
 
@@ -46,7 +47,7 @@ def _topology(field: str, value: Any) -> Topology:
         return Topology(value)
     except ValueError:
         known = ", ".join(t.value for t in Topology)
-        raise SpecError(f"{field} must be one of {known}, got {value!r}") from None
+        raise SpecError(f"{field} must be one of {known}, got {shown(value)}") from None
 
 
 def load_hardware(path: str | Path) -> HardwareSpec:

@@ -12,7 +12,9 @@ import csv
 import io
 from pathlib import Path
 
-from pipesim.errors import ScheduleError
+from pipesim.errors import ScheduleError, few, shown
+from pipesim.inputs import decode_text, read_input
+from pipesim.limits import Limit, check
 from pipesim.schedules.action import Action, parse_action
 from pipesim.schedules.schedule import Schedule, UpdateRule
 
@@ -36,26 +38,30 @@ def from_csv(
 ) -> Schedule:
     """Parse compute-only CSV text into a validated :class:`Schedule`.
 
-    ``source`` names the input in error messages (a file name, say).
+    ``source`` names the input in error messages (a file name, say). The size of what the
+    file implies (actions, devices, stages x micro-batches) is checked against
+    :mod:`pipesim.limits` before the schedule is built.
     """
     rows: list[list[Action]] = []
-    for line, cells in enumerate(csv.reader(io.StringIO(text)), start=1):
-        row = []
-        for column, cell in enumerate(cells, start=1):
-            if not cell.strip():
-                continue
-            try:
-                row.append(parse_action(cell))
-            except ScheduleError as error:
-                raise ScheduleError(
-                    f"{source} line {line} cell {column}: {error} (compute-only CSV holds "
-                    f"F, B, I and W actions only)"
-                ) from None
-        rows.append(row)
+    actions = 0
+    try:
+        for line, cells in enumerate(csv.reader(io.StringIO(text)), start=1):
+            row = []
+            for column, cell in enumerate(cells, start=1):
+                if not cell.strip():
+                    continue
+                row.append(_cell(cell, f"{source} line {line} cell {column}"))
+            actions += len(row)
+            check(Limit.ACTIONS, actions, f"{source}: {actions:,} actions by line {line}")
+            rows.append(row)
+    except csv.Error as error:
+        raise ScheduleError(f"{source}: not CSV ({error})") from None
     while rows and not rows[-1]:  # blank lines at the end of a file are not devices
         rows.pop()
     if not rows or not any(rows):
         raise ScheduleError(f"{source}: no actions found (expected one line of actions per device)")
+    check(Limit.DEVICES, len(rows), f"{source}: {len(rows):,} devices (lines)")
+    _check_implied_size(rows, source)
     placement = _infer_placement(rows, source)
     microbatches = 1 + max(a.microbatch for row in rows for a in row)
     return Schedule(
@@ -65,6 +71,38 @@ def from_csv(
         tuple(tuple(row) for row in rows),
         update_rule,
         rematerialize,
+    )
+
+
+# The longest cell that can be an action within the limits; longer ones are refused unparsed.
+_MAX_CELL_CHARACTERS = 40
+
+
+def _cell(cell: str, where: str) -> Action:
+    """One non-empty cell as an action."""
+    if len(cell.strip()) > _MAX_CELL_CHARACTERS:
+        raise ScheduleError(
+            f"{where}: {shown(cell)} is not of the form <stage><F|B|I|W><microbatch>, e.g. 2F0"
+        )
+    try:
+        return parse_action(cell)
+    except ScheduleError as error:
+        raise ScheduleError(
+            f"{where}: {error} (compute-only CSV holds F, B, I and W actions only)"
+        ) from None
+
+
+def _check_implied_size(rows: list[list[Action]], source: str) -> None:
+    """A valid schedule of S stages and M micro-batches holds at least 2·S·M actions: refuse a
+    file whose largest stage and micro-batch numbers imply more than the limit (a cell
+    ``9999999F0`` alone implies ten million stages)."""
+    stages = 1 + max(a.stage for row in rows for a in row)
+    microbatches = 1 + max(a.microbatch for row in rows for a in row)
+    check(
+        Limit.ACTIONS,
+        2 * stages * microbatches,
+        f"{source}: {stages:,} stages x {microbatches:,} micro-batches (its largest numbers) "
+        f"need {2 * stages * microbatches:,} actions",
     )
 
 
@@ -83,7 +121,7 @@ def _infer_placement(rows: list[list[Action]], source: str) -> tuple[int, ...]:
     missing = [s for s in range(stages) if s not in owner]
     if missing:
         raise ScheduleError(
-            f"{source}: stage(s) {', '.join(map(str, missing))} have no actions, but stage "
+            f"{source}: stage(s) {few(missing)} have no actions, but stage "
             f"{stages - 1} does; stages must be numbered 0..S-1"
         )
     return tuple(owner[s] for s in range(stages))
@@ -97,11 +135,8 @@ def read_csv(
 ) -> Schedule:
     """Load a compute-only CSV file; unreadable files raise :class:`ScheduleError` too."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise ScheduleError(f"schedule file {str(path)!r}: cannot read it ({reason})") from None
+    data = read_input(path, "schedule", ScheduleError)
+    text = decode_text(data, f"schedule file {str(path)!r}", ScheduleError)
     return from_csv(
         text,
         name=path.name,
@@ -111,6 +146,9 @@ def read_csv(
     )
 
 
-def write_csv(schedule: Schedule, path: str | Path) -> None:
-    """Write ``schedule``'s compute-only CSV to ``path``."""
-    Path(path).write_text(to_csv(schedule), encoding="utf-8")
+def write_csv(schedule: Schedule, path: str | Path, *, field: str = "schedule file") -> None:
+    """Write ``schedule``'s compute-only CSV to ``path`` (atomically, see
+    :mod:`pipesim.outputs`)."""
+    from pipesim.outputs import write_text_atomically
+
+    write_text_atomically(path, to_csv(schedule), field=field)

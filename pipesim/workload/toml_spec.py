@@ -38,7 +38,9 @@ from pathlib import Path
 
 from pipesim import checks
 from pipesim.checks import SpecError
-from pipesim.tomlspec import Fields, read_toml, string
+from pipesim.errors import shown
+from pipesim.limits import Limit, check
+from pipesim.toml_reader import Fields, read_toml, string
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
@@ -56,8 +58,10 @@ def load_model(path: str | Path) -> Model:
         spec = root.table("transformer")
         hidden = spec.take("hidden", checks.positive_int)
         seq = spec.take("seq", checks.positive_int)
+        count = spec.take("layers", checks.positive_int)
+        check(Limit.LAYERS, count, f"transformer.layers = {count:,}")
         layers = transformer_layers(
-            spec.take("layers", checks.positive_int),
+            count,
             seq=seq,
             hidden=hidden,
             ffn=spec.take("ffn", checks.positive_int, 4 * hidden),
@@ -70,7 +74,12 @@ def load_model(path: str | Path) -> Model:
         entries = root.take("layers", _layer_tables)
         built: list[Layer] = []
         for index, entry in enumerate(entries):
-            built.extend(_layers(Fields(entry, f"layers[{index}]")))
+            layer, repeat = _layer(Fields(entry, f"layers[{index}]"))
+            total = len(built) + repeat
+            check(
+                Limit.LAYERS, total, f"layers[{index}].repeat = {repeat:,}: {total:,} layers in all"
+            )
+            built.extend([layer] * repeat)
         layers = tuple(built)
         input_bytes = root.take("input_bytes", checks.non_negative)
     model = Model(
@@ -94,11 +103,15 @@ def load_model(path: str | Path) -> Model:
 
 def _layer_tables(field: str, value: object) -> list[object]:
     if not isinstance(value, list) or not value:
-        raise SpecError(f"{field} must be a non-empty array of tables ([[layers]]), got {value!r}")
+        raise SpecError(
+            f"{field} must be a non-empty array of tables ([[layers]]), got {shown(value)}"
+        )
     return value
 
 
-def _layers(fields: Fields) -> list[Layer]:
+def _layer(fields: Fields) -> tuple[Layer, int]:
+    """One ``[[layers]]`` table: the layer and how many times it repeats (not yet repeated,
+    so the total can be checked against the limit first)."""
     repeat = fields.take("repeat", checks.positive_int, 1)
     activation = fields.take("activation_bytes", checks.non_negative)
     layer = Layer(
@@ -114,4 +127,4 @@ def _layers(fields: Fields) -> list[Layer]:
         output_bytes=fields.take("output_bytes", checks.non_negative),
     )
     fields.done()
-    return [layer] * repeat
+    return layer, repeat

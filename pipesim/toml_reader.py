@@ -1,4 +1,9 @@
-"""Reading user TOML specs field by field: every error names the file, the key and the value."""
+"""Reading a user's TOML file field by field: every error names the file, the key and the value.
+
+The generic reader under the two spec formats (:mod:`pipesim.hardware.toml_spec`,
+:mod:`pipesim.workload.toml_spec`). Any file at all (binary, not UTF-8, too large, nested too
+deep, malformed) gives a :class:`SpecError`, never another exception.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +14,29 @@ from typing import Any, TypeVar
 
 from pipesim import checks
 from pipesim.checks import SpecError
+from pipesim.errors import few, shown
+from pipesim.inputs import decode_text, read_input
 
 T = TypeVar("T")
 _MISSING = object()
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
-    """Parse ``path``; unreadable or malformed files raise :class:`SpecError`."""
-    path = Path(path)
+    """Parse ``path``; unreadable, oversized or malformed files raise :class:`SpecError`."""
+    data = read_input(path, what, SpecError)
+    return parse_toml(data, f"{what} file {str(path)!r}")
+
+
+def parse_toml(data: bytes, where: str) -> dict[str, Any]:
+    """``data`` parsed as TOML; not UTF-8, malformed or nested too deep is a :class:`SpecError`
+    naming ``where``."""
+    text = decode_text(data, where, SpecError)
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except OSError as error:
-        raise SpecError(f"{what} file {str(path)!r}: cannot read it ({error.strerror})") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise SpecError(f"{what} file {str(path)!r}: not valid TOML ({error})") from None
+        raise SpecError(f"{where}: not valid TOML ({error})") from None
+    except RecursionError:
+        raise SpecError(f"{where}: not valid TOML (nested too deep)") from None
 
 
 class Fields:
@@ -31,7 +44,7 @@ class Fields:
 
     def __init__(self, table: object, where: str) -> None:
         if not isinstance(table, dict):
-            raise SpecError(f"{where} must be a table, got {table!r}")
+            raise SpecError(f"{where} must be a table, got {shown(table)}")
         self._table: dict[str, Any] = table
         self._where = where
         self._used: set[str] = set()
@@ -65,13 +78,13 @@ class Fields:
         """Refuse unknown keys (a typo must not be silently ignored)."""
         unknown = sorted(set(self._table) - self._used)
         if unknown:
-            raise SpecError(f"unknown key(s) in {self._where or 'the file'}: {', '.join(unknown)}")
+            raise SpecError(f"unknown key(s) in {self._where or 'the file'}: {few(unknown)}")
 
 
 def boolean(field: str, value: Any) -> bool:
     """A TOML boolean."""
     if not isinstance(value, bool):
-        raise SpecError(f"{field} must be true or false, got {value!r}")
+        raise SpecError(f"{field} must be true or false, got {shown(value)}")
     return value
 
 
