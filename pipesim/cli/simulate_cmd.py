@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
+from pipesim.cli.parsing import EXIT_OK, json_text, write_json
 from pipesim.cli.schedule_source import add_schedule_source_arguments, load_schedule
 from pipesim.errors import PipesimError
+from pipesim.finite import require_finite
+from pipesim.limits import Limit, check
 from pipesim.outputs import output_path, write_text_atomically
 from pipesim.units import format_bytes, format_percent, format_seconds
 
@@ -156,8 +157,10 @@ def _simulate(args: argparse.Namespace) -> int:
     costs = cost_request(args).build(schedule.devices, schedule.chunks, schedule.microbatches)
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
+    check_steps(schedule, args.steps)
     _check_outputs(args)
     result = simulate(schedule, costs, steps=args.steps)
+    require_finite(result.to_json(), "simulate")
     if args.trace is not None:
         memory = [d.memory.timeline for d in result.per_device]
         trace = chrome_trace(
@@ -167,7 +170,7 @@ def _simulate(args: argparse.Namespace) -> int:
             title=f"pipesim {schedule.name}",
             memory=memory,
         )
-        write_text_atomically(args.trace, json.dumps(trace), field="--trace")
+        write_text_atomically(args.trace, json_text(trace), field="--trace")
     if args.timeline_csv is not None:
         write_text_atomically(
             args.timeline_csv,
@@ -184,7 +187,7 @@ def _simulate(args: argparse.Namespace) -> int:
             ],
             "memory": [list(map(list, d.memory.timeline)) for d in result.per_device],
         }
-        write_text_atomically(args.save, json.dumps(saved), field="--save")
+        write_text_atomically(args.save, json_text(saved), field="--save")
     if args.timeline is not None:
         from plots import bars_from_timeline, save, timeline_figure
 
@@ -196,6 +199,12 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(summary(result) + "\n")
     return EXIT_OK
+
+
+def check_steps(schedule: Any, steps: int) -> None:
+    """Refuse ``steps`` that would simulate more actions than :mod:`pipesim.limits` allows."""
+    actions = len(schedule.actions()) * steps
+    check(Limit.ACTIONS, actions, f"--steps {steps:,} x {len(schedule.actions()):,} actions")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ from enum import Enum
 
 from pipesim import checks
 from pipesim.errors import ScheduleError
+from pipesim.limits import Limit, check
 from pipesim.schedules import closed_forms, v_shaped
 from pipesim.schedules import looped_schedules as looped
 from pipesim.schedules.closed_forms import BubbleTerms, ClosedForm
@@ -284,6 +285,27 @@ def unsupported_reason(
     return reason
 
 
+def estimated_actions(info: ScheduleInfo, devices: int, microbatches: int, chunks: int) -> int:
+    """The actions ``info`` generates for K, M, v: F and B per stage and micro-batch, or F, I
+    and W for the schedules that split backwards (those without re-materialization)."""
+    per_pair = 2 if info.supports_remat else 3
+    return per_pair * devices * chunks * microbatches
+
+
+def check_size(
+    info: ScheduleInfo, devices: int, microbatches: int, chunks: int, steps: int = 1
+) -> None:
+    """Refuse, before generating anything, a shape beyond :mod:`pipesim.limits` (K, v, and
+    the actions it implies over ``steps`` simulated steps), with the limit and how to raise
+    it."""
+    shape = f"{info.name} K={devices:,} M={microbatches:,} v={chunks}"
+    check(Limit.DEVICES, devices, f"{shape}: {devices:,} devices")
+    check(Limit.CHUNKS, chunks, f"{shape}: {chunks:,} chunks per device")
+    actions = estimated_actions(info, devices, microbatches, chunks) * steps
+    over = f" over {steps:,} steps" if steps > 1 else ""
+    check(Limit.ACTIONS, actions, f"{shape}: {actions:,} actions{over}")
+
+
 def build(
     name: str,
     devices: int,
@@ -303,6 +325,7 @@ def build(
     reason = unsupported_reason(name, devices, microbatches, chunks, remat)
     if reason is not None:
         raise ScheduleError(f"{name}: {reason}")
+    check_size(info, devices, microbatches, chunks)
     schedule = info.generate(devices, microbatches, chunks)
     if remat:
         schedule = dataclasses.replace(schedule, rematerialize=True)
