@@ -1,20 +1,20 @@
 """matplotlib figures drawn from result data (simulated or measured), never live objects.
 
-Every function returns a figure; :func:`plots.style.save` writes it as PNG or SVG.
+Every function returns a :class:`matplotlib.figure.Figure` (pyplot is never used, so importing
+this package picks no backend); :func:`plots.style.save` writes it as PNG or SVG. Saved
+results are read, and checked against their schema, by :mod:`plots.saved`.
 """
 
-from plots.style import save
-from plots.sweeps import (
-    bubble_figure,
-    memory_timeline_figure,
-    paper_vs_simulated_figure,
-    peak_memory_figure,
-    throughput_figure,
-)
+from plots.bubble import bubble_figure
+from plots.memory import memory_timeline_figure, peak_memory_figure
+from plots.paper import paper_vs_simulated_figure
+from plots.speedup import speedup_figure, throughput_figure
+from plots.style import EmptyPlotError, save
 from plots.timeline import bars_from_timeline, side_by_side_figure, timeline_figure
-from plots.validation import predicted_vs_measured_figure, speedup_figure
+from plots.validation import predicted_vs_measured_figure
 
 __all__ = [
+    "EmptyPlotError",
     "bars_from_timeline",
     "bubble_figure",
     "memory_timeline_figure",

@@ -7,9 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib.pyplot as plt
-
-from plots.style import series_style
+from plots.style import series_style, subplots
 
 
 def _by_schedule(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -22,7 +20,7 @@ def _by_schedule(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, 
 def predicted_vs_measured_figure(records: Sequence[dict[str, Any]]) -> Any:
     """Predicted against measured step time per run, the y = x line and a ±5% band, one
     colour and marker per schedule."""
-    figure, axes = plt.subplots(figsize=(7, 6.5), constrained_layout=True)
+    figure, axes = subplots(figsize=(7, 6.5), constrained_layout=True)
     for index, (name, group) in enumerate(_by_schedule(records).items()):
         style = series_style(index)
         axes.scatter(
@@ -60,7 +58,7 @@ def speedup_figure(records: Sequence[dict[str, Any]]) -> Any:
     groups = _by_schedule(records)
     columns = min(4, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) if groups else 1
-    figure, axes = plt.subplots(
+    figure, axes = subplots(
         rows,
         columns,
         figsize=(3.2 * columns, 2.6 * rows + 0.6),

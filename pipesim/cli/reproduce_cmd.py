@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
 def _reproduce(args: argparse.Namespace) -> int:
     from pipesim.errors import PipesimError
     from validation.reproduce import _experiments, reproduce
-    from validation.reproduce.framework import Row
+    from validation.reproduce.framework import summary_lines
 
     if args.list or args.name is None:
         if args.name is None and not args.list:
@@ -50,21 +50,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         f"{outcome.title}: {len(outcome.rows)} table cells, {len(compared)} with a "
         "published number to compare\n"
     )
-    by_table: dict[str, list[Row]] = {}
-    for row in compared:
-        by_table.setdefault(row.table, []).append(row)
-    for table, rows in by_table.items():
-        ratios = sorted(r.ratio for r in rows if r.ratio is not None)
-        parts = []
-        if ratios:
-            parts.append(
-                f"pipesim/paper {ratios[0]:.2f}..{ratios[-1]:.2f} "
-                f"(median {ratios[len(ratios) // 2]:.2f})"
-            )
-        zeros = [abs(r.difference or 0.0) for r in rows if r.ratio is None]
-        if zeros:
-            parts.append(f"where the paper has 0, pipesim within {max(zeros):.3g}")
-        sys.stdout.write(f"  {table}: {'; '.join(parts)}\n")
+    for line in summary_lines(outcome.rows):
+        sys.stdout.write(f"  {line}\n")
     sys.stdout.write(f"table: {paths['table']}\ncsv: {paths['csv']}\nREADME: {paths['readme']}\n")
     for file in outcome.figures.values():
         sys.stdout.write(f"figure: {Path(out) / file}\n")

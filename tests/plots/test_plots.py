@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +21,11 @@ from plots import (
     speedup_figure,
     timeline_figure,
 )
+from plots.style import text_colour
+from plots.timeline import ComputeBar, TransferBar, _lighter, label_size
 
 
-def sample_bars():
+def sample_bars() -> tuple[list[ComputeBar], list[TransferBar]]:
     result = simulate(build("zb-h1", 3, 4), synthetic_costs(3, 1, 1.0, 1.0, 1.0, comm_s=0.1))
     return bars_from_timeline(result.timeline)
 
@@ -118,3 +123,44 @@ def test_save_refuses_other_formats(tmp_path: Path) -> None:
     # The directory exists but the file cannot be created there: one line, not a traceback.
     with pytest.raises(PipesimError, match=r"^--out: cannot write '/proc/x\.png' \("):
         save(timeline_figure(compute), "/proc/x.png", field="--out")
+
+
+def test_every_wide_enough_bar_carries_its_microbatch_in_a_contrasting_colour() -> None:
+    result = simulate(build("zbv", 4, 8), synthetic_costs(4, 2, 1.0, 1.0, 1.0, comm_s=0.05))
+    compute, transfers = bars_from_timeline(result.timeline)
+    axes = timeline_figure(compute, transfers).axes[0]
+    texts = [t for t in axes.texts if t.get_gid() == "microbatch"]
+    # Every one of ZB-V's 192 half-width actions is wide enough at 12 inches: all are labelled.
+    actions = [bar for bar in compute if bar[1] != "opt"]
+    assert len(actions) == 8 * 8 * 3 and len(texts) == len(actions)
+    assert sorted(t.get_text() for t in texts) == sorted(
+        re.split("[FBIW]", label)[1] for _, label, _, _ in actions
+    )
+    fills = {
+        (bar.get_y() + bar.get_height() / 2, bar.get_x() + bar.get_width() / 2): bar.get_facecolor()
+        for bar in axes.patches
+    }
+    for text in texts:
+        x, y = text.get_position()
+        fill = fills[(y, x)]
+        assert text.get_color() == text_colour(fill)
+    assert {t.get_color() for t in texts} == {"black", "white"}  # light chunks: black text
+    assert text_colour("#4c72b0") == "white" and text_colour(_lighter("#4c72b0", 1.0)) == "black"
+
+
+def test_labels_shrink_then_vanish_on_narrow_bars() -> None:
+    assert label_size("7", 20.0) == 7.0
+    assert label_size("12", 9.0) == 5.0
+    assert label_size("12", 6.0) is None and label_size("", 50.0) is None
+
+
+def test_importing_and_saving_plots_leaves_pyplot_alone(tmp_path: Path) -> None:
+    code = (
+        "import sys, plots\n"
+        "from plots import timeline_figure, save\n"
+        f"save(timeline_figure([(0, '0F0', 0.0, 1.0)]), {str(tmp_path / 'x.png')!r})\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "x.png").stat().st_size > 1000

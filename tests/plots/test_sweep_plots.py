@@ -1,129 +1,238 @@
-"""Sweep figures: series, labels, closed forms."""
+"""Figures of many runs, checked for what they draw: the y-values of each line, the common
+baseline on the axis, hollow markers for out-of-memory runs, the number of legend entries, the
+dashed closed forms the titles promise, and refusals of figures that would show nothing."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipesim.cli.main import main
 from plots import (
+    EmptyPlotError,
     bubble_figure,
     memory_timeline_figure,
     paper_vs_simulated_figure,
     peak_memory_figure,
+    speedup_figure,
     throughput_figure,
 )
+from plots.style import OOM_HATCH, OOM_MARKER_FACE
 
-from ..cli.test_schedule_cli import run
 
-
-def sweep_rows(tmp_path: Path) -> list[dict]:
+def sweep_rows(tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
     out = tmp_path / "sweep.json"
+    arguments = ["sweep", "--schedules", "gpipe,1f1b,zb-h1", "-K", "2,4", "-M", "2,4,8"]
+    arguments += ["--costs", "1,1,1", "--activation-bytes", "1000", "--out", str(out), *extra]
+    assert main(arguments) == 0
+    return list(json.loads(out.read_text())["results"])
+
+
+def legend_texts(axes: Any) -> list[str]:
+    return [t.get_text() for t in axes.get_legend().get_texts()]
+
+
+def lines_named(axes: Any) -> dict[str, Any]:
+    return {line.get_label(): line for line in axes.lines if not line.get_label().startswith("_")}
+
+
+def test_speedup_has_a_panel_per_k_a_line_per_schedule_and_the_closed_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = sweep_rows(tmp_path)
+    figure = throughput_figure(rows, "speedup")
+    panels = [a for a in figure.axes if a.get_visible()]
+    assert [a.get_title() for a in panels] == ["K = 2", "K = 4"]
+    k2 = lines_named(panels[0])
+    # GPipe and 1F1B coincide with equal stages: one line named after both, not two that
+    # hide each other; zb-h1 its own; the closed form dashed black.
+    assert list(k2) == ["gpipe = 1f1b", "zb-h1", "closed form K·M/(M+K−1)"]
+    assert legend_texts(panels[0]) == list(k2)
+    assert list(k2["gpipe = 1f1b"].get_ydata()) == pytest.approx(
+        [2 * m / (m + 1) for m in (2, 4, 8)]
+    )
+    closed = k2["closed form K·M/(M+K−1)"]
+    assert closed.get_linestyle() == "--" and closed.get_color() == "black"
+    assert list(closed.get_ydata()) == pytest.approx([4 / 3, 8 / 5, 16 / 9])
+    assert panels[0].get_ylabel() == "speedup over one device (×)"
+    assert panels[0].get_xlabel() == "micro-batches per step (M)"
+    assert "dashed: GPipe's closed form" in figure.get_suptitle()
+    # Colours follow the schedule in every panel.
+    k4 = lines_named(panels[1])
+    assert k4["zb-h1"].get_color() == k2["zb-h1"].get_color()
+    no_form = throughput_figure(rows, "speedup", closed_form=False)
+    assert "dashed" not in no_form.get_suptitle()
+    assert all(line.get_linestyle() != "--" for a in no_form.axes for line in a.lines)
+
+
+def test_speedup_against_k_has_a_panel_per_m(tmp_path: Path) -> None:
+    rows = sweep_rows(tmp_path)
+    panels = [a for a in throughput_figure(rows, "speedup", against="K").axes if a.get_visible()]
+    assert [a.get_title() for a in panels] == ["M = 2", "M = 4", "M = 8"]
+    closed = lines_named(panels[0])["closed form K·M/(M+K−1)"]
+    assert list(closed.get_xdata()) == [2, 4] and closed.get_ydata()[-1] == pytest.approx(8 / 5)
+    assert panels[0].get_xlabel() == "devices (K)"
+    with pytest.raises(ValueError, match="quantity 'bubble'"):
+        throughput_figure(rows, "bubble")
+
+
+# A model on 8 devices (the issue's A100 sweep, rounded): GPipe is the slowest and runs out of
+# memory at M=8; each line normalized to itself would put it on top.
+A100 = [
+    {"schedule": s, "devices": 8, "microbatches": m, "throughput": t, "speedup": t / 9.3, "oom": o}
+    for s, m, t, o in [
+        ("gpipe", 8, 37.6, True),
+        ("gpipe", 16, 47.8, True),
+        ("gpipe", 32, 55.2, True),
+        ("zbv", 8, 53.1, True),
+        ("zbv", 16, 62.4, False),
+        ("zbv", 32, 63.9, False),
+    ]
+]
+
+
+def test_normalized_throughput_shares_one_baseline_and_marks_oom_hollow() -> None:
+    axes = throughput_figure(A100, "normalized_throughput").axes[0]
+    named = lines_named(axes)
+    assert list(named["gpipe"].get_ydata()) == pytest.approx([1.0, 47.8 / 37.6, 55.2 / 37.6])
+    assert list(named["zbv"].get_ydata()) == pytest.approx([53.1 / 37.6, 62.4 / 37.6, 63.9 / 37.6])
+    assert all(
+        z > g for z, g in zip(named["zbv"].get_ydata(), named["gpipe"].get_ydata(), strict=True)
+    )
+    assert axes.get_ylabel() == "throughput ÷ gpipe's at K=8, M=8\n(= 37.6 per s)"
+    # Closed form: the one-device throughput (throughput / speedup = 9.3) times K·M/(M+K-1).
+    closed = named["closed form K·M/(M+K−1)"]
+    assert closed.get_ydata()[0] == pytest.approx(9.3 * 64 / 15 / 37.6)
+    hollow = [line for line in axes.lines if line.get_gid() == "oom"]
+    assert [list(line.get_xdata()) for line in hollow] == [[8, 16, 32], [8]]
+    assert all(line.get_markerfacecolor() == OOM_MARKER_FACE for line in hollow)
+    assert legend_texts(axes)[-1] == "hollow marker: out of memory"
+
+
+def test_speedup_figure_takes_sweep_rows_and_validation_records(tmp_path: Path) -> None:
+    rows = sweep_rows(tmp_path)
+    assert [a.get_title() for a in speedup_figure(rows).axes if a.get_visible()] == [
+        "K = 2",
+        "K = 4",
+    ]
+    records = [
+        {**r, "predicted_speedup": r["speedup"], "measured_speedup": r["speedup"]} for r in rows
+    ]
+    titles = [a.get_title() for a in speedup_figure(records).axes if a.get_visible()]
+    assert titles == ["gpipe", "1f1b", "zb-h1"]  # validation: a panel per schedule
+    with pytest.raises(ValueError, match="rows need 'speedup'"):
+        speedup_figure([{"schedule": "x", "devices": 2, "microbatches": 2}])
+
+
+def test_bubble_draws_the_closed_forms_it_promises(tmp_path: Path) -> None:
+    rows = sweep_rows(tmp_path)
+    figure = bubble_figure(rows)
+    panels = [a for a in figure.axes if a.get_visible()]
+    assert (
+        figure.get_suptitle() == "Bubble fraction against M (dashed: each schedule's closed form)"
+    )
+    for axes in panels:
+        dashed = [line for line in axes.lines if line.get_gid() == "closed form"]
+        assert dashed and all(line.get_linestyle() == "--" for line in dashed)
+        assert legend_texts(axes)[-1] == "closed form"
+    k2 = lines_named(panels[0])
+    assert list(k2["gpipe = 1f1b"].get_ydata()) == pytest.approx([100 / 3, 20, 100 / 9])
+    assert panels[0].get_ylabel() == "bubble (% of step time)"
+    assert panels[0].get_ylim()[0] == 0 and panels[1].get_ylim() == panels[0].get_ylim()
+    no_form = [{**r, "analytic_bubble_fraction": None} for r in rows]
+    figure = bubble_figure(no_form)
+    assert figure.get_suptitle() == "Bubble fraction against M"
+    assert not [line for a in figure.axes for line in a.lines if line.get_gid() == "closed form"]
+
+
+def test_peak_memory_bars_hatch_oom_devices_and_name_the_unit(tmp_path: Path) -> None:
+    rows = sweep_rows(tmp_path)
+    few = [r for r in rows if r["devices"] == 2 and r["microbatches"] == 8]
+    axes = peak_memory_figure(few).axes[0]
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["gpipe", "1f1b", "zb-h1"]
+    assert len(axes.patches) == 3 * 2 * 2  # runs x devices x (static, activations)
+    assert axes.get_ylabel() == "peak memory per device (KiB)"  # 8000 bytes, not 0.00001 GiB
+    assert max(p.get_height() + p.get_y() for p in axes.patches) == pytest.approx(8000 / 1024)
+    over = [
+        {
+            **r,
+            "per_device": [
+                {**d, "memory_capacity_bytes": 5000, "oom": d["peak_memory_bytes"] > 5000}
+                for d in r["per_device"]
+            ],
+        }
+        for r in few
+    ]
+    axes = peak_memory_figure(over).axes[0]
+    hatched = [p for p in axes.patches if p.get_hatch() == OOM_HATCH]
+    oom_devices = sum(d["oom"] for r in over for d in r["per_device"])
+    assert oom_devices and len(hatched) == 2 * oom_devices
+    assert legend_texts(axes)[-2:] == ["capacity 4.88 KiB", "hatched: out of memory"]
+
+
+def test_peak_memory_of_a_grid_is_a_line_per_schedule(tmp_path: Path) -> None:
+    rows = sweep_rows(tmp_path)  # 18 runs: too many for bars
+    figure = peak_memory_figure(rows)
+    panels = [a for a in figure.axes if a.get_visible()]
+    assert [a.get_title() for a in panels] == ["K = 2", "K = 4"]
+    named = lines_named(panels[0])
+    assert list(named["gpipe"].get_ydata()) == pytest.approx([m * 1000 / 1024 for m in (2, 4, 8)])
+    assert panels[0].get_ylabel() == "largest device's peak memory (KiB)"
+
+
+def test_zero_memory_is_refused_not_drawn_flat(tmp_path: Path) -> None:
+    out = tmp_path / "zero.json"
     assert (
         main(
             [
                 "sweep",
                 "--schedules",
-                "gpipe,zb-h1",
+                "gpipe",
                 "-K",
-                "2,4",
+                "2",
                 "-M",
-                "2,4,8",
+                "2,4",
                 "--costs",
-                "1,1,1",
-                "--activation-bytes",
-                "1000",
+                "1,2",
                 "--out",
                 str(out),
             ]
         )
         == 0
     )
-    return json.loads(out.read_text())["results"]
+    rows = json.loads(out.read_text())["results"]
+    with pytest.raises(
+        EmptyPlotError,
+        match=r"^peak memory is 0 bytes on every device of every run; .*--activation-bytes",
+    ):
+        peak_memory_figure(rows)
+    with pytest.raises(
+        EmptyPlotError, match=r"^memory is 0 bytes on every device throughout the run"
+    ):
+        memory_timeline_figure([[(0.0, 0.0), (1.0, 0.0)], [(0.0, 0.0)]])
 
 
-def test_throughput_and_bubble_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rows = sweep_rows(tmp_path)
-    axes = throughput_figure(rows, "speedup").axes[0]
-    labels = [line.get_label() for line in axes.lines]
-    assert labels == [
-        "gpipe, K=2",
-        "zb-h1, K=2",
-        "closed form, K=2",
-        "gpipe, K=4",
-        "zb-h1, K=4",
-        "closed form, K=4",
-    ]
-    assert axes.lines[2].get_ydata()[-1] == pytest.approx(2 * 8 / 9)
-    assert axes.get_xlabel() == "micro-batches per step (M)" and axes.get_ylabel() == "speedup"
-    bubble = bubble_figure(rows).axes[0]
-    solid = [line for line in bubble.lines if line.get_linestyle() == "-"]
-    assert len(solid) == 4 and bubble.get_ylabel() == "bubble (% of step time)"
-    assert bubble.get_title() == "Bubble fraction against M (dashed: closed form)"
-    no_form = [{**r, "analytic_bubble_fraction": None} for r in rows]
-    assert bubble_figure(no_form).axes[0].get_title() == "Bubble fraction against M"
-    closed = [line for line in axes.lines if line.get_label().startswith("closed form")]
-    assert len({str(line.get_linestyle()) for line in closed}) == 2  # one dash pattern per K
-
-
-def test_speedup_against_k_and_normalized_throughput(tmp_path: Path) -> None:
-    rows = sweep_rows(tmp_path)
-    axes = throughput_figure(rows, "speedup", against="K").axes[0]
-    assert [line.get_label() for line in axes.lines][:3] == [
-        "gpipe, M=2",
-        "zb-h1, M=2",
-        "closed form, M=2",
-    ]
-    assert list(axes.lines[2].get_xdata()) == [2, 4]
-    assert axes.lines[2].get_ydata()[-1] == pytest.approx(4 * 2 / 5)
-    assert axes.get_xlabel() == "devices (K)"
-    # A model held fixed: each device's share shrinks with K, so throughput grows.
-    model_rows = [
-        {"schedule": "gpipe", "devices": k, "microbatches": m, "throughput": k * m / (m + k - 1)}
-        for k in (2, 4)
-        for m in (1, 4)
-    ]
-    normalized = throughput_figure(model_rows, "normalized_throughput").axes[0]
-    gpipe_k4 = normalized.lines[2]
-    closed_k4 = normalized.lines[3]
-    assert gpipe_k4.get_label() == "gpipe, K=4" and closed_k4.get_label() == "closed form, K=4"
-    # Normalized to K=2, M=1 (throughput 1): K=4, M=4 is 16/7.
-    assert list(gpipe_k4.get_ydata()) == pytest.approx([4 / 4, 16 / 7])
-    assert list(closed_k4.get_ydata()) == pytest.approx([4 / 4, 16 / 7])
-    assert normalized.get_ylabel() == "normalized throughput"
-    with pytest.raises(ValueError, match="quantity 'bubble'"):
-        throughput_figure(rows, "bubble")
-
-
-def test_peak_memory_and_memory_timeline(tmp_path: Path) -> None:
-    rows = sweep_rows(tmp_path)
-    figure = peak_memory_figure([r for r in rows if r["devices"] == 2 and r["microbatches"] == 8])
-    axes = figure.axes[0]
-    assert [t.get_text() for t in axes.get_xticklabels()] == ["gpipe", "zb-h1"]
-    assert len(axes.patches) == 2 * 2 * 2  # schedules x devices x (static, activations)
-    mixed = [r for r in rows if r["schedule"] == "gpipe" and r["microbatches"] == 8]
-    axes = peak_memory_figure(mixed).axes[0]
-    assert [t.get_text() for t in axes.get_xticklabels()] == [
-        "gpipe\nK=2 M=8",
-        "gpipe\nK=4 M=8",
-    ]
-    assert len(axes.patches) == 2 * (2 + 4)  # (static, activations) x devices of each run
-    widths = {round(p.get_width(), 6) for p in axes.patches}
-    assert widths == {0.4, 0.2}  # each run's bars fill its slot
+def test_memory_timeline_units_and_capacity() -> None:
     curves = [[(0.0, 0.0), (1.0, 5.0 * 2**30), (2.0, 0.0)], [(0.0, 1.0 * 2**30)]]
-    timeline = memory_timeline_figure(curves, 8 * 2**30).axes[0]
-    assert len(timeline.lines) == 3 and timeline.get_ylabel() == "memory (GiB)"
+    axes = memory_timeline_figure(curves, 8 * 2**30).axes[0]
+    assert axes.get_ylabel() == "memory (GiB)" and axes.get_xlabel() == "time (ms)"
+    assert list(axes.lines[0].get_ydata()) == [0.0, 5.0, 0.0]
+    assert legend_texts(axes) == ["device 0", "device 1", "capacity 8 GiB"]
+    small = memory_timeline_figure([[(0.0, 2048.0)]], 80 * 2**30).axes[0]
+    assert small.get_ylabel() == "memory (KiB)"
+    assert legend_texts(small)[-1] == "capacity 80 GiB (far above: not drawn)"
 
 
-def test_paper_vs_simulated() -> None:
+def test_paper_vs_simulated_names_its_baseline() -> None:
     rows = [
         {"devices": k, "microbatches": m, "paper": 1.0 + m, "simulated": 1.1 + m}
         for k in (2, 4)
         for m in (1, 4)
     ]
-    axes = paper_vs_simulated_figure(rows, "normalized throughput").axes[0]
+    axes = paper_vs_simulated_figure(rows, "normalized throughput", baseline="K=2, M=1").axes[0]
     assert [line.get_label() for line in axes.lines] == [
         "K=2, pipesim",
         "K=2, paper",
@@ -131,127 +240,4 @@ def test_paper_vs_simulated() -> None:
         "K=4, paper",
     ]
     assert axes.lines[1].get_linestyle() == "--"
-
-
-def test_plot_cli_from_saved_results(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    saved, figure = tmp_path / "run.json", tmp_path / "timeline.png"
-    status, _, _ = run(
-        capsys,
-        "simulate",
-        "--schedule",
-        "zb-h1",
-        "-K",
-        "3",
-        "-M",
-        "6",
-        "--costs",
-        "1,1,1",
-        "--comm",
-        "0.1",
-        "--save",
-        str(saved),
-        "--timeline",
-        str(figure),
-    )
-    assert status == 0 and figure.stat().st_size > 5000
-    for kind in ("timeline", "memory"):
-        status, out, _ = run(
-            capsys, "plot", kind, str(saved), "--out", str(tmp_path / f"{kind}.svg")
-        )
-        assert status == 0 and out.strip().endswith(f"{kind}.svg")
-    sweep_rows(tmp_path)
-    capsys.readouterr()
-    for kind, extra in [
-        ("speedup", []),
-        ("speedup", ["--against", "K"]),
-        ("throughput", []),
-        ("bubble", []),
-        ("peak-memory", []),
-    ]:
-        status, _, _ = run(
-            capsys,
-            "plot",
-            kind,
-            str(tmp_path / "sweep.json"),
-            "--out",
-            str(tmp_path / f"{kind}.png"),
-            *extra,
-        )
-        assert status == 0 and (tmp_path / f"{kind}.png").stat().st_size > 5000
-    status, _, err = run(capsys, "plot", "speedup", str(saved), "--out", str(tmp_path / "x.png"))
-    assert status == 2 and err == (
-        f"pipesim: error: FILE {str(saved)!r} has no 'results': expected the output of pipesim "
-        "sweep --out FILE.json\n"
-    )
-    status, _, err = run(
-        capsys, "plot", "timeline", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.png")
-    )
-    assert status == 2 and "cannot read it (No such file or directory)" in err
-
-
-BAD_FILES = {
-    "no-result.json": ("timeline", {"compute": [], "transfers": []}, "has no 'result'"),
-    "memory-no-result.json": ("memory", {"memory": []}, "has no 'result'"),
-    "list.json": ("memory", [], "has no 'result'"),
-    "no-devices.json": (
-        "memory",
-        {"memory": [], "result": {"per_device": []}},
-        "'result' is not a simulation result",
-    ),
-    "bad-label.json": (
-        "timeline",
-        {"result": {"per_device": [{}]}, "compute": [[0, "F0", 0.0, 1.0]], "transfers": []},
-        "'F0' in 'compute' is no action such as 2F0",
-    ),
-    "bad-row.json": (
-        "timeline",
-        {"result": {"per_device": [{}]}, "compute": [1, 2], "transfers": []},
-        "'compute' must be a list of [device, label, start, end]",
-    ),
-    "results-not-rows.json": ("bubble", {"results": [1, 2]}, "must be a list of objects"),
-    "results-string.json": ("bubble", {"results": "abc"}, "must be a list of objects"),
-    "results-missing.json": (
-        "peak-memory",
-        {"results": [{"schedule": "x"}]},
-        "results[0] has no 'devices', 'microbatches', 'per_device'",
-    ),
-    "records-missing.json": (
-        "predicted-vs-measured",
-        {"records": [{}]},
-        "records[0] has no 'schedule'",
-    ),
-    "records-empty.json": ("validation-speedup", {"records": []}, "no records to plot"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(BAD_FILES))
-def test_plot_cli_refuses_malformed_files_in_one_line(
-    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    kind, payload, message = BAD_FILES[name]
-    path = tmp_path / name
-    path.write_text(json.dumps(payload))
-    status, out, err = run(capsys, "plot", kind, str(path), "--out", str(tmp_path / "x.png"))
-    assert status == 2 and out == ""
-    assert err.startswith("pipesim: error: ") and err.count("\n") == 1 and message in err
-    assert not (tmp_path / "x.png").exists()
-
-
-def test_bad_figure_paths_are_refused_before_any_work(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    saved = tmp_path / "run.json"
-    (tmp_path / "d.png").mkdir()
-    simulate = ["simulate", "--schedule", "1f1b", "-K", "2", "-M", "2", "--costs", "1,2"]
-    for figure, message in [
-        ("x.jpg", "--timeline 'x.jpg' must end in .png or .svg, got '.jpg'"),
-        ("", "--timeline must name a file, got ''"),
-        (str(tmp_path / "d.png"), f"--timeline: {str(tmp_path / 'd.png')!r} is a directory"),
-    ]:
-        status, _, err = run(capsys, *simulate, "--save", str(saved), "--timeline", figure)
-        assert status == 2 and err == f"pipesim: error: {message}\n"
-        assert not saved.exists()  # refused before simulating: nothing half-done was written
-    status, _, err = run(capsys, *simulate, "--save", "")
-    assert status == 2 and err == "pipesim: error: --save must name a file, got ''\n"
-    status, _, err = run(capsys, *simulate, "--timeline", "/proc/x.png")
-    assert status == 2 and err.startswith("pipesim: error: --timeline: cannot write '/proc/x.png'")
+    assert axes.get_ylabel() == "normalized throughput\n(relative to K=2, M=1)"

@@ -12,7 +12,7 @@ import pytest
 from pipesim.cli.main import main
 from pipesim.errors import PipesimError
 from validation.reproduce import experiment_names, reproduce
-from validation.reproduce.framework import CSV_COLUMNS
+from validation.reproduce.framework import CSV_COLUMNS, Row, summary_lines
 
 PAPERS = {
     "gpipe": "arXiv 1811.06965",
@@ -83,10 +83,10 @@ def test_gpipe_transformer_sizes_match_table_1(tmp_path: Path) -> None:
         for r in outcome.rows
         if r.model.startswith("gpipe-transformer-") and r.model[-1].isdigit()
     ]
-    parameters = [r.ratio for r in transformer if r.quantity == "parameters"]
+    parameters = [r.ratio or 0.0 for r in transformer if r.quantity == "parameters"]
     assert len(parameters) == 5 and all(abs(r - 1) < 0.01 for r in parameters)
     pipelined = [
-        r.ratio
+        r.ratio or 0.0
         for r in transformer
         if r.quantity.startswith("parameter memory") and r.microbatches != 1
     ]
@@ -157,3 +157,38 @@ def test_the_main_job_runs_where_torch_is_not_installed(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "table.md").exists() and (tmp_path / "README.md").exists()
+
+
+def test_summaries_leave_out_cells_equal_by_construction_and_count_the_rest() -> None:
+    table = "Table 2: normalized throughput"
+    rows = [
+        Row(table, "m", "hw", 2, 1, "q", 1.0, 1.0, by_construction=True),
+        Row(table, "m", "hw", 2, 1, "q", 1.0, 1.0, by_construction=True),
+        Row(table, "m", "hw", 4, 4, "q", 2.0, 1.16),
+        Row(table, "m", "hw", 8, 4, "q", 2.0, 1.96),
+        Row(table, "m", "hw", 8, 4, "q", 2.0, 2.0),
+        Row(table, "m", "hw", 8, 32, "q", 2.0, 3.72),
+        Row("Bubble", "m", "hw", 8, 32, "q", 0.0, 0.001),
+        Row("Only pipesim", "m", "hw", 8, 32, "q", None, 3.0),
+    ]
+    assert summary_lines(rows) == [
+        f"{table}: 4 cells, pipesim/paper 0.58 to 1.86, median 0.99; 2 baseline cells equal to "
+        "the paper by construction left out",
+        "Bubble: 1 where the paper has 0: pipesim within 0.001",
+    ]
+
+
+def test_gpipe_summaries_exclude_the_baselines(tmp_path: Path) -> None:
+    outcome, paths = reproduce("gpipe", tmp_path)
+    baselines = [r for r in outcome.rows if r.by_construction]
+    assert [(r.table[:7], r.devices, r.microbatches) for r in baselines] == [
+        ("Table 2", 2, 1),
+        ("Table 2", 2, 1),
+        ("Table 3", 2, 32),
+        ("Table 3", 2, 32),
+    ]
+    lines = {line.split(":")[0]: line for line in summary_lines(outcome.rows)}
+    assert lines["Table 2"].startswith("Table 2: normalized throughput (TPU): 16 cells")
+    assert lines["Table 3"].startswith("Table 3: normalized throughput (P100, PCIe): 4 cells")
+    assert "2 baseline cells equal to the paper by construction left out" in lines["Table 3"]
+    assert "16 cells" in paths["readme"].read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,9 @@ class Row:
     paper: float | None
     simulated: float | None
     note: str = ""
+    # The cell equals the paper's by construction (the baseline a table normalizes to): shown
+    # in the table, left out of every summary, which it would pull towards 1.
+    by_construction: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -69,6 +73,7 @@ class Row:
             "ratio": self.ratio,
             "difference": self.difference,
             "note": self.note,
+            "by_construction": self.by_construction,
         }
 
 
@@ -105,6 +110,39 @@ def _comparison(row: Row) -> str:
     if row.ratio is None and row.difference is not None:
         return f"Δ {row.difference:+.3g}"
     return _number(row.ratio)
+
+
+def summary_lines(rows: list[Row]) -> list[str]:
+    """One line per paper table: how many cells compare with a published number, the range
+    and median of pipesim / paper over them, and how many cells were left out because they
+    equal the paper by construction (a normalization's baseline); where the paper's value is
+    0, the largest difference instead."""
+    by_table: dict[str, list[Row]] = {}
+    for row in rows:
+        if row.difference is not None:
+            by_table.setdefault(row.table, []).append(row)
+    lines = []
+    for table, cells in by_table.items():
+        fixed = [r for r in cells if r.by_construction]
+        free = [r for r in cells if not r.by_construction]
+        ratios = sorted(r.ratio for r in free if r.ratio is not None)
+        zeros = [abs(r.difference or 0.0) for r in free if r.ratio is None]
+        parts = []
+        if ratios:
+            cells_word = "cell" if len(ratios) == 1 else "cells"
+            parts.append(
+                f"{len(ratios)} {cells_word}, pipesim/paper {ratios[0]:.2f} to {ratios[-1]:.2f}, "
+                f"median {statistics.median(ratios):.2f}"
+            )
+        if zeros:
+            parts.append(f"{len(zeros)} where the paper has 0: pipesim within {max(zeros):.3g}")
+        if fixed:
+            parts.append(
+                f"{len(fixed)} baseline {'cell' if len(fixed) == 1 else 'cells'} "
+                "equal to the paper by construction left out"
+            )
+        lines.append(f"{table}: {'; '.join(parts) or 'no cells to compare'}")
+    return lines
 
 
 def table_markdown(outcome: Outcome) -> str:

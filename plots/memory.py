@@ -1,0 +1,205 @@
+"""Memory figures: peak memory per device of a few runs (stacked bars: weights, gradients and
+optimizer state below, activations above; hatched where a device runs out of memory), the
+largest device's peak against M for a grid of runs (one panel per K), and one run's memory
+over time.
+
+The axis unit follows the data (bytes to TiB), and a figure of memory that is zero everywhere
+is refused (:class:`plots.style.EmptyPlotError`): synthetic costs without activation bytes
+count no memory at all, and a flat line at zero would say otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from matplotlib.patches import Patch
+
+from pipesim.units import format_bytes
+from plots.facets import (
+    Row,
+    draw_series,
+    groups,
+    log2_axis,
+    oom_handle,
+    panel_grid,
+    schedule_styles,
+    series,
+)
+from plots.style import OOM_COLOUR, OOM_HATCH, EmptyPlotError, byte_unit, new_figure, time_unit
+
+# A grid with more runs than this draws one line per schedule instead of bars per device.
+MAX_BAR_RUNS = 8
+# A capacity more than this many times the largest peak is named, not drawn: a line that far
+# up would squash every bar to the floor.
+CAPACITY_SCALE = 4.0
+NO_MEMORY = (
+    "synthetic --costs count no memory unless given --activation-bytes N (or use --model "
+    "with --hardware)"
+)
+STATIC_COLOUR, ACTIVATION_COLOUR = "#8c8c8c", "#4c72b0"
+
+
+def _peak(device: dict[str, Any]) -> float:
+    return float(
+        device.get("peak_memory_bytes")
+        or device["static_memory_bytes"] + device["peak_activation_bytes"]
+    )
+
+
+def peak_memory_figure(rows: Sequence[Row], *, title: str = "") -> Any:
+    """Up to eight runs: a bar per device per run; more: the largest device's peak against
+    M, one panel per K. Capacity as a red dashed line (named in the legend)."""
+    peaks = [_peak(d) for r in rows for d in r["per_device"]]
+    if not peaks or max(peaks) <= 0:
+        raise EmptyPlotError(f"peak memory is 0 bytes on every device of every run; {NO_MEMORY}")
+    capacities = sorted(
+        {c for r in rows for d in r["per_device"] if (c := d.get("memory_capacity_bytes"))}
+    )
+    if len(rows) <= MAX_BAR_RUNS:
+        return _bars(rows, max(peaks), capacities, title)
+    return _grid(rows, max(peaks), capacities, title)
+
+
+def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: str) -> Any:
+    scale, unit = byte_unit(
+        max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
+    )
+    figure, axes = new_figure(max(7.0, 1.3 * len(rows) + 2), 4.5)
+    varied = len({(r["devices"], r["microbatches"]) for r in rows}) > 1
+    names = [
+        f"{r['schedule']}\nK={r['devices']} M={r['microbatches']}" if varied else r["schedule"]
+        for r in rows
+    ]
+    any_oom = False
+    for i, row in enumerate(rows):
+        per_device = row["per_device"]
+        width = 0.8 / max(1, len(per_device))
+        positions = [i - 0.4 + (d + 0.5) * width for d in range(len(per_device))]
+        static = [d["static_memory_bytes"] / scale for d in per_device]
+        activation = [(_peak(d) - d["static_memory_bytes"]) / scale for d in per_device]
+        oom = [bool(d.get("oom")) for d in per_device]
+        any_oom = any_oom or any(oom)
+        for bottom, heights, colour in (
+            (None, static, STATIC_COLOUR),
+            (static, activation, ACTIVATION_COLOUR),
+        ):
+            bars = axes.bar(positions, heights, width, bottom=bottom, color=colour)
+            for bar, out in zip(bars, oom, strict=True):
+                if out:
+                    bar.set_hatch(OOM_HATCH)
+                    bar.set_edgecolor(OOM_COLOUR)
+                    bar.set_gid("oom")
+    handles: list[Any] = [
+        Patch(color=STATIC_COLOUR, label="weights, gradients, optimizer"),
+        Patch(color=ACTIVATION_COLOUR, label="activations"),
+    ]
+    handles += _capacity_lines(axes, capacities, largest, scale)
+    if any_oom:
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=OOM_COLOUR,
+                hatch=OOM_HATCH,
+                label="hatched: out of memory",
+            )
+        )
+    axes.set_xticks(range(len(rows)), names, fontsize=8)
+    axes.set_ylabel(f"peak memory per device ({unit})")
+    axes.set_title(title or "Peak memory per device (one bar per device, 0..K−1, left to right)")
+    axes.legend(handles=handles, fontsize=8)
+    return figure
+
+
+def _grid(rows: Sequence[Row], largest: float, capacities: list[float], title: str) -> Any:
+    scale, unit = byte_unit(
+        max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
+    )
+    styles = schedule_styles(rows)
+    panels = sorted(groups(rows, "devices").items())
+    figure, axes_list = panel_grid(len(panels), sharey=True)
+    for axes, (devices, group) in zip(axes_list, panels, strict=True):
+        for line in series(
+            group,
+            "microbatches",
+            lambda r: max(_peak(d) for d in r["per_device"]) / scale,
+            list(styles),
+        ):
+            draw_series(axes, line, styles[line.names[0]])
+        log2_axis(axes, [r["microbatches"] for r in group], "microbatches")
+        axes.set_title(f"K = {devices}", fontsize=10)
+        handles = [
+            h for h in axes.get_legend_handles_labels()[0] if not h.get_label().startswith("_")
+        ]
+        handles += _capacity_lines(axes, capacities, largest, scale)
+        if any(r.get("oom") for r in group):
+            handles.append(oom_handle())
+        axes.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)
+    axes_list[0].set_ylim(bottom=0)  # after every panel is drawn: the axis is shared
+    axes_list[0].set_ylabel(f"largest device's peak memory ({unit})")
+    for axes in axes_list[1:]:
+        axes.tick_params(labelleft=True)
+    figure.suptitle(title or "Peak memory of the fullest device against M")
+    return figure
+
+
+def _capacity_lines(axes: Any, capacities: list[float], largest: float, scale: float) -> list[Any]:
+    """Each capacity as a dashed red line where it is on the scale; named in the legend
+    either way."""
+    handles = []
+    for capacity in capacities:
+        if capacity <= CAPACITY_SCALE * largest:
+            handles.append(
+                axes.axhline(
+                    capacity / scale,
+                    color=OOM_COLOUR,
+                    linestyle="--",
+                    label=f"capacity {format_bytes(capacity)}",
+                )
+            )
+        else:
+            handles.append(
+                Patch(
+                    color="none", label=f"capacity {format_bytes(capacity)} (far above: not drawn)"
+                )
+            )
+    return handles
+
+
+def memory_timeline_figure(
+    curves: Sequence[Sequence[tuple[float, float]]],
+    capacity_bytes: float | None = None,
+    *,
+    title: str = "",
+) -> Any:
+    """Each device's memory over one run, as steps; the capacity dashed red where on the
+    scale."""
+    values = [b for curve in curves for _, b in curve]
+    if not values or max(values) <= 0:
+        raise EmptyPlotError(f"memory is 0 bytes on every device throughout the run; {NO_MEMORY}")
+    largest = max(values)
+    capacities = [capacity_bytes] if capacity_bytes else []
+    scale, unit = byte_unit(
+        max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
+    )
+    seconds, time_name = time_unit(max((t for curve in curves for t, _ in curve), default=1.0))
+    figure, axes = new_figure(9, 4.5)
+    styles = schedule_styles([{"schedule": f"device {d}"} for d in range(len(curves))])
+    for device, curve in enumerate(curves):
+        style = styles[f"device {device}"]
+        axes.step(
+            [t * seconds for t, _ in curve],
+            [b / scale for _, b in curve],
+            where="post",
+            color=style["color"],
+            label=f"device {device}",
+        )
+    handles = axes.get_legend_handles_labels()[0]
+    handles += _capacity_lines(axes, capacities, largest, scale)
+    axes.set_xlabel(f"time ({time_name})")
+    axes.set_ylabel(f"memory ({unit})")
+    axes.set_ylim(bottom=0)
+    axes.set_title(title or "Memory of each device over time")
+    axes.grid(alpha=0.3)
+    axes.legend(handles=handles, fontsize=8)
+    return figure

@@ -1,0 +1,397 @@
+"""Saved results read back for ``pipesim plot``, checked against their schema on load.
+
+Three kinds of file: a run (``pipesim simulate --save``: ``result``, ``compute``,
+``transfers``, ``memory``), a sweep (``pipesim sweep --out FILE.json``: ``results``) and a
+validation (``pipesim validate``'s ``results.json``: ``records``). Every field a figure uses is
+checked for its type and for being a finite number where it is one, so a corrupted or
+hand-edited file (a label that is a list, ``"speedup": "fast"``, NaN, a missing key, a result of
+overflowing costs) is refused with one line naming the file, the field and the value, a
+:class:`pipesim.errors.PipesimError`, and never reaches matplotlib as a TypeError or as NaN axis
+limits. Whatever these loaders accept, the figures draw.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipesim.errors import PipesimError
+from pipesim.units import format_percent, format_seconds
+from plots.timeline import ComputeBar, TransferBar
+
+# The most devices (rows) a timeline draws, pipesim's own default limit on K.
+MAX_DEVICES = 1024
+# The largest file read: a saved run of K=64, M=1024 is about 10 MB.
+MAX_FILE_BYTES = 256 * 2**20
+RUN_FROM = "pipesim simulate --save"
+SWEEP_FROM = "pipesim sweep --out FILE.json"
+RECORDS_FROM = "pipesim validate (results.json)"
+
+
+def _show(value: Any) -> str:
+    """The offending value, short enough for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Checker:
+    """Field checks that name the file and the field in their one-line errors."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, where: str, what: str, value: Any) -> PipesimError:
+        return PipesimError(f"FILE {self.path!r}: {where} must be {what}, got {_show(value)}")
+
+    def field(self, data: Any, key: str, where: str, made_by: str) -> Any:
+        if not isinstance(data, dict) or key not in data:
+            place = f"{where} has" if where else "has"
+            raise PipesimError(
+                f"FILE {self.path!r} {place} no {key!r}: expected the output of {made_by}"
+            )
+        return data[key]
+
+    def integer(self, value: Any, where: str, low: int, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.fail(where, f"an integer >= {low}", value)
+        if high is not None and value > high:
+            raise self.fail(where, f"an integer from {low} to {high}", value)
+        return value
+
+    def number(
+        self, value: Any, where: str, *, low: float | None = None, positive: bool = False
+    ) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(where, "a number", value)
+        number = float(value) if abs(value) < 1e308 or isinstance(value, float) else math.inf
+        if not math.isfinite(number):
+            raise self.fail(where, "a finite number", value)
+        if positive and number <= 0:
+            raise self.fail(where, "a number > 0", value)
+        if low is not None and number < low:
+            raise self.fail(where, f"a number >= {low:g}", value)
+        return number
+
+    def optional_number(
+        self, row: dict[str, Any], key: str, where: str, **bounds: Any
+    ) -> float | None:
+        value = row.get(key)
+        return None if value is None else self.number(value, f"{where}.{key}", **bounds)
+
+    def text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(where, "a non-empty string", value)
+        return value
+
+    def flag(self, row: dict[str, Any], key: str, where: str) -> bool:
+        value = row.get(key, False)
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", "true or false", value)
+        return value
+
+    def objects(self, data: Any, key: str, made_by: str) -> list[dict[str, Any]]:
+        rows = self.field(data, key, "", made_by)
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise PipesimError(f"FILE {self.path!r}: {key!r} must be a list of objects ({made_by})")
+        return rows
+
+
+def read_json(path: str) -> Any:
+    """The file's JSON (NaN and Infinity are read, and refused later by the field checks)."""
+    try:
+        with Path(path).open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise PipesimError(f"FILE {path!r}: cannot read it ({error.strerror})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise PipesimError(f"FILE {path!r}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PipesimError(f"FILE {path!r}: not JSON (not UTF-8 text)") from None
+    except RecursionError:
+        raise PipesimError(f"FILE {path!r}: not JSON (nested too deeply)") from None
+    except ValueError as error:
+        raise PipesimError(f"FILE {path!r}: not JSON ({error})") from None
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """One simulated (or measured) run as ``pipesim plot timeline`` and ``memory`` need it."""
+
+    schedule: str
+    devices: int
+    microbatches: int
+    chunks: int
+    iteration_time_s: float
+    bubble_fraction: float
+    oom: bool
+    capacity_bytes: float | None
+    compute: tuple[ComputeBar, ...]
+    transfers: tuple[TransferBar, ...]
+    memory: tuple[tuple[tuple[float, float], ...], ...]
+
+    @property
+    def title(self) -> str:
+        """``zbv, K=4, M=8, v=2: step 13.2 s, bubble 8.06%`` (and ``, out of memory``)."""
+        chunks = f", v={self.chunks}" if self.chunks > 1 else ""
+        oom = ", out of memory" if self.oom else ""
+        return (
+            f"{self.schedule}, K={self.devices}, M={self.microbatches}{chunks}: step "
+            f"{format_seconds(self.iteration_time_s)}, bubble "
+            f"{format_percent(self.bubble_fraction)}{oom}"
+        )
+
+
+def load_run(path: str, *, timeline: bool = True, memory: bool = True) -> SavedRun:
+    """A saved run with its timeline bars (``timeline``) and memory curves (``memory``)
+    checked; the parts not asked for are left empty."""
+    check = _Checker(path)
+    data = read_json(path)
+    result = check.field(data, "result", "", RUN_FROM)
+    if not isinstance(result, dict):
+        raise check.fail("'result'", "an object (a simulation result)", result)
+    where = "result"
+    per_device = check.field(result, "per_device", where, RUN_FROM)
+    if not isinstance(per_device, list) or not per_device or not isinstance(per_device[0], dict):
+        raise check.fail("result.per_device", "a non-empty list of objects", per_device)
+    devices = check.integer(
+        check.field(result, "devices", where, RUN_FROM), "result.devices", 1, MAX_DEVICES
+    )
+    capacity = check.optional_number(
+        per_device[0], "memory_capacity_bytes", "result.per_device[0]", positive=True
+    )
+    run = SavedRun(
+        schedule=check.text(check.field(result, "schedule", where, RUN_FROM), "result.schedule"),
+        devices=devices,
+        microbatches=check.integer(
+            check.field(result, "microbatches", where, RUN_FROM), "result.microbatches", 1
+        ),
+        chunks=check.integer(result.get("chunks", 1), "result.chunks", 1),
+        iteration_time_s=check.number(
+            check.field(result, "iteration_time", where, RUN_FROM),
+            "result.iteration_time",
+            positive=True,
+        ),
+        bubble_fraction=check.number(
+            check.field(result, "bubble_fraction", where, RUN_FROM), "result.bubble_fraction"
+        ),
+        oom=check.flag(result, "oom", "result"),
+        capacity_bytes=capacity,
+        compute=tuple(_compute(check, data, devices)) if timeline else (),
+        transfers=tuple(_transfers(check, data, devices)) if timeline else (),
+        memory=tuple(_memory(check, data, devices)) if memory else (),
+    )
+    return run
+
+
+def _times(check: _Checker, start: Any, end: Any, where: str) -> tuple[float, float]:
+    begin = check.number(start, f"{where} start", low=0)
+    finish = check.number(end, f"{where} end")
+    if finish < begin:
+        raise check.fail(f"{where} end", f"at least its start {begin:g}", end)
+    return begin, finish
+
+
+def _compute(check: _Checker, data: Any, devices: int) -> list[ComputeBar]:
+    from pipesim.schedules import parse_action
+
+    rows = check.field(data, "compute", "", RUN_FROM)
+    shape = "a list of [device, label, start, end]"
+    if not isinstance(rows, list) or not rows:
+        raise check.fail("'compute'", f"a non-empty {shape}", rows)
+    bars = []
+    for index, row in enumerate(rows):
+        where = f"compute[{index}]"
+        if not isinstance(row, list) or len(row) != 4:
+            raise check.fail(f"'compute' ({where})", shape, row)
+        device, label, start, end = row
+        device = check.integer(device, f"{where} device", 0, devices - 1)
+        if label != "opt":
+            try:
+                label = str(parse_action(label))
+            except (PipesimError, TypeError, AttributeError):
+                raise PipesimError(
+                    f"FILE {check.path!r}: {_show(label)} in 'compute' is no action such as 2F0"
+                ) from None
+        bars.append((device, label, *_times(check, start, end, where)))
+    return bars
+
+
+def _transfers(check: _Checker, data: Any, devices: int) -> list[TransferBar]:
+    rows = check.field(data, "transfers", "", RUN_FROM)
+    shape = "a list of [source, destination, label, start, end]"
+    if not isinstance(rows, list):
+        raise check.fail("'transfers'", shape, rows)
+    bars = []
+    for index, row in enumerate(rows):
+        where = f"transfers[{index}]"
+        if not isinstance(row, list) or len(row) != 5:
+            raise check.fail(f"'transfers' ({where})", shape, row)
+        source, destination, label, start, end = row
+        bars.append(
+            (
+                check.integer(source, f"{where} source", 0, devices - 1),
+                check.integer(destination, f"{where} destination", 0, devices - 1),
+                check.text(label, f"{where} label"),
+                *_times(check, start, end, where),
+            )
+        )
+    return bars
+
+
+def _memory(check: _Checker, data: Any, devices: int) -> list[tuple[tuple[float, float], ...]]:
+    curves = check.field(data, "memory", "", RUN_FROM)
+    shape = "a list of [time, bytes] lists, one per device"
+    if not isinstance(curves, list) or not curves or len(curves) > devices:
+        raise check.fail("'memory'", shape, curves)
+    out = []
+    for device, curve in enumerate(curves):
+        if not isinstance(curve, list):
+            raise check.fail(f"memory[{device}]", "a list of [time, bytes]", curve)
+        points = []
+        for index, point in enumerate(curve):
+            where = f"memory[{device}][{index}]"
+            if not isinstance(point, list) or len(point) != 2:
+                raise check.fail(where, "[time, bytes]", point)
+            points.append(
+                (
+                    check.number(point[0], f"{where} time"),
+                    check.number(point[1], f"{where} bytes", low=0),
+                )
+            )
+        out.append(tuple(points))
+    return out
+
+
+# The fields each sweep figure reads, and how each is checked.
+RowCheck = Callable[[_Checker, dict[str, Any], str], None]
+
+
+def _positive(key: str) -> RowCheck:
+    return lambda check, row, where: _set(
+        row,
+        key,
+        check.number(check.field(row, key, where, SWEEP_FROM), f"{where}.{key}", positive=True),
+    )
+
+
+def _finite(key: str) -> RowCheck:
+    return lambda check, row, where: _set(
+        row, key, check.number(check.field(row, key, where, SWEEP_FROM), f"{where}.{key}")
+    )
+
+
+def _optional(key: str, **bounds: Any) -> RowCheck:
+    return lambda check, row, where: _set(
+        row, key, check.optional_number(row, key, where, **bounds)
+    )
+
+
+def _set(row: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None or key in row:
+        row[key] = value
+
+
+def _per_device(check: _Checker, row: dict[str, Any], where: str) -> None:
+    devices = check.field(row, "per_device", where, SWEEP_FROM)
+    if (
+        not isinstance(devices, list)
+        or not devices
+        or not all(isinstance(d, dict) for d in devices)
+    ):
+        raise check.fail(f"{where}.per_device", "a non-empty list of objects", devices)
+    if len(devices) > MAX_DEVICES:
+        raise check.fail(f"{where}.per_device", f"at most {MAX_DEVICES} devices", len(devices))
+    cleaned = []
+    for index, device in enumerate(devices):
+        place = f"{where}.per_device[{index}]"
+        entry: dict[str, float | bool | None] = {
+            key: check.number(check.field(device, key, place, SWEEP_FROM), f"{place}.{key}", low=0)
+            for key in ("static_memory_bytes", "peak_activation_bytes")
+        }
+        for key in ("peak_memory_bytes",):
+            if device.get(key) is not None:
+                entry[key] = check.number(device[key], f"{place}.{key}", low=0)
+        entry["memory_capacity_bytes"] = check.optional_number(
+            device, "memory_capacity_bytes", place, positive=True
+        )
+        entry["oom"] = check.flag(device, "oom", place)
+        cleaned.append(entry)
+    row["per_device"] = cleaned
+
+
+SWEEP_CHECKS: dict[str, tuple[RowCheck, ...]] = {
+    "speedup": (_positive("speedup"), _optional("throughput", positive=True)),
+    "throughput": (_positive("throughput"), _optional("speedup", positive=True)),
+    "bubble": (_finite("bubble_fraction"), _optional("analytic_bubble_fraction")),
+    "peak-memory": (_per_device,),
+}
+
+
+def load_sweep(path: str, kind: str) -> list[dict[str, Any]]:
+    """The successful runs of a saved sweep, each checked for what figure ``kind`` (a key of
+    :data:`SWEEP_CHECKS`) reads: ``schedule``, ``devices``, ``microbatches``, the quantity.
+    Runs that failed in the sweep (an ``error`` field) are left out; none left is an error."""
+    check = _Checker(path)
+    rows = check.objects(read_json(path), "results", SWEEP_FROM)
+    out = []
+    for index, raw in enumerate(rows):
+        if "error" in raw:
+            continue
+        where = f"results[{index}]"
+        row = _common(check, raw, where, SWEEP_FROM)
+        for key in ("costs", "throughput_unit"):
+            if key in raw:
+                row[key] = check.text(raw[key], f"{where}.{key}") if raw[key] is not None else ""
+        row["oom"] = check.flag(raw, "oom", where)
+        for rule in SWEEP_CHECKS[kind]:
+            rule(check, row, where)
+        out.append(row)
+    if not out:
+        raise PipesimError(f"FILE {path!r}: no successful runs to plot")
+    return out
+
+
+def load_records(path: str) -> list[dict[str, Any]]:
+    """The records of a validation's ``results.json``, checked: step times > 0, speedups
+    finite."""
+    check = _Checker(path)
+    rows = check.objects(read_json(path), "records", RECORDS_FROM)
+    out = []
+    for index, raw in enumerate(rows):
+        where = f"records[{index}]"
+        row = _common(check, raw, where, RECORDS_FROM)
+        for key in ("predicted_time", "measured_time"):
+            row[key] = check.number(
+                check.field(raw, key, where, RECORDS_FROM), f"{where}.{key}", positive=True
+            )
+        for key in ("predicted_speedup", "measured_speedup"):
+            row[key] = check.number(check.field(raw, key, where, RECORDS_FROM), f"{where}.{key}")
+        out.append(row)
+    if not out:
+        raise PipesimError(f"FILE {path!r}: no records to plot")
+    return out
+
+
+def _common(check: _Checker, raw: dict[str, Any], where: str, made_by: str) -> dict[str, Any]:
+    """A copy of the row's fields, with ``schedule``, ``devices`` and ``microbatches``
+    checked."""
+    row = dict(raw)
+    row["schedule"] = check.text(check.field(raw, "schedule", where, made_by), f"{where}.schedule")
+    row["devices"] = check.integer(
+        check.field(raw, "devices", where, made_by), f"{where}.devices", 1, MAX_DEVICES
+    )
+    row["microbatches"] = check.integer(
+        check.field(raw, "microbatches", where, made_by), f"{where}.microbatches", 1
+    )
+    return row
+
+
+def run_titles(runs: Sequence[SavedRun]) -> list[str]:
+    """Each run's panel title."""
+    return [run.title for run in runs]
