@@ -5,32 +5,45 @@ device d), gradients and optimizer state. Dynamic: each F stashes the stage's ac
 its backward frees them; under the I/W split the part W needs lives until W; with
 re-materialization the forward keeps only the stage input, and the backward re-creates one
 micro-batch's activations while it runs. Allocations happen when an action starts and frees when
-it ends; at equal times frees come first.
+it ends; at equal times frees come first (and otherwise the records' completion order holds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.engine.records import ComputeRecord
-from pipesim.schedules.action import Kind
+from pipesim.engine.arrays import FloatArray, RunArrays
+from pipesim.schedules.encoded import B, F, I, W
 from pipesim.schedules.schedule import Schedule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DeviceMemory:
-    """One device's memory: the static part, the activation curve, and their peaks."""
+    """One device's memory: the static part, the activation curve, and their peaks.
+
+    ``change_times_s`` and ``activation_levels_bytes`` are the activation curve: after each
+    change, the activation bytes held (the static part not included).
+    """
 
     static_bytes: float
-    timeline: tuple[tuple[float, float], ...]  # (time_s, total bytes after the change)
     peak_activation_bytes: float
+    change_times_s: FloatArray = field(repr=False)
+    activation_levels_bytes: FloatArray = field(repr=False)
 
     @property
     def peak_bytes(self) -> float:
         """Static plus the activation peak."""
         return self.static_bytes + self.peak_activation_bytes
+
+    @cached_property
+    def timeline(self) -> tuple[tuple[float, float], ...]:
+        """``(time_s, total bytes after the change)``, starting with ``(0, static)``."""
+        totals = (self.static_bytes + self.activation_levels_bytes).tolist()
+        return ((0.0, self.static_bytes), *zip(self.change_times_s.tolist(), totals, strict=True))
 
 
 def static_bytes(schedule: Schedule, costs: PipelineCosts, device: int) -> float:
@@ -43,41 +56,47 @@ def static_bytes(schedule: Schedule, costs: PipelineCosts, device: int) -> float
 
 
 def device_memory(
-    schedule: Schedule, costs: PipelineCosts, records: Sequence[ComputeRecord]
+    schedule: Schedule, costs: PipelineCosts, run: RunArrays
 ) -> tuple[DeviceMemory, ...]:
-    """Memory of every device over the whole run in ``records``."""
-    events: list[list[tuple[float, float]]] = [[] for _ in range(schedule.devices)]
+    """Memory of every device over the whole run in ``run``.
+
+    Each record gives at most two changes, (time, bytes): F stashes at its start (and under
+    remat swaps the stash for the stage input at its end); B frees at its end (under remat it
+    re-creates the stash at its start); I frees the part W does not need; W frees the rest.
+    """
+    stages = costs.stages
+    stash = np.array([s.activation_bytes for s in stages] + [0.0])
+    keep = np.array([s.weight_grad_activation_bytes for s in stages] + [0.0])
+    inputs = np.array([s.input_bytes for s in stages] + [0.0])
+    # The optimizer (stage -1) reads the padding 0.0 at index -1 and changes nothing.
+    a, w, x = stash[run.stage], keep[run.stage], inputs[run.stage]
+    kind, start, end = run.kind, run.start_s, run.end_s
     remat = schedule.rematerialize
-    for record in records:
-        action = record.action
-        if action is None:
-            continue
-        stage = costs.stages[action.stage]
-        stash, keep_for_w = stage.activation_bytes, stage.weight_grad_activation_bytes
-        out = events[record.device]
-        if action.kind is Kind.F:
-            out.append((record.start_s, stash))
-            if remat:
-                out.append((record.end_s, stage.input_bytes - stash))
-        elif action.kind is Kind.B:
-            if remat:
-                out.append((record.start_s, stash))
-                out.append((record.end_s, -stash - stage.input_bytes))
-            else:
-                out.append((record.end_s, -stash))
-        elif action.kind is Kind.I:
-            out.append((record.end_s, -(stash - keep_for_w)))
-        else:
-            out.append((record.end_s, -keep_for_w))
+    is_f, is_b = kind == F, kind == B
+    first_time = np.where(is_f | (is_b & remat), start, end)
+    first_delta = np.select(
+        [is_f, is_b & remat, is_b, kind == I, kind == W],
+        [a, a, -a, -(a - w), -w],
+        default=0.0,
+    )
+    first_valid = kind >= 0
+    second_delta = np.where(is_f, x - a, -a - x)
+    second_valid = (is_f | is_b) & remat
+    times = np.stack([first_time, end], axis=1).ravel()
+    deltas = np.stack([first_delta, second_delta], axis=1).ravel()
+    valid = np.stack([first_valid, second_valid], axis=1).ravel()
+    devices = np.repeat(run.device, 2)[valid]
+    times, deltas = times[valid], deltas[valid]
+    # Stable: by device, then time, frees (and zero changes) before allocations, then as made.
+    order = np.lexsort((deltas > 0, times, devices))
+    times, deltas, devices = times[order], deltas[order], devices[order]
+    bounds = np.searchsorted(devices, np.arange(schedule.devices + 1))
     result = []
-    for device, device_events in enumerate(events):
-        base = static_bytes(schedule, costs, device)
-        device_events.sort(key=lambda event: (event[0], event[1] > 0))
-        level, peak = 0.0, 0.0
-        timeline = [(0.0, base)]
-        for time_s, delta in device_events:
-            level += delta
-            peak = max(peak, level)
-            timeline.append((time_s, base + level))
-        result.append(DeviceMemory(base, tuple(timeline), peak))
+    for device in range(schedule.devices):
+        lo, hi = bounds[device], bounds[device + 1]
+        levels = np.cumsum(deltas[lo:hi])  # sequential, as a running total is
+        peak = max(0.0, float(levels.max())) if hi > lo else 0.0
+        result.append(
+            DeviceMemory(static_bytes(schedule, costs, device), peak, times[lo:hi], levels)
+        )
     return tuple(result)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.schedules.action import Action
+from pipesim.schedules.action import Action, Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class TransferRecord:
     @property
     def kind(self) -> str:
         """``activation`` when it feeds a forward, ``gradient`` when it feeds a backward."""
-        return "activation" if self.producer.kind.value == "F" else "gradient"
+        return "activation" if self.producer.kind is Kind.F else "gradient"
 
     @property
     def label(self) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+import numpy as np
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
 from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.engine.arrays import RunArrays
 from pipesim.engine.memory import DeviceMemory, device_memory
 from pipesim.engine.records import ComputeRecord, Timeline, TransferRecord
 from pipesim.schedules.schedule import Schedule
@@ -39,25 +42,44 @@ class DeviceSummary:
         return self.peak_memory_bytes > self.memory_capacity_bytes
 
 
+class TransferSource(Protocol):
+    """Where a result's transfer records come from: stored, or built on demand."""
+
+    def __call__(self) -> tuple[TransferRecord, ...]: ...
+
+
 @dataclass(frozen=True)
 class SimulationResult:
     """Everything a simulation produced.
 
     ``iteration_time_s`` is the time of one optimizer step: the whole run for one step, the
     steady-state interval between step completions for several. ``bubble_fraction`` is the mean
-    over devices of (iteration time - compute busy time) / iteration time.
+    over devices of (iteration time - compute busy time) / iteration time. ``engine`` names the
+    engine that ran (``simpy`` or ``fast``). The compute and transfer records are built when
+    first read: a large run has hundreds of thousands of them, and a sweep reads none.
     """
 
     schedule: Schedule
     costs: PipelineCosts
     steps: int
-    compute: tuple[ComputeRecord, ...]
-    transfers: tuple[TransferRecord, ...]
     iteration_time_s: float
     makespan_s: float
     per_device: tuple[DeviceSummary, ...]
     analytic_bubble_fraction: float | None
     unpipelined_time_s: float
+    engine: str
+    run: RunArrays = field(repr=False, compare=False)
+    transfer_source: TransferSource = field(repr=False, compare=False)
+
+    @cached_property
+    def compute(self) -> tuple[ComputeRecord, ...]:
+        """Every action and optimizer step run, in the order they completed."""
+        return self.run.records()
+
+    @cached_property
+    def transfers(self) -> tuple[TransferRecord, ...]:
+        """Every transfer, in the order its channels were reserved."""
+        return self.transfer_source()
 
     @property
     def timeline(self) -> Timeline:
@@ -116,6 +138,7 @@ class SimulationResult:
             "speedup": self.speedup,
             "oom": self.oom,
             "costs": self.costs.description,
+            "engine": self.engine,
             "per_device": [
                 {
                     "device": d.device,
@@ -141,20 +164,20 @@ def summarize(
     schedule: Schedule,
     costs: PipelineCosts,
     steps: int,
-    compute: Sequence[ComputeRecord],
-    transfers: Sequence[TransferRecord],
+    run: RunArrays,
+    transfers: TransferSource,
+    engine: str,
 ) -> SimulationResult:
-    """Metrics from a finished run's records."""
-    step_end = [0.0] * steps
-    for record in compute:
-        step_end[record.step] = max(step_end[record.step], record.end_s)
-    makespan = max(step_end)
-    iteration = step_end[0] if steps == 1 else (step_end[-1] - step_end[0]) / (steps - 1)
-    busy = [0.0] * schedule.devices
-    for record in compute:
-        if record.step == steps - 1:
-            busy[record.device] += record.duration_s
-    memory = device_memory(schedule, costs, compute)
+    """Metrics from a finished run: step ends, per-device busy time of the last step, memory."""
+    step_end = np.full(steps, -np.inf)
+    np.maximum.at(step_end, run.step, run.end_s)
+    step_end = np.maximum(step_end, 0.0)
+    makespan = float(step_end.max())
+    iteration = (
+        float(step_end[0]) if steps == 1 else float((step_end[-1] - step_end[0]) / (steps - 1))
+    )
+    busy = _last_step_busy_s(run, steps, schedule.devices)
+    memory = device_memory(schedule, costs, run)
     per_device = tuple(
         DeviceSummary(
             device,
@@ -172,11 +195,27 @@ def summarize(
         schedule,
         costs,
         steps,
-        tuple(compute),
-        tuple(transfers),
         iteration,
         makespan,
         per_device,
         analytic_bubble_fraction(schedule, costs, steps),
         unpipelined,
+        engine,
+        run,
+        transfers,
     )
+
+
+def _last_step_busy_s(run: RunArrays, steps: int, devices: int) -> list[float]:
+    """Per device, the durations of its last-step records added up in completion order."""
+    last = run.step == steps - 1
+    durations = (run.end_s - run.start_s)[last]
+    owner = run.device[last]
+    order = np.argsort(owner, kind="stable")
+    durations, owner = durations[order], owner[order]
+    bounds = np.searchsorted(owner, np.arange(devices + 1))
+    busy = []
+    for device in range(devices):
+        lo, hi = bounds[device], bounds[device + 1]
+        busy.append(float(np.cumsum(durations[lo:hi])[-1]) if hi > lo else 0.0)
+    return busy

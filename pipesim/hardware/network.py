@@ -1,9 +1,17 @@
 """Links, topologies and networks: which channels a transfer between two devices occupies.
 
-Links are full duplex: each direction of a link is its own *channel*, and transfers on one
-channel go one at a time, first come first served. A transfer between two devices takes the
-route's latency plus bytes over the route's narrowest bandwidth, and holds every channel of its
-route for that time.
+Links are full duplex: each direction of a link is its own *channel*. The link model is the
+alpha-beta model: a message's bytes occupy a channel for ``bytes / bandwidth`` (beta), one
+message at a time, first come first served; its latency (alpha: propagation, software overhead)
+is a delay that messages in flight share, not an occupancy. A message that starts at ``t``
+frees its channels at ``t + bytes / bandwidth`` and arrives at
+``t + latency + bytes / bandwidth``. So two 0-byte messages on one channel never wait for
+each other, however long the latency.
+
+Routes of several hops (ring, torus) are cut-through: the bytes stream over every hop of the
+route at once at the narrowest hop's bandwidth, so the message holds every channel of its route
+for ``bytes / narrowest bandwidth`` from the moment all of them are free, and the hops'
+latencies add up (no store-and-forward of the whole message at each hop).
 """
 
 from __future__ import annotations
@@ -54,17 +62,27 @@ class Topology(Enum):
 
 @dataclass(frozen=True)
 class Route:
-    """What a transfer from one device to another occupies and how long it takes."""
+    """What a transfer from one device to another occupies and how long it takes.
+
+    ``latency_s`` is the sum of the hops' latencies; ``bandwidth_bytes_per_s`` the narrowest
+    hop's bandwidth (cut-through, see the module docstring).
+    """
 
     channels: tuple[str, ...]
     latency_s: float
     bandwidth_bytes_per_s: float
 
-    def transfer_time_s(self, size_bytes: float) -> float:
-        """latency + bytes / bandwidth (an ideal link moves any size in its latency)."""
+    def occupancy_s(self, size_bytes: float) -> float:
+        """How long a message of ``size_bytes`` holds the route's channels: bytes / bandwidth
+        (0 on an ideal link of infinite bandwidth)."""
         if math.isinf(self.bandwidth_bytes_per_s):
-            return self.latency_s
-        return self.latency_s + size_bytes / self.bandwidth_bytes_per_s
+            return 0.0
+        return size_bytes / self.bandwidth_bytes_per_s
+
+    def transfer_time_s(self, size_bytes: float) -> float:
+        """From the moment the message starts to its arrival: latency + bytes / bandwidth (an
+        ideal link moves any size in its latency)."""
+        return self.latency_s + self.occupancy_s(size_bytes)
 
 
 @dataclass(frozen=True)

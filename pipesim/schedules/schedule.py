@@ -12,9 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind, UpdateRule
-from pipesim.schedules.validate import validate
+from pipesim.schedules.encoded import KIND_CODES, KINDS, EncodedSchedule, IntArray
+from pipesim.schedules.encoded import I as I_CODE
+from pipesim.schedules.validate import Checked, validate
 
 __all__ = ["Schedule", "UpdateRule"]
 
@@ -42,15 +46,11 @@ class Schedule:
     device_actions: tuple[tuple[Action, ...], ...]
     update_rule: UpdateRule = UpdateRule.FLUSH
     rematerialize: bool = False
-    _backward_kinds: dict[tuple[int, int], Kind] = field(
-        init=False, repr=False, compare=False, default_factory=dict
-    )
+    _checked: Checked | None = field(init=False, repr=False, compare=False, default=None)
+    _flat: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
     _order: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
-    _dependencies: dict[Action, tuple[Action, ...]] = field(
-        init=False, repr=False, compare=False, default_factory=dict
-    )
-    _consumers: dict[Action, tuple[Action, ...]] = field(
-        init=False, repr=False, compare=False, default_factory=dict
+    _consumers: tuple[IntArray, IntArray] | None = field(
+        init=False, repr=False, compare=False, default=None
     )
     _generator: str | None = field(init=False, repr=False, compare=False, default=None)
 
@@ -61,10 +61,19 @@ class Schedule:
         object.__setattr__(
             self, "device_actions", tuple(_as_tuple(row, "device_actions row") for row in rows)
         )
-        checked = validate(self)
-        object.__setattr__(self, "_backward_kinds", checked.backward_kinds)
-        object.__setattr__(self, "_order", checked.order)
-        object.__setattr__(self, "_dependencies", checked.dependencies)
+        object.__setattr__(self, "_checked", validate(self))
+
+    @property
+    def encoded(self) -> EncodedSchedule:
+        """The schedule as integer arrays, as the validator encoded it (for engines)."""
+        assert self._checked is not None  # set by __post_init__
+        return self._checked.encoded
+
+    def _flat_actions(self) -> tuple[Action, ...]:
+        """Every action, device by device (the encoding's flat order); built once."""
+        if not self._flat:
+            object.__setattr__(self, "_flat", self.actions())
+        return self._flat
 
     @property
     def generator(self) -> str | None:
@@ -100,7 +109,24 @@ class Schedule:
 
     def backward_kind(self, stage: int, microbatch: int) -> Kind:
         """``Kind.B`` if (stage, micro-batch) runs one full backward, ``Kind.I`` if split I+W."""
-        return self._backward_kinds[(stage, microbatch)]
+        table = self.encoded.backward_kind
+        if not (0 <= stage < table.shape[0] and 0 <= microbatch < table.shape[1]):
+            raise KeyError((stage, microbatch))
+        return KINDS[int(table[stage, microbatch])]
+
+    def _flat_index(self, action: Action) -> int:
+        encoded = self.encoded
+        if (
+            isinstance(action, Action)
+            and action.stage < self.stages
+            and action.microbatch < self.microbatches
+        ):
+            index = int(
+                encoded.flat_index[action.stage, action.microbatch, KIND_CODES[action.kind]]
+            )
+            if index >= 0:
+                return index
+        raise ScheduleError(f"{action} is not an action of schedule {self.name!r}")
 
     def dependencies(self, action: Action) -> tuple[Action, ...]:
         """The actions whose results ``action`` consumes.
@@ -110,10 +136,11 @@ class Schedule:
         own F, the loss. W(s,m) needs I(s,m). A dependency between stages on different devices
         is a transfer: activations forward, gradients backward.
         """
-        try:
-            return self._dependencies[action]
-        except KeyError:
-            raise ScheduleError(f"{action} is not an action of schedule {self.name!r}") from None
+        first, second = self.encoded.dependencies[self._flat_index(action)].tolist()
+        flat = self._flat_actions()
+        if first < 0:
+            return ()
+        return (flat[first],) if second < 0 else (flat[first], flat[second])
 
     def consumers(self, action: Action) -> tuple[Action, ...]:
         """The actions that consume ``action``'s result: the inverse of :meth:`dependencies`.
@@ -121,18 +148,22 @@ class Schedule:
         The order is fixed (device by device, each device's list in order), so a sender and a
         receiver that both walk it agree on the order of their messages. Built on first use.
         """
-        if not self._consumers:
-            inverse: dict[Action, list[Action]] = {a: [] for a in self.actions()}
-            for consumer in self.actions():
-                for dependency in self._dependencies[consumer]:
-                    inverse[dependency].append(consumer)
-            # One reference swap of a complete mapping: threads that race here both build the
-            # same mapping, and none ever reads a half-built one.
-            object.__setattr__(self, "_consumers", {a: tuple(c) for a, c in inverse.items()})
-        try:
-            return self._consumers[action]
-        except KeyError:
-            raise ScheduleError(f"{action} is not an action of schedule {self.name!r}") from None
+        index = self._flat_index(action)
+        if self._consumers is None:
+            dependencies = self.encoded.dependencies
+            consumer = np.repeat(np.arange(len(dependencies), dtype=np.int64), 2)
+            producer = dependencies.ravel()
+            keep = producer >= 0
+            producer, consumer = producer[keep], consumer[keep]
+            order = np.lexsort((consumer, producer))
+            starts = np.searchsorted(producer[order], np.arange(len(dependencies) + 1))
+            # One reference swap of a complete pair: threads that race here both build the
+            # same arrays, and none ever reads a half-built one.
+            object.__setattr__(self, "_consumers", (starts, consumer[order]))
+        assert self._consumers is not None
+        starts, consumers = self._consumers
+        flat = self._flat_actions()
+        return tuple(flat[c] for c in consumers[starts[index] : starts[index + 1]].tolist())
 
     def execution_order(self) -> tuple[Action, ...]:
         """Every action once, in an order that respects each device's list and every dependency.
@@ -140,6 +171,9 @@ class Schedule:
         This is the order the validator's dry run found; executors that run all devices in one
         process follow it.
         """
+        if not self._order:
+            flat = self._flat_actions()
+            object.__setattr__(self, "_order", tuple(flat[i] for i in self.encoded.order.tolist()))
         return self._order
 
     def actions(self) -> tuple[Action, ...]:
@@ -148,7 +182,7 @@ class Schedule:
 
     def uses_split_backward(self) -> bool:
         """True when some (stage, micro-batch) splits its backward into I and W."""
-        return any(kind is Kind.I for kind in self._backward_kinds.values())
+        return bool((self.encoded.backward_kind == I_CODE).any())
 
     def weight_staleness_steps(self, device: int) -> int:
         """How many optimizer steps old the weights are that ``device`` computes with.

@@ -10,18 +10,30 @@ device-by-step grid with the offending actions marked:
 4. local order: on its device an action comes after the same micro-batch's earlier pieces
    (F before B or I, I before W);
 5. a dependency-driven dry run runs every device's list to the end: no deadlock.
+
+The checks run twice over only when they fail: a fast pass encodes the actions as integer
+arrays (:mod:`pipesim.schedules.encoded`) and checks them all at once with numpy and one
+integer dry run; when it finds any fault, the readable checks below run in order and raise
+the error with its grid. A valid schedule is thus checked in milliseconds, and the encoding is
+kept for the engines.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pipesim.errors import ScheduleError
+from pipesim.jit import kernel
 from pipesim.schedules.action import Action, Kind, UpdateRule
 from pipesim.schedules.dependencies import action_dependencies
+from pipesim.schedules.encoded import KIND_CODES, B, EncodedSchedule, F, I, W
 from pipesim.schedules.render import render_grid
 
 if TYPE_CHECKING:
@@ -32,25 +44,161 @@ _MAX_ERROR_COLUMNS = 16
 
 @dataclass(frozen=True)
 class Checked:
-    """What validation learns on the way: which backward each (stage, micro-batch) uses, and
-    an execution order that respects every device's list and every dependency."""
+    """What validation learns on the way: the schedule as integer arrays, with which backward
+    each (stage, micro-batch) uses and an execution order that respects every device's list
+    and every dependency."""
 
-    backward_kinds: dict[tuple[int, int], Kind]
-    order: tuple[Action, ...]
-    dependencies: dict[Action, tuple[Action, ...]]
+    encoded: EncodedSchedule
 
 
 def validate(schedule: Schedule) -> Checked:
     """Check ``schedule``; return what was learned, or raise :class:`ScheduleError`."""
     _check_shape(schedule)
+    encoded = _encode(schedule)
+    if encoded is None:
+        _validate_readably(schedule)  # raises the first fault, with its grid
+        raise AssertionError(  # pragma: no cover - the two passes must agree
+            f"schedule {schedule.name!r}: the fast checks found a fault the readable ones did not"
+        )
+    return Checked(encoded)
+
+
+def _validate_readably(schedule: Schedule) -> None:
+    """Every check in order, on the actions themselves; raise the first fault found."""
     rows = schedule.device_actions
     positions = _check_actions(schedule)
     backward_kinds = _check_complete(schedule, positions)
     _check_local_order(rows, positions)
     stages = len(schedule.placement)
     dependencies = {a: action_dependencies(a, stages, backward_kinds) for a in positions}
-    order = _dry_run(rows, positions, dependencies)
-    return Checked(backward_kinds, order, dependencies)
+    _dry_run(rows, positions, dependencies)
+
+
+def _encode(schedule: Schedule) -> EncodedSchedule | None:
+    """The integer encoding of a valid schedule, or None when any check fails."""
+    rows = schedule.device_actions
+    devices, stages, microbatches = len(rows), len(schedule.placement), schedule.microbatches
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=devices)
+    row_starts = np.zeros(devices + 1, dtype=np.int64)
+    np.cumsum(lengths, out=row_starts[1:])
+    count = int(row_starts[-1])
+    flat = list(itertools.chain.from_iterable(rows))
+    if not flat:
+        return None
+    stage = np.fromiter(map(itemgetter(0), flat), dtype=np.int64, count=count)
+    kind = np.fromiter(
+        map(KIND_CODES.__getitem__, map(itemgetter(1), flat)), dtype=np.int64, count=count
+    )
+    microbatch = np.fromiter(map(itemgetter(2), flat), dtype=np.int64, count=count)
+    device = np.repeat(np.arange(devices, dtype=np.int64), lengths)
+    if stage.max() >= stages or microbatch.max() >= microbatches:
+        return None
+    placement = np.array(schedule.placement, dtype=np.int64)
+    if (placement[stage] != device).any():
+        return None
+    code = (stage * microbatches + microbatch) * 4 + kind
+    if np.bincount(code, minlength=stages * microbatches * 4).max() > 1:
+        return None  # an action appears twice
+    index = np.arange(count, dtype=np.int64)
+    by_code = np.full(stages * microbatches * 4, -1, dtype=np.int64)
+    by_code[code] = index
+    flat_index = by_code.reshape(stages, microbatches, 4)
+    present = flat_index >= 0
+    full = present[:, :, B] & ~present[:, :, I] & ~present[:, :, W]
+    split = ~present[:, :, B] & present[:, :, I] & present[:, :, W]
+    if not present[:, :, F].all() or not (full | split).all():
+        return None
+    if schedule.rematerialize and split.any():
+        return None
+    backward_kind = np.where(split, I, B).astype(np.int64)
+    # Local order: F before B or I, I before W, on the same device (so in the same row).
+    earlier = np.where(
+        kind == W, flat_index[stage, microbatch, I], flat_index[stage, microbatch, F]
+    )
+    if (earlier[kind != F] > index[kind != F]).any():
+        return None
+    dependencies = np.full((count, 2), -1, dtype=np.int64)
+    previous_stage = np.maximum(stage - 1, 0)
+    next_stage = np.minimum(stage + 1, stages - 1)
+    upstream_kind = backward_kind[next_stage, microbatch]
+    upstream = flat_index[next_stage, microbatch, upstream_kind]
+    dependencies[:, 0] = np.select(
+        [kind == F, kind == W],
+        [np.where(stage > 0, flat_index[previous_stage, microbatch, F], -1), earlier],
+        default=earlier,
+    )
+    dependencies[:, 1] = np.where((kind != F) & (kind != W) & (stage < stages - 1), upstream, -1)
+    walked = [0] * count
+    done = dry_run_kernel.python(
+        row_starts.tolist(), dependencies[:, 0].tolist(), dependencies[:, 1].tolist(), walked
+    )
+    if done < count:
+        return None  # deadlock
+    order = np.array(walked, dtype=np.int64)
+    return EncodedSchedule(
+        row_starts,
+        stage,
+        kind,
+        microbatch,
+        device,
+        dependencies,
+        order,
+        backward_kind,
+        flat_index,
+    )
+
+
+@kernel
+def dry_run_kernel(row_starts: Any, first: Any, second: Any, order: Any) -> int:
+    """The validator's dry run on integers: devices in a queue, each running its list until an
+    action needs one not yet done (``first[i]``, then ``second[i]``; -1 for none). Fills
+    ``order`` with the flat indices in the order run; returns how many ran (all, or a deadlock).
+
+    Each blocked device waits on one action, so the waiting lists are linked through
+    ``next_waiting``; the queue holds each device at most once per wake-up.
+    """
+    devices = len(row_starts) - 1
+    count = row_starts[devices]
+    done = [False] * count
+    pointer = [row_starts[d] for d in range(devices)]
+    waiting_head = [-1] * count
+    next_waiting = [-1] * devices
+    queue = [0] * (devices + count + 1)
+    for d in range(devices):
+        queue[d] = d
+    head, tail, ran = 0, devices, 0
+    while head < tail:
+        device = queue[head]
+        head += 1
+        i, end = pointer[device], row_starts[device + 1]
+        while i < end:
+            missing = first[i]
+            if missing < 0 or done[missing]:
+                missing = second[i]
+                if missing >= 0 and done[missing]:
+                    missing = -1
+            if missing >= 0:
+                next_waiting[device] = waiting_head[missing]
+                waiting_head[missing] = device
+                break
+            done[i] = True
+            order[ran] = i
+            ran += 1
+            woken = waiting_head[i]
+            # the waiting list is newest first; wake in the order the devices began to wait
+            start_tail = tail
+            while woken >= 0:
+                queue[tail] = woken
+                tail += 1
+                woken = next_waiting[woken]
+            left, right = start_tail, tail - 1
+            while left < right:
+                queue[left], queue[right] = queue[right], queue[left]
+                left += 1
+                right -= 1
+            i += 1
+        pointer[device] = i
+    return ran
 
 
 def fail(
@@ -88,10 +236,12 @@ def _check_shape(schedule: Schedule) -> None:
         raise ScheduleError(
             f"placement: every device must hold the same number of stages, got {detail}"
         )
-    for device, row in enumerate(schedule.device_actions):
-        for step, action in enumerate(row):
-            if not isinstance(action, Action):
-                raise ScheduleError(f"device {device} step {step}: {action!r} is not an Action")
+    kinds_of_item = set(map(type, itertools.chain.from_iterable(schedule.device_actions)))
+    if not kinds_of_item <= {Action}:  # something else (or a subclass): look closer
+        for device, row in enumerate(schedule.device_actions):
+            for step, action in enumerate(row):
+                if not isinstance(action, Action):
+                    raise ScheduleError(f"device {device} step {step}: {action!r} is not an Action")
 
     if not isinstance(schedule.update_rule, UpdateRule):
         raise ScheduleError(

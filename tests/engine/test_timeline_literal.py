@@ -1,10 +1,38 @@
-"""Hand-worked timelines for tiny cases, with communication, as literal lists."""
+"""Hand-worked timelines for tiny cases, with communication, as literal lists (both engines)."""
 
 from __future__ import annotations
 
-from pipesim.costs import synthetic_costs
-from pipesim.engine import SimulationResult, simulate
+import math
+from typing import Any
+
+import pytest
+
+from pipesim.costs import PipelineCosts, StageCosts, synthetic_costs
+from pipesim.engine import SimulationResult
+from pipesim.engine import simulate as simulate_with
+from pipesim.hardware import Link, Network, Topology
 from pipesim.schedules import build
+
+
+@pytest.fixture(params=["simpy", "fast"], autouse=True)
+def engine(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+_ENGINE: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _use_engine(engine: str) -> Any:
+    _ENGINE.append(engine)
+    yield
+    _ENGINE.pop()
+
+
+def simulate(*args: Any, **kwargs: Any) -> SimulationResult:
+    result = simulate_with(*args, engine=_ENGINE[-1], **kwargs)
+    assert result.engine == _ENGINE[-1]
+    return result
 
 
 def compute_of(result: SimulationResult) -> list[tuple[int, str, float, float]]:
@@ -82,11 +110,52 @@ def test_zb_h1_two_devices_two_microbatches() -> None:
     assert result.iteration_time_s == 8.0
 
 
-def test_a_busy_link_queues_transfers_first_come_first_served() -> None:
-    # Forwards of 1 s and transfers of 3 s: the second activation waits for the first.
+def test_latency_is_shared_by_messages_in_flight() -> None:
+    # Forwards of 1 s and a latency of 3 s (0 bytes): the second activation does not wait for
+    # the first (alpha-beta: only bytes occupy a channel), so nothing queues.
     result = simulate(build("gpipe", 2, 2), synthetic_costs(2, 1, 1.0, 1.0, comm_s=3.0))
+    assert transfers_of(result) == [
+        ("0F0->1F0", 1.0, 1.0, 4.0),
+        ("0F1->1F1", 2.0, 2.0, 5.0),
+        ("1B0->0B0", 8.0, 8.0, 11.0),
+        ("1B1->0B1", 7.0, 7.0, 10.0),
+    ]
+    assert compute_of(result) == [
+        (0, "0B0", 11.0, 12.0),
+        (0, "0B1", 10.0, 11.0),
+        (0, "0F0", 0.0, 1.0),
+        (0, "0F1", 1.0, 2.0),
+        (1, "1B0", 7.0, 8.0),
+        (1, "1B1", 6.0, 7.0),
+        (1, "1F0", 4.0, 5.0),
+        (1, "1F1", 5.0, 6.0),
+    ]
+    assert result.iteration_time_s == 12.0
+
+
+def bytes_costs(bandwidth: float, latency: float, output_bytes: float) -> PipelineCosts:
+    """Two devices, F = B = 1 s per stage, each transfer ``output_bytes`` over one link."""
+    stage = StageCosts(1.0, 1.0, 0.0, output_bytes=output_bytes)
+    network = Network(2, Topology.ALL_TO_ALL, Link("l", bandwidth, latency))
+    return PipelineCosts((stage, stage), network)
+
+
+def test_bytes_occupy_the_channel_and_queue_first_come_first_served() -> None:
+    # 300 bytes at 100 B/s hold the channel 3 s; latency 0.5 s follows the last byte.
+    # 0F1's message is requested at 2 but starts when 0F0's bytes have left, at 4.
+    result = simulate(build("gpipe", 2, 2), bytes_costs(100.0, 0.5, 300.0))
     forward = [t for t in transfers_of(result) if t[0].startswith("0F")]
-    assert forward == [("0F0->1F0", 1.0, 1.0, 4.0), ("0F1->1F1", 2.0, 4.0, 7.0)]
+    assert forward == [("0F0->1F0", 1.0, 1.0, 4.5), ("0F1->1F1", 2.0, 4.0, 7.5)]
+    gradients = [t for t in transfers_of(result) if t[0].startswith("1B")]
+    # GPipe's backwards run last micro-batch first: 1B1 ends at 9.5 and holds the gradient
+    # channel until 12.5, so 1B0's gradient (requested at 10.5) waits for it.
+    assert gradients == [("1B0->0B0", 10.5, 12.5, 16.0), ("1B1->0B1", 9.5, 9.5, 13.0)]
+    assert result.iteration_time_s == 17.0
+
+
+def test_an_infinite_link_moves_any_size_in_its_latency() -> None:
+    result = simulate(build("gpipe", 2, 2), bytes_costs(math.inf, 0.5, 1e12))
+    assert [t[3] - t[2] for t in transfers_of(result)] == [0.5] * 4
 
 
 def test_optimizer_step_follows_each_devices_last_action() -> None:

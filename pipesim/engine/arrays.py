@@ -1,0 +1,94 @@
+"""A run's compute timeline as flat arrays, in the order the records completed.
+
+Both engines summarize from this form (busy time, step ends, memory), so their metrics come from
+one piece of code; the fast engine produces it directly, the SimPy engine from its records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pipesim.engine.records import ComputeRecord
+from pipesim.schedules.action import Action
+from pipesim.schedules.encoded import KIND_CODES, KINDS
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+OPTIMIZER = -1  # the kind code of a device's optimizer step
+
+
+@dataclass(frozen=True, eq=False)
+class RunArrays:
+    """Per compute record (actions and optimizer steps), in completion order.
+
+    ``stage`` and ``kind`` are -1 (:data:`OPTIMIZER`) for an optimizer step; kinds are coded as
+    in :mod:`pipesim.schedules.encoded`.
+    """
+
+    device: IntArray
+    step: IntArray
+    stage: IntArray
+    kind: IntArray
+    microbatch: IntArray
+    start_s: FloatArray
+    end_s: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.device)
+
+    def records(self) -> tuple[ComputeRecord, ...]:
+        """The records as objects (built on demand: a large run has hundreds of thousands)."""
+        actions: dict[tuple[int, int, int], Action] = {}
+        out = []
+        for device, step, stage, kind, microbatch, start, end in zip(
+            self.device.tolist(),
+            self.step.tolist(),
+            self.stage.tolist(),
+            self.kind.tolist(),
+            self.microbatch.tolist(),
+            self.start_s.tolist(),
+            self.end_s.tolist(),
+            strict=True,
+        ):
+            action = None
+            if kind != OPTIMIZER:
+                key = (stage, kind, microbatch)
+                action = actions.get(key)
+                if action is None:
+                    action = actions[key] = Action(stage, KINDS[kind], microbatch)
+            out.append(ComputeRecord(device, step, action, start, end))
+        return tuple(out)
+
+
+def arrays_from_records(records: Sequence[ComputeRecord]) -> RunArrays:
+    """The arrays of records made one by one (the SimPy engine's)."""
+    columns: list[list[int]] = [[], [], [], [], []]
+    starts, ends = [], []
+    for r in records:
+        columns[0].append(r.device)
+        columns[1].append(r.step)
+        if r.action is None:
+            columns[2].append(OPTIMIZER)
+            columns[3].append(OPTIMIZER)
+            columns[4].append(0)
+        else:
+            columns[2].append(r.action.stage)
+            columns[3].append(KIND_CODES[r.action.kind])
+            columns[4].append(r.action.microbatch)
+        starts.append(r.start_s)
+        ends.append(r.end_s)
+    device, step, stage, kind, microbatch = (np.array(c, dtype=np.int64) for c in columns)
+    return RunArrays(
+        device,
+        step,
+        stage,
+        kind,
+        microbatch,
+        np.array(starts, dtype=np.float64),
+        np.array(ends, dtype=np.float64),
+    )

@@ -1,0 +1,158 @@
+"""The reference engine: plays a schedule on a cluster with SimPy, one process per device.
+
+Execution semantics (shared with the executor and the fast engine):
+
+1. Each device runs its actions strictly in list order. An action starts when the device's
+   compute is free and all its inputs have arrived.
+2. A transfer is requested when its producing action ends. Each direction of a link is a
+   channel that carries one message's bytes at a time, first come first served; a message holds
+   every channel of its route for ``bytes / bandwidth`` from the moment all are free and
+   arrives ``latency`` after that plus the same ``bytes / bandwidth`` (the alpha-beta model of
+   :mod:`pipesim.hardware.network`: latency is shared by messages in flight, only bytes occupy
+   a channel). Requests made at the same instant are served in execution order
+   (:mod:`pipesim.engine.order`). Transfers overlap compute unless the accelerator's compute
+   must issue them (``transfers_use_compute``), in which case the sender is busy until its
+   transfer arrives.
+3. Flush schedules end a step with each device's optimizer step after its last action; no-flush
+   schedules update weights after each device's last action of a step and never drain
+   (see :mod:`pipesim.schedules.unroll`).
+4. With re-materialization a full backward re-runs the stage's forward first.
+
+SimPy processes events of one instant in the order they were scheduled; to make ties follow
+execution order instead, the end of every action is a :class:`_Finish` event whose priority is
+its execution-order key, after every plain event of the same instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+from simpy.events import EventPriority
+
+from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.engine.durations import action_duration_s
+from pipesim.engine.order import work_order
+from pipesim.engine.records import ComputeRecord, TransferRecord
+from pipesim.schedules.action import Action
+from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.unroll import Work, unroll
+
+_Key = tuple[int, Action]  # (step, action)
+_FIRST_KEYED_PRIORITY = 2  # after SimPy's URGENT (0) and NORMAL (1)
+
+
+class _Finish(simpy.Event):
+    """Fires ``delay`` from now; among events of one instant, after every plain event and in
+    the order of ``key``. (SimPy's own ``Timeout`` is made the same way, with a fixed
+    priority.)"""
+
+    def __init__(self, env: simpy.Environment, delay: float, key: int) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, EventPriority(_FIRST_KEYED_PRIORITY + key), delay)
+
+
+def run_simpy(
+    schedule: Schedule, costs: PipelineCosts, steps: int
+) -> tuple[list[ComputeRecord], list[TransferRecord]]:
+    """Play ``steps`` steps; the compute and transfer records in the order they completed."""
+    run = _Run(schedule, costs, steps)
+    run.execute()
+    return run.compute, run.transfers
+
+
+class _Run:
+    """One simulation: a SimPy process per device; transfers reserve their channels.
+
+    A transfer is requested when its producing action ends, which SimPy does in time order (and
+    in execution order at equal times), so reserving each channel from ``max(now, channel
+    free)`` is first come, first served. The consumer waits for the producer's completion event
+    and then for the arrival time.
+    """
+
+    def __init__(self, schedule: Schedule, costs: PipelineCosts, steps: int) -> None:
+        self.schedule = schedule
+        self.costs = costs
+        self.env = simpy.Environment(initial_time=0.0)
+        self.plan = unroll(schedule, steps)
+        self.keys = work_order(schedule, self.plan)
+        self.compute: list[ComputeRecord] = []
+        self.transfers: list[TransferRecord] = []
+        self.channel_free: dict[str, float] = {}
+        self.done: dict[_Key, simpy.Event] = {}
+        self.arrival: dict[tuple[int, Action, Action], float] = {}
+        self.device_of = schedule.placement
+        self.routes = {
+            (s, d): costs.network.route(s, d)
+            for s in range(schedule.devices)
+            for d in range(schedule.devices)
+        }
+        self.optimizer_s = [
+            sum(costs.stages[s].optimizer_step_s for s in schedule.stages_on(device))
+            for device in range(schedule.devices)
+        ]
+        self.durations = {a: action_duration_s(schedule, costs, a) for a in schedule.actions()}
+
+    def execute(self) -> None:
+        for device, work in enumerate(self.plan):
+            self.env.process(self._device(device, work, self.keys[device]))
+        self.env.run()
+
+    def _done_event(self, key: _Key) -> simpy.Event:
+        event = self.done.get(key)
+        if event is None:
+            event = self.done[key] = self.env.event()
+        return event
+
+    def _device(
+        self, device: int, work: tuple[Work, ...], keys: list[int]
+    ) -> Generator[Any, Any, None]:
+        env = self.env
+        for item, key in zip(work, keys, strict=True):
+            action, step = item.action, item.step
+            if action is None:
+                start = env.now
+                yield _Finish(env, self.optimizer_s[device], key)
+                self.compute.append(ComputeRecord(device, step, None, start, env.now))
+                continue
+            ready = env.now
+            for dependency in self.schedule.dependencies(action):
+                event = self._done_event((step, dependency))
+                if not event.processed:
+                    yield event
+                if self.device_of[dependency.stage] != device:
+                    ready = max(ready, self.arrival.pop((step, dependency, action)))
+            if ready > env.now:
+                yield env.timeout(ready - env.now)
+            start = env.now
+            yield _Finish(env, self.durations[action], key)
+            self.compute.append(ComputeRecord(device, step, action, start, env.now))
+            for consumer in self.schedule.consumers(action):
+                target = self.device_of[consumer.stage]
+                if target != device:
+                    arrival = self._send(device, target, step, action, consumer)
+                    if self.costs.transfers_use_compute and arrival > env.now:
+                        yield env.timeout(arrival - env.now)
+            self._done_event((step, action)).succeed()
+
+    def _send(
+        self, source: int, target: int, step: int, producer: Action, consumer: Action
+    ) -> float:
+        """Reserve the route's channels first come, first served; return the arrival time."""
+        now = self.env.now
+        route = self.routes[(source, target)]
+        size = self.costs.stages[min(producer.stage, consumer.stage)].output_bytes
+        start = max([now, *(self.channel_free.get(c, 0.0) for c in route.channels)])
+        for channel in route.channels:
+            self.channel_free[channel] = start + route.occupancy_s(size)
+        end = start + route.transfer_time_s(size)
+        self.transfers.append(
+            TransferRecord(
+                source, target, step, producer, consumer, size, route.channels, now, start, end
+            )
+        )
+        self.arrival[(step, producer, consumer)] = end
+        return end

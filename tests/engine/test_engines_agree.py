@@ -1,0 +1,106 @@
+"""The fast engine against the SimPy engine: the same run, to 1e-9 relative, everywhere.
+
+Random schedules (every generator, remat, and valid reorderings no generator makes), random
+per-stage costs with zeros and ties, every topology with ideal or finite links, compute-issued
+transfers, and several steps. Both kernels of the fast engine are held to it: the in-order walk
+(with its fall-back to the event loop when a shared channel needs it) and the event loop alone,
+interpreted and, when numba is installed, compiled.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.costs import PipelineCosts
+from pipesim.engine import SimulationResult, simulate
+from pipesim.engine.fast import run_fast
+from pipesim.engine.result import summarize
+from pipesim.jit import numba_available
+from pipesim.schedules import Schedule
+
+from .strategies import any_schedule, costs_for
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def assert_same_run(reference: SimulationResult, fast: SimulationResult) -> None:
+    assert (reference.engine, fast.engine) == ("simpy", "fast")
+    assert close(reference.iteration_time_s, fast.iteration_time_s)
+    assert close(reference.makespan_s, fast.makespan_s)
+    assert len(reference.compute) == len(fast.compute)
+    for r, f in zip(reference.compute, fast.compute, strict=True):
+        assert (r.device, r.step, r.action) == (f.device, f.step, f.action)
+        assert close(r.start_s, f.start_s) and close(r.end_s, f.end_s), (r, f)
+    assert len(reference.transfers) == len(fast.transfers)
+    for r, f in zip(reference.transfers, fast.transfers, strict=True):
+        assert (r.label, r.step, r.channels, r.size_bytes) == (
+            f.label,
+            f.step,
+            f.channels,
+            f.size_bytes,
+        )
+        for a, b in ((r.queued_s, f.queued_s), (r.start_s, f.start_s), (r.end_s, f.end_s)):
+            assert close(a, b), (r, f)
+    for r, f in zip(reference.per_device, fast.per_device, strict=True):
+        assert close(r.busy_time_s, f.busy_time_s)
+        assert close(r.peak_memory_bytes, f.peak_memory_bytes)
+        assert close(r.peak_activation_bytes, f.peak_activation_bytes)
+        assert r.memory.timeline == f.memory.timeline
+    reference_json, fast_json = reference.to_json(), fast.to_json()
+    del reference_json["engine"], fast_json["engine"]
+    assert reference_json == fast_json
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[Schedule, PipelineCosts, int]:
+    schedule = draw(any_schedule())
+    return schedule, draw(costs_for(schedule)), draw(st.integers(1, 3))
+
+
+@given(runs())
+def test_the_fast_engine_plays_exactly_what_simpy_plays(
+    run: tuple[Schedule, PipelineCosts, int],
+) -> None:
+    schedule, costs, steps = run
+    assert_same_run(
+        simulate(schedule, costs, steps, engine="simpy"),
+        simulate(schedule, costs, steps, engine="fast"),
+    )
+
+
+@given(runs())
+@settings(max_examples=30)
+def test_the_event_loop_alone_gives_the_same_run(
+    run: tuple[Schedule, PipelineCosts, int],
+) -> None:
+    schedule, costs, steps = run
+    arrays, transfers = run_fast(schedule, costs, steps, force_events=True)
+    by_events = summarize(schedule, costs, steps, arrays, transfers, "fast")
+    assert_same_run(simulate(schedule, costs, steps, engine="simpy"), by_events)
+
+
+@pytest.mark.skipif(not numba_available(), reason="the fast extra (numba) is not installed")
+@given(runs(), st.booleans())
+@settings(max_examples=25)
+def test_compiled_kernels_give_the_same_numbers(
+    run: tuple[Schedule, PipelineCosts, int], force_events: bool
+) -> None:
+    schedule, costs, steps = run
+    arrays, transfers = run_fast(schedule, costs, steps, compiled=True, force_events=force_events)
+    compiled = summarize(schedule, costs, steps, arrays, transfers, "fast")
+    assert_same_run(simulate(schedule, costs, steps, engine="simpy"), compiled)
+
+
+def test_an_unknown_engine_is_refused_with_the_choices() -> None:
+    from pipesim.checks import SpecError
+    from pipesim.costs import synthetic_costs
+    from pipesim.schedules import build
+
+    with pytest.raises(SpecError, match=r"^engine must be one of simpy, fast, auto, got 'jet'$"):
+        simulate(build("1f1b", 2, 2), synthetic_costs(2, 1, 1.0, 1.0), engine="jet")
