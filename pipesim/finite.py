@@ -8,6 +8,7 @@ first offending field named.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -35,3 +36,10 @@ def require_finite(payload: Any, what: str) -> None:
         raise PipesimError(
             f"{what}: {field} is {value} (the costs overflow a float): give smaller costs"
         )
+
+
+def json_text(payload: Any, indent: int | None = None) -> str:
+    """``payload`` as strict JSON text: a NaN or infinity, which JSON cannot hold, is a
+    :class:`PipesimError` naming the field, never ``NaN``/``Infinity`` in a file."""
+    require_finite(payload, "JSON output")
+    return json.dumps(payload, indent=indent, allow_nan=False)

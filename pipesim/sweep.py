@@ -1,20 +1,29 @@
 """Sweeps: one cost request over many schedules and shapes, optionally in parallel processes.
 
-Shapes a schedule cannot take are skipped with the reason, never silently dropped.
+Shapes a schedule cannot take are skipped with the reason, never silently dropped. The whole
+grid is checked before any work: its size (:attr:`Limit.CONFIGS` points, each within the action
+limit over its steps) and the cost request's names and files (:func:`preflight`), so input that
+no row could use is refused at once instead of repeated as an error in every row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+import signal
+from collections import deque
+from collections.abc import Generator, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pipesim import checks
-from pipesim.costs.request import CostRequest
-from pipesim.errors import PipesimError
+from pipesim.costs.request import CostRequest, ModelRequest
+from pipesim.errors import LimitError, PipesimError
+from pipesim.finite import non_finite_fields
+from pipesim.limits import Limit, cap_jobs, check
 from pipesim.schedules import build, schedule_info, unsupported_reason
+from pipesim.schedules.registry import check_size
 
 
 @dataclass(frozen=True)
@@ -42,28 +51,61 @@ def sweep_points(
     microbatches: Sequence[int],
     chunks: Sequence[int] | None = None,
     remat: bool = False,
+    steps: int = 1,
 ) -> tuple[list[SweepPoint], list[Skipped]]:
     """The grid, split into buildable points and skipped ones (with reasons).
 
-    ``chunks`` None takes each schedule's default number of chunks.
+    ``chunks`` None takes each schedule's default number of chunks. A grid of more than
+    :attr:`Limit.CONFIGS` points, or a point beyond the size limits over ``steps`` steps, is
+    refused before any point is built (:class:`LimitError`).
     """
     for name in schedules:
         schedule_info(name)  # unknown names fail before any work
+    size = len(schedules) * len(devices) * len(microbatches) * (len(chunks) if chunks else 1)
+    check(Limit.CONFIGS, size, f"the sweep's {size:,} points")
     points, skipped = [], []
+    oversized: list[str] = []
     for name, k, m in itertools.product(schedules, devices, microbatches):
         for v in chunks or [schedule_info(name).default_chunks]:
             point = SweepPoint(name, k, m, v, remat)
             reason = unsupported_reason(name, k, m, v, remat)
-            if reason is None:
-                points.append(point)
-            else:
+            if reason is not None:
                 skipped.append(Skipped(point, reason))
+                continue
+            try:
+                check_size(schedule_info(name), k, m, v, steps)
+            except LimitError as error:
+                oversized.append(str(error))
+                continue
+            points.append(point)
+    if oversized:
+        more = f" (and {len(oversized) - 1:,} more points)" if len(oversized) > 1 else ""
+        raise LimitError(f"{oversized[0]}{more}")
     return points, skipped
 
 
+def preflight(costs: CostRequest) -> None:
+    """Check what every row of a sweep shares before any row runs: a synthetic request's
+    figures, or a model request's model, hardware and dtype (names or files). Errors that
+    depend on the shape (more stages than layers, a batch M does not divide) stay per row."""
+    if not isinstance(costs, ModelRequest):
+        costs.build(1, 1, 1)
+        return
+    from pipesim.hardware import resolve_hardware
+    from pipesim.workload import resolve_model
+
+    model = resolve_model(costs.model)
+    if costs.dtype is not None:
+        model = dataclasses.replace(model, dtype=costs.dtype)
+    resolve_hardware(costs.hardware).accelerator.achievable_flops_per_s(model.dtype)
+    if costs.batch is not None:
+        checks.positive_int("--batch", costs.batch)
+
+
 def run_point(point: SweepPoint, costs: CostRequest, steps: int = 1) -> dict[str, Any]:
-    """Simulate one point; the result's JSON object (with the error text if the costs cannot
-    be built for this shape, e.g. more stages than layers)."""
+    """Simulate one point; the result's JSON object, or the point with an ``error`` text if
+    the costs cannot be built for this shape (e.g. more stages than layers) or the result is
+    not finite (costs that overflow)."""
     from pipesim.engine import simulate
 
     schedule = build(
@@ -73,7 +115,10 @@ def run_point(point: SweepPoint, costs: CostRequest, steps: int = 1) -> dict[str
         pipeline = costs.build(point.devices, point.chunks, point.microbatches)
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
-    return simulate(schedule, pipeline, steps=steps).to_json()
+    result = simulate(schedule, pipeline, steps=steps).to_json()
+    for field, value in non_finite_fields(result):
+        return {**_identity(point), "error": f"{field} is {value} (the costs overflow a float)"}
+    return result
 
 
 def _identity(point: SweepPoint) -> dict[str, Any]:
@@ -85,19 +130,38 @@ def _identity(point: SweepPoint) -> dict[str, Any]:
     }
 
 
-def _run_star(arguments: tuple[SweepPoint, CostRequest, int]) -> dict[str, Any]:
-    return run_point(*arguments)
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which stops the sweep and saves what finished
+    (otherwise every worker prints its own traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_sweep(
     points: Iterable[SweepPoint], costs: CostRequest, steps: int = 1, jobs: int = 1
-) -> Iterator[dict[str, Any]]:
-    """Results in the order of ``points``; ``jobs`` > 1 uses that many worker processes."""
+) -> Generator[dict[str, Any], None, None]:
+    """Results in the order of ``points``, each yielded as soon as it and those before it are
+    done. ``jobs`` > 1 uses worker processes, capped at the CPU count and the number of
+    points (:func:`pipesim.limits.cap_jobs`); closing the iterator early (Ctrl-C in the
+    caller) cancels the points not started and waits only for those running."""
     steps = checks.positive_int("steps", steps)
     jobs = checks.positive_int("jobs", jobs)
-    work = [(point, costs, steps) for point in points]
-    if jobs == 1:
-        yield from map(_run_star, work)
+    work = list(points)
+    workers = cap_jobs(jobs, len(work))
+    if workers == 1:
+        for point in work:
+            yield run_point(point, costs, steps)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from pool.map(_run_star, work, chunksize=max(1, len(work) // (4 * jobs)))
+    window = 4 * workers  # points in flight: enough to keep workers busy, few to cancel
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    try:
+        pending: deque[Future[dict[str, Any]]] = deque()
+        queue = iter(work)
+        for point in itertools.islice(queue, window):
+            pending.append(pool.submit(run_point, point, costs, steps))
+        while pending:
+            result = pending.popleft().result()
+            for point in itertools.islice(queue, 1):
+                pending.append(pool.submit(run_point, point, costs, steps))
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from pipesim.errors import PipesimError
+from pipesim.finite import json_text
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -41,11 +40,3 @@ def write_json(payload: Any) -> None:
     """Print ``payload`` as indented JSON on stdout (strict JSON: NaN and infinities, which
     JSON cannot hold, are refused, so no reader ever chokes on pipesim's output)."""
     sys.stdout.write(json_text(payload, indent=2) + "\n")
-
-
-def json_text(payload: Any, indent: int | None = None) -> str:
-    """``payload`` as strict JSON text; a non-finite number is a :class:`PipesimError`."""
-    try:
-        return json.dumps(payload, indent=indent, allow_nan=False)
-    except ValueError as error:
-        raise PipesimError(f"the result holds a non-finite number ({error})") from None

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, json_text, write_json
+from pipesim.cli.parsing import EXIT_OK, write_json
 from pipesim.cli.schedule_source import add_schedule_source_arguments, load_schedule
 from pipesim.errors import PipesimError
-from pipesim.finite import require_finite
+from pipesim.finite import json_text, require_finite
 from pipesim.limits import Limit, check
 from pipesim.outputs import output_path, write_text_atomically
 from pipesim.units import format_bytes, format_percent, format_seconds

@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
+import contextlib
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK
+from pipesim.cli.parsing import EXIT_OK, write_json
 from pipesim.cli.simulate_cmd import add_cost_arguments, add_steps_argument, cost_request
-from pipesim.errors import PipesimError
-from pipesim.outputs import output_path, write_text_atomically
+from pipesim.errors import Interrupted, PipesimError
+from pipesim.outputs import output_path
+from pipesim.progress import progress
+from pipesim.sweep_file import SweepFile, row_of
 from pipesim.units import format_bytes, format_percent, format_seconds
-
-COLUMNS = (
-    "schedule",
-    "devices",
-    "microbatches",
-    "chunks",
-    "iteration_time",
-    "bubble_fraction",
-    "analytic_bubble_fraction",
-    "throughput",
-    "speedup",
-    "max_peak_memory_bytes",
-    "oom",
-    "error",
-)
 
 
 def _int_list(text: str) -> list[int]:
@@ -66,18 +51,35 @@ def register(subparsers: Any) -> None:
     add_cost_arguments(parser)
     add_steps_argument(parser)
     parser.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)"
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1; never more than the CPUs or the points)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
-        "--out", metavar="FILE", help="also write the results: .json for JSON, otherwise CSV"
+        "--out",
+        metavar="FILE",
+        help="also write the results, saved as they complete: .json for JSON, otherwise CSV",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows already in --out and run only the points it lacks (after Ctrl-C)",
     )
     parser.set_defaults(handler=_sweep)
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pipesim.sweep import run_sweep, sweep_points
+    from pipesim.sweep import preflight, run_sweep, sweep_points
 
+    if args.steps < 1:
+        raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
+    if args.jobs < 1:
+        raise PipesimError(f"--jobs must be an integer >= 1, got {args.jobs}")
+    if args.resume and args.out is None:
+        raise PipesimError("--resume needs --out FILE: the file of the sweep to finish")
     chunks = None if args.chunks is None else _int_list(args.chunks)
     points, skipped = sweep_points(
         [s.strip() for s in args.schedules.split(",")],
@@ -85,59 +87,65 @@ def _sweep(args: argparse.Namespace) -> int:
         _int_list(args.microbatches),
         chunks,
         args.remat,
+        args.steps,
     )
     request = cost_request(args)
-    if args.steps < 1 or args.jobs < 1:
-        raise PipesimError(
-            f"--steps and --jobs must be integers >= 1, got {args.steps} and {args.jobs}"
-        )
+    preflight(request)  # input that no row can use: refused before any work
+    skipped_json = [
+        {
+            "schedule": s.point.schedule,
+            "devices": s.point.devices,
+            "microbatches": s.point.microbatches,
+            "chunks": s.point.chunks,
+            "reason": s.reason,
+        }
+        for s in skipped
+    ]
+    keys = [(p.schedule, p.devices, p.microbatches, p.chunks) for p in points]
+    sink = None
     if args.out is not None:
         output_path(args.out, "--out")  # before the sweep: a bad path loses no work
-    results = []
-    for result in run_sweep(points, request, args.steps, args.jobs):
-        results.append(result)
-    rows = [_row(r) for r in results]
-    payload = {
-        "results": results,
-        "skipped": [
-            {
-                "schedule": s.point.schedule,
-                "devices": s.point.devices,
-                "microbatches": s.point.microbatches,
-                "chunks": s.point.chunks,
-                "reason": s.reason,
-            }
-            for s in skipped
-        ],
-    }
-    if args.out is not None:
-        text = json.dumps(payload, indent=2) if args.out.endswith(".json") else _csv(rows)
-        write_text_atomically(args.out, text, field="--out")
+        sink = SweepFile(args.out, keys, skipped_json)
+        if args.resume:
+            sink.resume()
+    done = sink.keys() if sink is not None else set()
+    todo = [p for p, key in zip(points, keys, strict=True) if key not in done]
+    fresh: list[dict[str, Any]] = []
+    with progress(len(todo), "sweep", enabled=not args.json) as bar:
+        try:
+            with contextlib.closing(run_sweep(todo, request, args.steps, args.jobs)) as results:
+                for result in results:
+                    fresh.append(result)
+                    if sink is not None:
+                        sink.add(result)
+                    bar.update()
+        except KeyboardInterrupt:
+            if sink is None:
+                raise
+            sink.save()
+            raise Interrupted(
+                f"{len(sink):,} of {len(points):,} points saved to {args.out}; run the same "
+                "command with --resume to finish the sweep"
+            ) from None
+    if sink is not None:
+        sink.save()
+        entries = sink.entries()
+    else:
+        entries = fresh
+    payload = {"results": entries, "skipped": skipped_json}
     if args.json:
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-        return EXIT_OK
-    sys.stdout.write(_table(rows))
-    for s in skipped:
-        p = s.point
-        sys.stdout.write(
-            f"skipped {p.schedule} K={p.devices} M={p.microbatches} v={p.chunks}: {s.reason}\n"
-        )
+        write_json(payload)
+    else:
+        sys.stdout.write(_table([row_of(e) for e in entries]))
+        for s in skipped:
+            p = s.point
+            sys.stdout.write(
+                f"skipped {p.schedule} K={p.devices} M={p.microbatches} v={p.chunks}: {s.reason}\n"
+            )
+    failed = [e for e in entries if e.get("error")]
+    if entries and len(failed) == len(entries):
+        raise PipesimError(f"every point failed; the first: {failed[0]['error']}")
     return EXIT_OK
-
-
-def _row(result: dict[str, Any]) -> dict[str, Any]:
-    row = {key: result.get(key) for key in COLUMNS}
-    devices = result.get("per_device") or []
-    row["max_peak_memory_bytes"] = max((d["peak_memory_bytes"] for d in devices), default=None)
-    return row
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,205 @@
+"""A sweep's output file: rows saved as they complete, read back to resume.
+
+The file is a CSV of :data:`COLUMNS` (one row per point) or, for a ``.json`` path, the object
+``{"results": [...], "skipped": [...]}`` that ``pipesim plot`` reads. It is rewritten through
+:mod:`pipesim.outputs` (atomically) as rows complete, at most every :data:`SAVE_INTERVAL_S`,
+and always at the end or on Ctrl-C: at any moment it is a complete, valid file holding every
+row finished up to its last save, in the order of the sweep's points. ``--resume`` reads it
+back, keeps its rows and runs only the points it lacks; the file it leaves is then the one an
+uninterrupted sweep writes, row for row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipesim.errors import PipesimError, few
+from pipesim.finite import json_text
+from pipesim.inputs import decode_text, read_input
+from pipesim.outputs import write_text_atomically
+
+COLUMNS = (
+    "schedule",
+    "devices",
+    "microbatches",
+    "chunks",
+    "iteration_time",
+    "bubble_fraction",
+    "analytic_bubble_fraction",
+    "throughput",
+    "speedup",
+    "max_peak_memory_bytes",
+    "oom",
+    "error",
+)
+
+# Seconds between saves while rows complete; a save also waits SAVE_COST_FACTOR times as long
+# as the last one took, so a huge file is not rewritten more than a few percent of the time.
+SAVE_INTERVAL_S = 0.5
+SAVE_COST_FACTOR = 20
+
+Key = tuple[str, int, int, int]
+
+
+def key_of(entry: dict[str, Any]) -> Key:
+    """The point a result or row is for: (schedule, K, M, v)."""
+    return (entry["schedule"], entry["devices"], entry["microbatches"], entry["chunks"])
+
+
+def row_of(result: dict[str, Any]) -> dict[str, Any]:
+    """The CSV row of a result object (a row read back from a CSV is its own row)."""
+    row = {key: result.get(key) for key in COLUMNS}
+    if "per_device" in result:
+        peaks = (d["peak_memory_bytes"] for d in result["per_device"])
+        row["max_peak_memory_bytes"] = max(peaks, default=None)
+    return row
+
+
+def csv_text(rows: Iterable[dict[str, Any]]) -> str:
+    """The CSV of ``rows`` with a header line."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def is_json(path: str | Path) -> bool:
+    """Whether ``path`` takes the JSON form (by its suffix)."""
+    return str(path).lower().endswith(".json")
+
+
+class SweepFile:
+    """The rows of one sweep, saved to ``path`` in the order of ``order`` (the sweep's points)
+    as they complete."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        order: Sequence[Key],
+        skipped: list[dict[str, Any]],
+        field: str = "--out",
+    ) -> None:
+        self._path = path
+        self._field = field
+        self._order = {key: index for index, key in enumerate(order)}
+        self._skipped = skipped
+        self._entries: dict[Key, dict[str, Any]] = {}
+        self._last_save = time.monotonic()
+        self._save_cost_s = 0.0
+        self._dirty = False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keys(self) -> set[Key]:
+        """The points that have a row."""
+        return set(self._entries)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The results (or, read back from a CSV, rows) in the sweep's order."""
+        return [self._entries[k] for k in sorted(self._entries, key=self._order.__getitem__)]
+
+    def resume(self) -> int:
+        """Take the rows already in the file (none if it does not exist); return how many.
+        A file that is not this sweep's (another format, rows of other points) is refused."""
+        path = Path(self._path)
+        if not path.exists():
+            return 0
+        text = decode_text(read_input(path, "--resume"), f"--resume file {str(path)!r}")
+        loaded = _read_json(text, path) if is_json(path) else _read_csv(text, path)
+        foreign = [k for k in loaded if k not in self._order]
+        if foreign:
+            named = few(f"{s} K={k} M={m} v={v}" for s, k, m, v in foreign)
+            raise PipesimError(
+                f"--resume: {str(path)!r} holds rows of points not in this sweep ({named}); "
+                "resume with the arguments of the sweep that wrote it"
+            )
+        self._entries.update(loaded)
+        return len(loaded)
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Record a finished point; save when the last save is old enough."""
+        self._entries[key_of(result)] = result
+        self._dirty = True
+        now = time.monotonic()
+        if now - self._last_save >= max(SAVE_INTERVAL_S, SAVE_COST_FACTOR * self._save_cost_s):
+            self.save()
+
+    def save(self) -> None:
+        """Write every row recorded so far (atomically)."""
+        started = time.monotonic()
+        write_text_atomically(self._path, self.text(), field=self._field)
+        self._last_save = time.monotonic()
+        self._save_cost_s = self._last_save - started
+        self._dirty = False
+
+    def text(self) -> str:
+        """The file's content now."""
+        entries = self.entries()
+        if is_json(self._path):
+            return json_text({"results": entries, "skipped": self._skipped}, indent=2)
+        return csv_text(row_of(e) for e in entries)
+
+
+def _read_csv(text: str, path: Path) -> dict[Key, dict[str, Any]]:
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        return {}
+    if tuple(header) != COLUMNS:
+        raise PipesimError(
+            f"--resume: {str(path)!r} is not a sweep CSV (its header is not {','.join(COLUMNS)})"
+        )
+    rows: dict[Key, dict[str, Any]] = {}
+    for line, cells in enumerate(reader, start=2):
+        if len(cells) != len(COLUMNS):
+            raise PipesimError(
+                f"--resume: {str(path)!r} line {line} has {len(cells)} cells, not {len(COLUMNS)}"
+            )
+        row = {column: _cell(cell) for column, cell in zip(COLUMNS, cells, strict=True)}
+        row["schedule"] = cells[0]
+        if row["error"] is not None:
+            row["error"] = cells[-1]
+        try:
+            key = key_of(row)
+            if not all(isinstance(n, int) for n in key[1:]):
+                raise ValueError
+        except ValueError:
+            raise PipesimError(
+                f"--resume: {str(path)!r} line {line} does not name a point (schedule, K, M, v)"
+            ) from None
+        rows[key] = row
+    return rows
+
+
+def _cell(text: str) -> Any:
+    """A CSV cell back to the value that wrote it: "" None, True/False, int, float, text."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _read_json(text: str, path: Path) -> dict[Key, dict[str, Any]]:
+    try:
+        payload = json.loads(text)
+        results = payload["results"]
+        return {key_of(result): result for result in results}
+    except (ValueError, KeyError, TypeError):
+        raise PipesimError(
+            f'--resume: {str(path)!r} is not a sweep\'s JSON (an object whose "results" '
+            "list objects with schedule, devices, microbatches and chunks)"
+        ) from None

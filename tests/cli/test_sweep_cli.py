@@ -1,0 +1,247 @@
+"""``pipesim sweep``: bad global input refused before any work, size limits, rows saved as they
+complete, Ctrl-C (exit 130, one line) and ``--resume`` giving the uninterrupted file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import pipesim.sweep
+from pipesim.sweep import run_point
+
+from .test_schedule_cli import run
+
+GRID = ["--schedules", "gpipe,1f1b,zb-h1", "-K", "2,4", "-M", "4,8", "--costs", "1,2,1"]
+
+
+def _never(*args: object) -> None:
+    raise AssertionError("a point ran although the input is bad for every row")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--costs", "nan,nan"], "costs F must be a number >= 0, got nan"),
+        (["--costs", "1,1", "--comm", "inf"], "comm must be a number >= 0, got inf"),
+        (["--model", "nope", "--hardware", "a100"], "unknown model 'nope'"),
+        (["--model", "uniform-4", "--hardware", "nope"], "unknown hardware 'nope'"),
+        (["--model", "uniform-4", "--hardware", "BAD"], "cannot read it (not UTF-8 text"),
+        (["--model", "uniform-4", "--hardware", "a100", "--dtype", "fp7"], "fp7"),
+    ],
+)
+def test_a_bad_global_input_is_exit_2_before_any_work(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    arguments: list[str],
+    message: str,
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"name = 'x'\n\xff\xfe\x00")
+    arguments = [str(bad) if a == "BAD" else a for a in arguments]
+    monkeypatch.setattr(pipesim.sweep, "run_point", _never)
+    status, out, err = run(capsys, "sweep", "--schedules", "1f1b", "-K", "2", "-M", "4", *arguments)
+    assert status == 2 and out == ""
+    assert err.startswith("pipesim: error: ") and message in err and err.count("\n") == 1
+
+
+def test_costs_that_overflow_are_an_error_row_and_exit_2_when_every_row_fails(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(
+        capsys, "sweep", "--schedules", "1f1b", "-K", "2", "-M", "4", "--costs", "1e308,1e308"
+    )
+    assert status == 2
+    assert "error: iteration_time is inf (the costs overflow a float)" in out
+    assert err == (
+        "pipesim: error: every point failed; the first: iteration_time is inf (the costs "
+        "overflow a float)\n"
+    )
+
+
+def test_a_grid_beyond_the_size_limits_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipesim.sweep, "run_point", _never)
+    status, _, err = run(
+        capsys, "sweep", "--schedules", "1f1b,gpipe", "-K", "2,4", "-M", "4,1000000000",
+        "--costs", "1,1",
+    )  # fmt: skip
+    assert status == 2
+    assert err == (
+        "pipesim: error: 1f1b K=2 M=1,000,000,000 v=1: 4,000,000,000 actions: beyond the limit "
+        "of 1,048,576 actions; set PIPESIM_MAX_ACTIONS to raise it (and 3 more points)\n"
+    )
+    monkeypatch.setenv("PIPESIM_MAX_CONFIGS", "3")
+    status, _, err = run(capsys, "sweep", *GRID)
+    assert status == 2
+    assert err == (
+        "pipesim: error: the sweep's 12 points: beyond the limit of 3 configurations; set "
+        "PIPESIM_MAX_CONFIGS to raise it\n"
+    )
+    monkeypatch.setenv("PIPESIM_MAX_CONFIGS", "100")
+    monkeypatch.setenv("PIPESIM_MAX_ACTIONS", "50")
+    status, _, err = run(capsys, "sweep", *GRID, "--steps", "3")
+    assert status == 2
+    assert err == (
+        "pipesim: error: gpipe K=2 M=8 v=1: 96 actions over 3 steps: beyond the limit of 50 "
+        "actions; set PIPESIM_MAX_ACTIONS to raise it (and 9 more points)\n"
+    )
+
+
+def test_jobs_are_capped_at_the_cpus_and_the_points(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[int] = []
+    real = ProcessPoolExecutor
+
+    def pool(max_workers: int, **kwargs: object) -> object:
+        started.append(max_workers)
+        return real(max_workers=max_workers, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(pipesim.sweep, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(pipesim.sweep, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
+    status, _, _ = run(capsys, "sweep", *GRID, "--jobs", "100000")
+    assert status == 0 and started == [2]
+    status, _, _ = run(
+        capsys, "sweep", "--schedules", "1f1b", "-K", "2", "-M", "4", "--costs", "1,1",
+        "--jobs", "100000",
+    )  # fmt: skip
+    assert status == 0 and started == [2]  # one point: no pool at all
+
+
+def test_cap_jobs() -> None:
+    from pipesim.limits import cap_jobs, cpu_count
+
+    assert cap_jobs(100_000, 10**6) == cpu_count()
+    assert cap_jobs(100_000, 1) == 1
+    assert cap_jobs(1, 50) == 1
+
+
+class _Interrupt:
+    """``run_point`` that raises KeyboardInterrupt (Ctrl-C) when the ``at``-th point starts."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.calls = 0
+
+    def __call__(self, *args: object) -> dict[str, object]:
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return run_point(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_an_interrupted_sweep_resumed_equals_an_uninterrupted_one(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    suffix: str,
+) -> None:
+    whole, part = tmp_path / f"whole{suffix}", tmp_path / f"part{suffix}"
+    status, whole_out, _ = run(capsys, "sweep", *GRID, "--out", str(whole))
+    assert status == 0
+    monkeypatch.setattr(pipesim.sweep, "run_point", _Interrupt(at=5))
+    status, _, err = run(capsys, "sweep", *GRID, "--out", str(part))
+    assert status == 130
+    assert err == (
+        f"pipesim: interrupted: 4 of 12 points saved to {part}; run the same command with "
+        "--resume to finish the sweep\n"
+    )
+    if suffix == ".csv":
+        assert part.read_text() == "".join(whole.read_text().splitlines(keepends=True)[:5])
+    else:
+        assert (
+            json.loads(part.read_text())["results"] == json.loads(whole.read_text())["results"][:4]
+        )
+    counter = _Interrupt(at=0)
+    monkeypatch.setattr(pipesim.sweep, "run_point", counter)
+    status, resumed_out, _ = run(capsys, "sweep", *GRID, "--out", str(part), "--resume")
+    assert status == 0 and counter.calls == 8  # the 4 saved points are not run again
+    assert part.read_text() == whole.read_text()
+    assert resumed_out == whole_out
+    status, _, _ = run(capsys, "sweep", *GRID, "--out", str(part), "--resume")
+    assert status == 0 and counter.calls == 8 and part.read_text() == whole.read_text()
+
+
+def test_resume_refuses_another_sweeps_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "s.csv"
+    run(capsys, "sweep", *GRID, "--out", str(out))
+    status, _, err = run(
+        capsys, "sweep", "--schedules", "1f1b", "-K", "2", "-M", "4", "--costs", "1,2,1",
+        "--out", str(out), "--resume",
+    )  # fmt: skip
+    assert status == 2
+    assert err == (
+        f"pipesim: error: --resume: {str(out)!r} holds rows of points not in this sweep (gpipe "
+        "K=2 M=4 v=1, gpipe K=2 M=8 v=1, gpipe K=4 M=4 v=1, gpipe K=4 M=8 v=1, 1f1b K=2 M=8 "
+        "v=1 and 6 more); resume with the arguments of the sweep that wrote it\n"
+    )
+    out.write_text("a,b\n1,2\n")
+    status, _, err = run(capsys, "sweep", *GRID, "--out", str(out), "--resume")
+    assert status == 2 and "is not a sweep CSV" in err
+    status, _, err = run(capsys, "sweep", *GRID, "--resume")
+    assert status == 2 and err == (
+        "pipesim: error: --resume needs --out FILE: the file of the sweep to finish\n"
+    )
+
+
+def test_rows_are_saved_while_the_sweep_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    out = tmp_path / "s.csv"
+    seen: list[int] = []
+
+    def spy(*args: object) -> dict[str, object]:
+        seen.append(len(out.read_text().splitlines()) - 1 if out.exists() else 0)
+        return run_point(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipesim.sweep, "run_point", spy)
+    monkeypatch.setattr("pipesim.sweep_file.SAVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("pipesim.sweep_file.SAVE_COST_FACTOR", 0.0)
+    status, _, _ = run(capsys, "sweep", *GRID, "--out", str(out))
+    assert status == 0
+    assert seen == list(range(12))  # before each point, every earlier one is in the file
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_the_rows(
+    tmp_path: Path,
+) -> None:
+    """The real signal: SIGINT to the parent of two workers (a terminal sends it to all;
+    workers ignore it and the parent stops them)."""
+    out = tmp_path / "s.csv"
+    grid = [
+        "--schedules", "gpipe,1f1b,zb-h1,zbv,interleaved-1f1b,zb-h2,looped-bfs",
+        "-K", "2,4,8,16", "-M", "8,16,32,64,128,256", "--costs", "1,2,1", "--steps", "4",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipesim", "sweep", *grid, "--jobs", "2", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PIPESIM_PROGRESS": "0"},
+    )
+    deadline = time.monotonic() + 120
+    while not (out.exists() and out.read_text().count("\n") >= 3):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert err.startswith("pipesim: interrupted: ") and err.count("\n") == 1, err
+    rows = list(csv.reader(out.open()))
+    assert rows[0][:4] == ["schedule", "devices", "microbatches", "chunks"]
+    assert len(rows) >= 3 and all(len(r) == 12 for r in rows)
