@@ -11,16 +11,50 @@
 >>> len(result.timeline.compute)
 16
 
-The executor is the only package besides ``validation`` that imports torch.
+The executor is the only package besides ``validation`` that imports torch. Importing this
+package does not: its public names are loaded on first use, so ``python -m executor`` can say
+in one line that torch is missing, and :mod:`executor.backends` and :mod:`executor.errors`
+work without it.
 """
 
-from executor.errors import ExecutorError, PeerError, SplitError, StageError
-from executor.split import split_microbatches, split_model
-from executor.step import StepResult, StepState, run_step
-from executor.trainer import PipelineTrainer
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from executor.backends import Backend, DeviceKind
+from executor.errors import (
+    BackendError,
+    ExecutorError,
+    LimitError,
+    NonFiniteError,
+    PeerError,
+    SplitError,
+    StageError,
+)
+
+if TYPE_CHECKING:
+    from executor.runtime import StepResult, StepState
+    from executor.split import split_microbatches, split_model
+    from executor.step import run_step
+    from executor.trainer import PipelineTrainer
+
+_LAZY = {
+    "PipelineTrainer": "executor.trainer",
+    "StepResult": "executor.runtime",
+    "StepState": "executor.runtime",
+    "run_step": "executor.step",
+    "split_microbatches": "executor.split",
+    "split_model": "executor.split",
+}
 
 __all__ = [
+    "Backend",
+    "BackendError",
+    "DeviceKind",
     "ExecutorError",
+    "LimitError",
+    "NonFiniteError",
     "PeerError",
     "PipelineTrainer",
     "SplitError",
@@ -31,3 +65,11 @@ __all__ = [
     "split_microbatches",
     "split_model",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Load the torch-backed public names on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'executor' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -20,9 +20,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from executor.backends import Backend
 from executor.models import mlp, transformer
+from executor.runtime import StepResult
 from executor.split import split_model
-from executor.step import StepResult
 from executor.teardown import end_rank
 from executor.trainer import PipelineTrainer
 from pipesim.cli.parsing import ArgumentParser, positive_int
@@ -114,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         schedule,
         stages,
         loss_fn,
-        backend="distributed" if distributed else "local",
+        backend=Backend.DISTRIBUTED if distributed else Backend.LOCAL,
         timeout_s=args.timeout,
     )
     generator = torch.Generator().manual_seed(0)

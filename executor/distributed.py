@@ -7,22 +7,22 @@ known is posted when the step starts, so data flows while the receiver computes 
 message only once its receive is posted). With NCCL, whose operations on one communicator run
 in order, a receive is posted only when it is needed, with the ones before it from that peer.
 
-Shapes are exchanged, not declared: the first activation across each stage boundary is
-preceded by a small header with its shape and dtype; gradients have the shape of the output
-their receiver produced itself.
+Shapes are exchanged, not declared (see :mod:`executor.shapes`).
 
-Every wait is bounded by ``timeout_s``: a peer that died or stalled makes the others raise a
-:class:`~executor.errors.PeerError` naming the message, instead of hanging.
+Every wait is bounded by ``timeout_s``. A peer that died or stalled makes the others raise a
+:class:`~executor.errors.PeerError` naming the device that stopped responding, and the first
+failure of a step (a NaN, a stage that raised) ends every rank with that failure's line, not
+with a hang (see :mod:`executor.watch`).
 """
 
 from __future__ import annotations
 
-import datetime
+import math
 import queue
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -30,38 +30,15 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.clock import Clock
-from executor.errors import ExecutorError, PeerError
+from executor.errors import BackendError, ExecutorError
 from executor.messages import Message, incoming_order
+from executor.runtime import StepResult, make_runners, timeline_from
+from executor.shapes import HEADER_LENGTH, ShapeBook, from_header, header
 from executor.stage import LossFn
 from executor.stash import StashMeter
-from executor.step import StepResult, make_runners, timeline_from
+from executor.watch import StepWatch
 from executor.worker import DeviceRecord, DeviceWorker
 from pipesim.schedules import Schedule
-
-_DTYPES = [
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int64,
-    torch.int32,
-    torch.uint8,
-    torch.bool,
-]
-_HEADER = 10  # dtype code, ndim, up to 8 sizes
-
-
-@dataclass
-class ShapeBook:
-    """What this rank knows of the tensors crossing each stage boundary; kept across steps so
-    the shape headers travel once.
-
-    ``known[b]`` is the (shape, dtype) of stage b's output; ``announced`` the boundaries whose
-    header this rank has sent.
-    """
-
-    known: dict[int, tuple[tuple[int, ...], torch.dtype]] = field(default_factory=dict)
-    announced: set[int] = field(default_factory=set)
 
 
 class _BackgroundSender:
@@ -77,11 +54,18 @@ class _BackgroundSender:
         self._queue: queue.SimpleQueue[tuple[torch.Tensor, int, str] | None] = queue.SimpleQueue()
         self.works: list[tuple[Any, str, torch.Tensor]] = []
         self.error: BaseException | None = None
+        self._abandoned = False
         self._thread = threading.Thread(target=self._run, name="pipesim-sender", daemon=True)
         self._thread.start()
 
     def submit(self, tensor: torch.Tensor, destination: int, what: str) -> None:
         self._queue.put((tensor, destination, what))
+
+    def abandon(self) -> None:
+        """Drop the queued sends and let the thread end (after a failure; not joined, as it
+        may be inside a send to a peer that stopped)."""
+        self._abandoned = True
+        self._queue.put(None)
 
     def close(self) -> list[tuple[Any, str, torch.Tensor]]:
         """Stop after the queued sends; their works (to wait on) in order."""
@@ -94,7 +78,7 @@ class _BackgroundSender:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             tensor, destination, what = item
-            if self.error is not None:
+            if self.error is not None or self._abandoned:
                 continue
             try:
                 self.works.append((dist.isend(tensor, destination), what, tensor))
@@ -113,10 +97,12 @@ class DistributedTransport:
         book: ShapeBook,
         tensor_device: torch.device,
         timeout_s: float,
+        watch: StepWatch,
     ) -> None:
         self.schedule = schedule
         self.device = device
-        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.watch = watch
+        self.timeout = timedelta(seconds=timeout_s)
         self.timeout_s = timeout_s
         self.tensor_device = tensor_device
         self.order = incoming_order(schedule, device, step)
@@ -140,7 +126,7 @@ class DistributedTransport:
                 )
             if message.boundary not in self.book.announced:
                 self.book.announced.add(message.boundary)
-                self._post_send(_header(payload).to(self.tensor_device), message, destination)
+                self._post_send(header(payload).to(self.tensor_device), message, destination)
         self._post_send(payload, message, destination)
 
     def _post_send(self, tensor: torch.Tensor, message: Message, destination: int) -> None:
@@ -148,13 +134,27 @@ class DistributedTransport:
         if self.sender is not None:
             self.sender.submit(tensor, destination, what)
         else:
-            self.sends.append((dist.isend(tensor, destination), what, tensor))
+            try:
+                self.sends.append((dist.isend(tensor, destination), what, tensor))
+            except RuntimeError as error:  # the pair to a dead peer is closed
+                raise self.watch.peer_failed(what, self.timeout_s, error) from error
+
+    def abandon(self) -> None:
+        """After a failure: stop the sending thread; the step's works are dropped."""
+        if self.sender is not None:
+            self.sender.abandon()
+            self.sender = None
 
     def finish(self) -> None:
         """Wait until every send of the step completed."""
         if self.sender is not None:
-            self.sends.extend(self.sender.close())
-            self.sender = None
+            sender, self.sender = self.sender, None
+            try:
+                self.sends.extend(sender.close())
+            except ExecutorError as error:
+                raise self.watch.peer_failed(
+                    "posting a send", self.timeout_s, error.__cause__ or error
+                ) from error
         for work, what, _ in self.sends:
             self._wait(work, what)
         self.sends.clear()
@@ -187,12 +187,12 @@ class DistributedTransport:
     def _post(self, message: Message, source: int) -> None:
         known = self.book.known.get(message.boundary)
         if message.is_activation and known is None:
-            header = torch.empty(_HEADER, dtype=torch.int64, device=self.tensor_device)
+            announced = torch.empty(HEADER_LENGTH, dtype=torch.int64, device=self.tensor_device)
             self._wait(
-                dist.irecv(header, source),
+                self._irecv(announced, source, message),
                 f"waiting for the shape of {message} from device {source}",
             )
-            known = _from_header(header)
+            known = from_header(announced)
             self.book.known[message.boundary] = known
         if known is None:
             raise ExecutorError(
@@ -201,33 +201,23 @@ class DistributedTransport:
             )
         shape, dtype = known
         buffer = torch.empty(shape, dtype=dtype, device=self.tensor_device)
-        self.pending[message] = (dist.irecv(buffer, source), buffer)
+        self.pending[message] = (self._irecv(buffer, source, message), buffer)
+
+    def _irecv(self, buffer: torch.Tensor, source: int, message: Message) -> Any:
+        try:
+            return dist.irecv(buffer, source)
+        except RuntimeError as error:  # the pair to a dead peer is closed
+            raise self.watch.peer_failed(
+                f"posting the receive of {message} from device {source}", self.timeout_s, error
+            ) from error
 
     def _wait(self, work: Any, what: str) -> None:
         try:
             completed = work.wait(self.timeout)
         except RuntimeError as error:
-            raise PeerError(
-                f"device {self.device}: {what} failed after at most {self.timeout_s:g} s; the "
-                f"peer may have died or stalled ({str(error).splitlines()[0]})"
-            ) from error
+            raise self.watch.peer_failed(what, self.timeout_s, error) from error
         if completed is False:
-            raise PeerError(
-                f"device {self.device}: {what} timed out after {self.timeout_s:g} s; the peer "
-                "may have died or stalled"
-            )
-
-
-def _header(tensor: torch.Tensor) -> torch.Tensor:
-    if tensor.dim() > _HEADER - 2:
-        raise ExecutorError(f"stage outputs may have at most {_HEADER - 2} dimensions")
-    sizes = list(tensor.shape) + [0] * (_HEADER - 2 - tensor.dim())
-    return torch.tensor([_DTYPES.index(tensor.dtype), tensor.dim(), *sizes], dtype=torch.int64)
-
-
-def _from_header(header: torch.Tensor) -> tuple[tuple[int, ...], torch.dtype]:
-    values = [int(v) for v in header.tolist()]
-    return tuple(values[2 : 2 + values[1]]), _DTYPES[values[0]]
+            raise self.watch.peer_failed(what, self.timeout_s, "timed out")
 
 
 def run_distributed_step(
@@ -241,8 +231,14 @@ def run_distributed_step(
     step: int = 0,
     timeout_s: float = 60.0,
     book: ShapeBook | None = None,
+    check_finite: bool = False,
 ) -> StepResult:
-    """This rank's part of one step; every rank returns the same :class:`StepResult`."""
+    """This rank's part of one step; every rank returns the same :class:`StepResult`.
+
+    A failure on any rank (a stage that raised, a non-finite output, a peer that stopped
+    responding) is published to the other ranks before it is raised here; see
+    :mod:`executor.watch` for how they learn of it and whom they name.
+    """
     if not dist.is_initialized():
         raise ExecutorError(
             "the distributed backend needs torch.distributed initialized (torchrun, or "
@@ -252,35 +248,57 @@ def run_distributed_step(
         raise ExecutorError(
             f"world size {dist.get_world_size()} != the schedule's {schedule.devices} devices"
         )
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise BackendError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
     device = dist.get_rank()
     meters = {device: StashMeter()}
     runners = make_runners(schedule, stages, loss_fn, device, weights, meters)
     tensor_device = next(iter(runners.values())).device
     if dist.get_backend() == "nccl" and tensor_device.type != "cuda":
         raise ExecutorError("the NCCL backend needs the stages on CUDA devices")
-    transport = DistributedTransport(
-        schedule, device, step, ShapeBook() if book is None else book, tensor_device, timeout_s
-    )
-    dist.barrier()
-    if dist.get_backend() == "gloo":
-        transport.post_known()
-    record = DeviceRecord(device, Clock(tensor_device))
-    worker = DeviceWorker(device, schedule, runners, transport, record, step, xs, ys)
-    worker.run_all()
-    transport.finish()
-    last = schedule.stages - 1
-    local_loss = sum(float(v) for v in runners[last].losses.values()) if last in runners else None
-    peak_cuda = (
-        torch.cuda.max_memory_allocated(tensor_device) if tensor_device.type == "cuda" else None
-    )
-    mine = {
-        "record": _portable(record),
-        "loss": local_loss,
-        "stash": meters[device].peak_bytes,
-        "cuda": peak_cuda,
-    }
-    gathered: list[Any] = [None] * schedule.devices
-    dist.all_gather_object(gathered, mine)
+    watch = StepWatch.of_default_group(device, schedule.devices)
+    with watch.beating():
+        transport = DistributedTransport(
+            schedule,
+            device,
+            step,
+            ShapeBook() if book is None else book,
+            tensor_device,
+            timeout_s,
+            watch,
+        )
+        dist.barrier()
+        record = DeviceRecord(device, Clock(tensor_device))
+        worker = DeviceWorker(
+            device, schedule, runners, transport, record, step, xs, ys, check_finite=check_finite
+        )
+        try:
+            if dist.get_backend() == "gloo":
+                transport.post_known()
+            worker.run_all()
+            transport.finish()
+        except ExecutorError as error:
+            watch.publish(error)  # a no-op when another rank's failure came first
+            transport.abandon()
+            raise
+        last = schedule.stages - 1
+        local_loss = (
+            sum(float(v) for v in runners[last].losses.values()) if last in runners else None
+        )
+        peak_cuda = (
+            torch.cuda.max_memory_allocated(tensor_device) if tensor_device.type == "cuda" else None
+        )
+        mine = {
+            "record": _portable(record),
+            "loss": local_loss,
+            "stash": meters[device].peak_bytes,
+            "cuda": peak_cuda,
+        }
+        gathered: list[Any] = [None] * schedule.devices
+        try:
+            dist.all_gather_object(gathered, mine)
+        except RuntimeError as error:  # a peer failed after this rank's last action
+            raise watch.peer_failed("exchanging the step's records", timeout_s, error) from error
     loss = next(g["loss"] for g in gathered if g["loss"] is not None)
     records = [
         _restore(g["record"], _offset_s(g["record"], gathered[0]["record"])) for g in gathered

@@ -17,5 +17,19 @@ class PeerError(ExecutorError):
     """A peer process stopped answering: it died, or waited past the timeout."""
 
 
+class NonFiniteError(ExecutorError):
+    """An action produced NaN or Inf: the message names the device, the action (stage, kind,
+    micro-batch) and the step where it first appeared. On the other ranks of a distributed
+    step the same message arrives through the process group's store."""
+
+
 class SplitError(PipesimError):
     """A model cannot be cut as asked (bad partition, too few layers, uneven micro-batches)."""
+
+
+class BackendError(PipesimError):
+    """An unknown backend or device kind, or one this machine cannot run (no CUDA device)."""
+
+
+class LimitError(PipesimError):
+    """A run larger than a documented limit: the message names the limit and how to raise it."""

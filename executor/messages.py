@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.schedules import Action, Schedule
+from pipesim.schedules import Action, Kind, Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ class Message:
     @property
     def is_activation(self) -> bool:
         """True when the message feeds a forward."""
-        return self.producer.kind.value == "F"
+        return self.producer.kind is Kind.F
 
     def __str__(self) -> str:
         return f"{self.producer}->{self.consumer} (step {self.step})"

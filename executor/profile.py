@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -30,6 +30,7 @@ from executor.stash import StashMeter
 from pipesim.costs import PipelineCosts, StageCosts
 from pipesim.engine.records import Timeline
 from pipesim.hardware import Link, Network, Topology
+from pipesim.schedules import Kind
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def profile_stage(
         noise = torch.randn(output.shape, generator=generator, dtype=output.dtype)
         return (noise * 1e-3).to(output.device)
 
-    times: dict[str, list[float]] = {"F": [], "B": [], "I": [], "W": []}
+    times: dict[Kind, list[float]] = {kind: [] for kind in Kind}
     stash = stash_w = 0
     output_bytes = 0.0
     for round_ in range(warmup + repeats):
@@ -129,19 +130,19 @@ def profile_stage(
         if out is not None:
             output_bytes = float(out.numel() * out.element_size())
         if keep:
-            times["F"].append((t1 - t0) / 1e9)
-            times["B"].append((t2 - t1) / 1e9)
-            times["I"].append((t4 - t3) / 1e9)
-            times["W"].append((t5 - t4) / 1e9)
+            times[Kind.F].append((t1 - t0) / 1e9)
+            times[Kind.B].append((t2 - t1) / 1e9)
+            times[Kind.I].append((t4 - t3) / 1e9)
+            times[Kind.W].append((t5 - t4) / 1e9)
     module.zero_grad(set_to_none=False)
     medians = {kind: statistics.median(values) for kind, values in times.items()}
-    forwards = times["F"]
-    spread = (max(forwards) - min(forwards)) / medians["F"] if medians["F"] > 0 else 0.0
+    forwards = times[Kind.F]
+    spread = (max(forwards) - min(forwards)) / medians[Kind.F] if medians[Kind.F] > 0 else 0.0
     return StageProfile(
-        forward_s=medians["F"],
-        backward_s=medians["B"],
-        input_grad_s=medians["I"],
-        weight_grad_s=medians["W"],
+        forward_s=medians[Kind.F],
+        backward_s=medians[Kind.B],
+        input_grad_s=medians[Kind.I],
+        weight_grad_s=medians[Kind.W],
         activation_bytes=float(stash),
         weight_grad_activation_bytes=float(min(stash_w, stash)),
         input_bytes=float(sample_input.numel() * sample_input.element_size()),
@@ -247,18 +248,18 @@ def calibrated_costs(
     )
 
 
-def in_situ_times(timelines: Sequence[Timeline]) -> dict[tuple[int, str], float]:
+def in_situ_times(timelines: Sequence[Timeline]) -> dict[tuple[int, Kind], float]:
     """Median measured compute time per (stage, kind) over pipelined runs' timelines.
 
     A stage's actions cost a little more inside a running pipeline than alone (a neighbour's
     transfers, caches shared with its other chunks): timing them in a real, short pipelined
     run captures that, the way profiling a training iteration does.
     """
-    samples: dict[tuple[int, str], list[float]] = {}
+    samples: dict[tuple[int, Kind], list[float]] = {}
     for timeline in timelines:
         for record in timeline.compute:
             if record.action is not None:
-                key = (record.action.stage, record.action.kind.value)
+                key = (record.action.stage, record.action.kind)
                 samples.setdefault(key, []).append(record.duration_s)
     return {key: statistics.median(values) for key, values in samples.items()}
 
@@ -287,13 +288,13 @@ def latency_samples(timelines: Sequence[Timeline], bandwidth_bytes_per_s: float)
 
 
 def with_times(
-    profile: StageProfile, stage: int, times: dict[tuple[int, str], float]
+    profile: StageProfile, stage: int, times: Mapping[tuple[int, Kind], float]
 ) -> StageProfile:
     """``profile`` with the times measured in situ where there are some."""
     return dataclasses.replace(
         profile,
-        forward_s=times.get((stage, "F"), profile.forward_s),
-        backward_s=times.get((stage, "B"), profile.backward_s),
-        input_grad_s=times.get((stage, "I"), profile.input_grad_s),
-        weight_grad_s=times.get((stage, "W"), profile.weight_grad_s),
+        forward_s=times.get((stage, Kind.F), profile.forward_s),
+        backward_s=times.get((stage, Kind.B), profile.backward_s),
+        input_grad_s=times.get((stage, Kind.I), profile.input_grad_s),
+        weight_grad_s=times.get((stage, Kind.W), profile.weight_grad_s),
     )

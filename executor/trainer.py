@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from executor.backends import Backend, parse_backend
+from executor.runtime import StepResult, StepState, check_stages
 from executor.stage import LossFn
-from executor.step import StepResult, StepState, check_stages, run_step
+from executor.step import run_step
 from pipesim.schedules import Schedule
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
@@ -35,8 +37,12 @@ class PipelineTrainer:
         stages: one module per stage (see :func:`executor.split_model`).
         loss_fn: per micro-batch; the step minimizes the mean over micro-batches.
         optimizer: builds one optimizer per stage from its parameters (default SGD, lr 0.1).
-        backend: ``local`` or ``distributed`` (then only this rank's stages are stepped).
+        backend: ``Backend.LOCAL`` or ``Backend.DISTRIBUTED`` (then only this rank's stages
+            are stepped), or its name.
         timeout_s: bound on each wait for a peer (distributed).
+        check_finite: check every action's outputs for NaN and Inf and stop the step at the
+            first (a :class:`~executor.errors.NonFiniteError` naming the action), before a
+            non-finite gradient reaches the weights. On by default.
     """
 
     def __init__(
@@ -45,15 +51,17 @@ class PipelineTrainer:
         stages: Sequence[nn.Module],
         loss_fn: LossFn,
         optimizer: OptimizerFactory | None = None,
-        backend: str = "local",
+        backend: Backend | str = Backend.LOCAL,
         timeout_s: float = 60.0,
+        check_finite: bool = True,
     ) -> None:
         check_stages(schedule, stages)
         self.schedule = schedule
         self.stages = list(stages)
         self.loss_fn = loss_fn
-        self.backend = backend
+        self.backend = parse_backend(backend)
         self.timeout_s = timeout_s
+        self.check_finite = check_finite
         make = optimizer or (lambda params: torch.optim.SGD(params, lr=0.1))
         self.owned = self._owned_stages()
         self.optimizers = {s: make(self.stages[s].parameters()) for s in self.owned}
@@ -65,7 +73,7 @@ class PipelineTrainer:
         self._state = StepState()
 
     def _owned_stages(self) -> list[int]:
-        if self.backend != "distributed":
+        if self.backend is not Backend.DISTRIBUTED:
             return list(range(self.schedule.stages))
         import torch.distributed as dist
 
@@ -111,4 +119,5 @@ class PipelineTrainer:
             step=self.steps_done,
             timeout_s=self.timeout_s,
             state=self._state,
+            check_finite=self.check_finite,
         )

@@ -2,7 +2,9 @@
 
 The same worker drives both backends: in one process (all devices, dependency-driven order)
 and one process per device (torch.distributed). It times every action's compute and stamps
-every message it sends and receives, for the measured timeline.
+every message it sends and receives, for the measured timeline. With ``check_finite`` it
+checks each action's outputs for NaN and Inf after the action (see :mod:`executor.finite`), so
+a non-finite value is reported where it first appeared, not steps later.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Protocol
 import torch
 
 from executor.clock import Clock
+from executor.finite import check_outputs
 from executor.messages import Message
 from executor.stage import StageRunner
 from pipesim.schedules import Action, Kind, Schedule
@@ -62,6 +65,8 @@ class DeviceWorker:
         step: int,
         inputs: Sequence[torch.Tensor],
         targets: Sequence[torch.Tensor],
+        *,
+        check_finite: bool = False,
     ) -> None:
         self.device = device
         self.schedule = schedule
@@ -72,6 +77,7 @@ class DeviceWorker:
         self.inputs = inputs
         self.targets = targets
         self.split = schedule.uses_split_backward()
+        self.check_finite = check_finite
         self.local: dict[Message, torch.Tensor] = {}
 
     def run_all(self) -> None:
@@ -87,6 +93,8 @@ class DeviceWorker:
             span = self.record.clock.span()
             runner.weight(m)
             self.record.compute.append((self.step, action, span.stop()))
+            if self.check_finite:
+                check_outputs(_gradients(runner), action, self.device, self.step)
             return
         incoming = self._incoming(action)
         span = self.record.clock.span()
@@ -99,8 +107,21 @@ class DeviceWorker:
         else:
             result = runner.backward(m, incoming, action.kind is Kind.I)
         self.record.compute.append((self.step, action, span.stop()))
+        if self.check_finite:
+            check_outputs(self._outputs(action, runner, result), action, self.device, self.step)
         if result is not None:
             self._outgoing(action, result)
+
+    def _outputs(
+        self, action: Action, runner: StageRunner, result: torch.Tensor | None
+    ) -> list[torch.Tensor]:
+        """What ``action`` hands on or leaves behind (see :mod:`executor.finite`)."""
+        outputs = [] if result is None else [result]
+        if action.kind is Kind.F and runner.last:
+            outputs.append(runner.losses[action.microbatch])
+        if action.kind is Kind.B:
+            outputs.extend(_gradients(runner))
+        return outputs
 
     def _incoming(self, action: Action) -> torch.Tensor | None:
         """The tensor ``action`` consumes from another stage, if any."""
@@ -129,3 +150,8 @@ class DeviceWorker:
             self.record.sent_s[message] = self.record.clock.now_s()
             self.record.sizes[message] = result.numel() * result.element_size()
             self.transport.send(result, message, destination)
+
+
+def _gradients(runner: StageRunner) -> list[torch.Tensor]:
+    """The weight gradients a stage has accumulated so far in the step."""
+    return [p.grad for p in runner.params if p.grad is not None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
+import signal
 import traceback
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from executor import run_step, split_model
+from executor import Backend, run_step, split_model
 from executor.models import mlp
 from executor.teardown import end_rank
 from pipesim.schedules import build
@@ -65,6 +65,7 @@ def gradient_cases(
                 f"{s}.{n}": p.grad.clone()
                 for s in schedule.stages_on(rank)
                 for n, p in stages[s].named_parameters()
+                if p.grad is not None
             }
             payload: dict[str, Any] = {
                 "loss": result.loss,
@@ -83,21 +84,42 @@ def gradient_cases(
 
 
 def failing_peer(rank: int, world: int, init_file: str, out_dir: str, mode: str) -> None:
-    """Rank 1 fails (``die``: exits mid-step; ``raise``: its stage raises); every rank records
-    what it saw and how long it took."""
-    _init(rank, world, init_file, 20.0)
+    """One rank fails and every rank records what it saw.
+
+    ``raise``: rank 1's stage raises; ``die``: rank 1 exits mid-step; ``nan``: rank 1's stage
+    returns NaN for micro-batch 1; ``stall``: the last rank stops itself (SIGSTOP) in its
+    first forward. The wait timeout is long for the first three (a survivor must learn of the
+    failure, not time out) and short for ``stall`` (timing out is the only way to learn)."""
+    _init(rank, world, init_file, 60.0)
     schedule = build("1f1b", world, 4)
     model = case_model(schedule.stages, 0)
     stages = split_model(model, schedule)
+    layer: nn.Module = stages[rank][0]  # type: ignore[index]
     if rank == 1 and mode == "raise":
-        stages[1][0].register_forward_hook(_explode)
+        layer.register_forward_hook(_explode)
     if rank == 1 and mode == "die":
-        stages[1][0].register_forward_hook(lambda *_: os._exit(3))
+        layer.register_forward_hook(lambda *_: os._exit(3))
+    if rank == 1 and mode == "nan":
+        calls = iter(range(1000))
+        layer.register_forward_hook(
+            lambda _m, _i, output: output * float("nan") if next(calls) == 1 else None
+        )
+    if rank == world - 1 and mode == "stall":
+        layer.register_forward_hook(lambda *_: os.kill(os.getpid(), signal.SIGSTOP))
     x, y = case_batch(4, 0)
-    began = time.monotonic()
+    timeout_s = 3.0 if mode == "stall" else 60.0
     outcome: dict[str, Any]
     try:
-        run_step(schedule, stages, x, y, nn.MSELoss(), backend="distributed", timeout_s=5.0)
+        run_step(
+            schedule,
+            stages,
+            x,
+            y,
+            nn.MSELoss(),
+            backend=Backend.DISTRIBUTED,
+            timeout_s=timeout_s,
+            check_finite=True,
+        )
         outcome = {"error": None}
     except Exception as error:
         outcome = {
@@ -105,7 +127,6 @@ def failing_peer(rank: int, world: int, init_file: str, out_dir: str, mode: str)
             "message": str(error),
             "trace": traceback.format_exc(),
         }
-    outcome["seconds"] = time.monotonic() - began
     torch.save(outcome, Path(out_dir) / f"outcome-{rank}.pt")
     os._exit(0)  # skip the process-group teardown a dead peer would hang
 

@@ -24,17 +24,21 @@ def reference_step(
     total = torch.zeros((), dtype=torch.float64)
     for x, y in zip(inputs.chunk(microbatches), targets.chunk(microbatches), strict=True):
         loss = loss_fn(clone(x), y) / microbatches
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         total = total + loss.detach().double()
     grads = {n: p.grad.detach().clone() for n, p in clone.named_parameters() if p.grad is not None}
     return float(total), grads
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-10) -> None:
-    """Relative error (to the larger norm) within ``rtol``."""
+def assert_close(
+    actual: torch.Tensor | None, expected: torch.Tensor, rtol: float = 1e-10, what: str = ""
+) -> None:
+    """Relative error (to the larger norm) within ``rtol``; ``what`` names the tensor in the
+    failure message. A missing tensor (a gradient that was never computed) fails."""
+    assert actual is not None, f"{what}: no tensor (a gradient that was never computed?)"
     scale = max(float(expected.abs().max()), float(actual.abs().max()), 1e-30)
     error = float((actual - expected).abs().max()) / scale
-    assert error <= rtol, f"relative error {error:.3g} > {rtol:g}"
+    assert error <= rtol, f"{what}: relative error {error:.3g} > {rtol:g}".lstrip(": ")
 
 
 def sgd_reference(
@@ -63,9 +67,10 @@ def sgd_reference(
             h = x
             for module in copies:
                 h = module(h)
-            (loss_fn(h, y) / microbatches).backward()
+            (loss_fn(h, y) / microbatches).backward()  # type: ignore[no-untyped-call]
         for s, module in enumerate(copies):
             for value, p in zip(live[s], module.parameters(), strict=True):
+                assert p.grad is not None
                 value -= lr * p.grad
             history[s].append([t.clone() for t in live[s]])
         after.append([t.clone() for params in live for t in params])

@@ -35,6 +35,6 @@ def test_every_schedule_on_cuda_matches_unpipelined(name: str) -> None:
     loss, expected = reference_step(reference, x, y, nn.MSELoss(), 4)
     assert abs(result.loss - loss) <= 1e-10 * abs(loss)
     for n, p in model.named_parameters():
-        assert_close(p.grad, expected[n].to(p.grad.device))
+        assert_close(p.grad, expected[n].to(p.device), what=n)
     assert all(peak is not None and peak > 0 for peak in result.peak_allocated_bytes)
     assert all(r.end_s >= r.start_s >= 0 for r in result.timeline.compute)

@@ -40,11 +40,11 @@ Grads = tuple[torch.Tensor | None, ...]
 # --------------------------------------------------------------------------- helpers
 
 
-class MatmulCounter(TorchDispatchMode):
+class MatmulCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Counts the aten matmul-type ops dispatched while active (backward ops included)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.count = 0
 
     def __torch_dispatch__(
@@ -104,7 +104,8 @@ class HandAttention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         scores = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
         mixed = torch.softmax(scores, dim=-1) @ v
-        return self.out(mixed.transpose(1, 2).reshape(b, s, d))
+        result: torch.Tensor = self.out(mixed.transpose(1, 2).reshape(b, s, d))
+        return result
 
 
 class Block(nn.Module):
@@ -320,7 +321,8 @@ class TiedTwice(nn.Module):
         self.unused = nn.Linear(3, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.shared(torch.relu(self.shared(x))))
+        result: torch.Tensor = self.head(self.shared(torch.relu(self.shared(x))))
+        return result
 
 
 def test_tied_weights_and_unused_params() -> None:
@@ -473,7 +475,8 @@ def test_custom_function_intermediate_survives_dropping_the_outputs() -> None:
     x, g = leaf(randn((5, 3), 3)), randn((5, 2), 4)
 
     def forward(inp: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = Matmul.apply(torch.tanh(Matmul.apply(inp, a)), b)
+        inner = Matmul.apply(inp, a)  # type: ignore[no-untyped-call]
+        result: torch.Tensor = Matmul.apply(torch.tanh(inner), b)  # type: ignore[no-untyped-call]
         return result
 
     (dx,), state = backward_input(forward(x, w1, w2), g, x, [w1, w2])

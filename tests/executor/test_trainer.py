@@ -28,7 +28,12 @@ def batches(count: int, size: int, width: int) -> list[tuple[torch.Tensor, torch
     ]
 
 
-def train(name: str, devices: int, microbatches: int, chunks: int | None = None):
+Trajectory = list[list[torch.Tensor]]
+
+
+def train(
+    name: str, devices: int, microbatches: int, chunks: int | None = None
+) -> tuple[Trajectory, Trajectory, list[int]]:
     schedule = build(name, devices, microbatches, chunks)
     model = mlp(4, schedule.stages + 1, dtype=torch.float64, seed=3)
     stages = split_model(model, schedule)
@@ -62,8 +67,8 @@ def test_update_rule_matches_the_reference_over_four_steps(
     trajectory, expected, used = train(name, devices, microbatches, chunks)
     assert used == staleness
     for step, (actual, wanted) in enumerate(zip(trajectory, expected, strict=True)):
-        for a, w in zip(actual, wanted, strict=True):
-            assert_close(a, w), step
+        for index, (a, w) in enumerate(zip(actual, wanted, strict=True)):
+            assert_close(a, w, what=f"{name} step {step} parameter {index}")
 
 
 def test_stale_rules_really_differ_from_flush() -> None:

@@ -17,7 +17,7 @@ from executor.profile import (
     with_times,
 )
 from pipesim.engine import simulate
-from pipesim.schedules import build
+from pipesim.schedules import Kind, build
 
 
 def test_profiles_of_a_tiny_model_make_valid_costs() -> None:
@@ -47,7 +47,7 @@ def test_in_situ_times_come_from_a_measured_timeline() -> None:
     stages = split_model(mlp(16, 2), schedule)
     result = run_step(schedule, stages, torch.randn(8, 16), torch.randn(8, 16), nn.MSELoss())
     times = in_situ_times([result.timeline])
-    assert set(times) == {(s, k) for s in (0, 1) for k in "FIW"}
+    assert set(times) == {(s, k) for s in (0, 1) for k in (Kind.F, Kind.I, Kind.W)}
     assert all(t > 0 for t in times.values())
     profile = profile_stage(
         0,
@@ -60,6 +60,6 @@ def test_in_situ_times_come_from_a_measured_timeline() -> None:
         warmup=1,
     )
     merged = with_times(profile, 0, times)
-    assert merged.forward_s == times[(0, "F")] and merged.backward_s == profile.backward_s
+    assert merged.forward_s == times[(0, Kind.F)] and merged.backward_s == profile.backward_s
     # The local backend's receivers never wait before a send: no latency sample.
     assert in_situ_latency([result.timeline], 1e9) is None

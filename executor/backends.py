@@ -1,0 +1,54 @@
+"""The kinds of run the executor offers, as Enums (no torch import, so the launcher and
+validation can name them before torch is loaded).
+
+* :class:`Backend`: how the devices of one step are driven: ``local`` (every device in this
+  process, the fast path for tests) or ``distributed`` (one torch.distributed rank per device).
+* :class:`DeviceKind`: what the stages run on: ``cpu`` (gloo between ranks) or ``cuda`` (NCCL).
+
+Both are ``StrEnum``: their values are the strings the command lines and the JSON files use,
+and ``Backend("local")`` parses one (see :func:`parse_backend` for a one-line error).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from executor.errors import BackendError
+
+
+class Backend(StrEnum):
+    """How one step's devices are driven."""
+
+    LOCAL = "local"
+    DISTRIBUTED = "distributed"
+
+
+class DeviceKind(StrEnum):
+    """What the stages compute on; over torch.distributed, CPU ranks talk gloo, CUDA ranks
+    NCCL."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+    @property
+    def process_group_backend(self) -> str:
+        """torch.distributed's backend name for ranks of this kind."""
+        return "nccl" if self is DeviceKind.CUDA else "gloo"
+
+
+def parse_backend(value: Backend | str, field: str = "backend") -> Backend:
+    """``value`` as a :class:`Backend`; anything else is a :class:`BackendError`."""
+    try:
+        return Backend(value)
+    except ValueError:
+        choices = ", ".join(b.value for b in Backend)
+        raise BackendError(f"{field} must be one of {choices}, got {value!r}") from None
+
+
+def parse_device_kind(value: DeviceKind | str, field: str = "device") -> DeviceKind:
+    """``value`` as a :class:`DeviceKind`; anything else is a :class:`BackendError`."""
+    try:
+        return DeviceKind(value)
+    except ValueError:
+        choices = " or ".join(d.value for d in DeviceKind)
+        raise BackendError(f"{field} must be {choices}, got {value!r}") from None
