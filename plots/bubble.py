@@ -74,7 +74,7 @@ def bubble_figure(rows: Sequence[Row], *, title: str = "") -> Any:
     for axes in axes_list[1:]:
         axes.tick_params(labelleft=True)
     default = "Bubble fraction against M" + (
-        " (dashed: each schedule's closed form)" if dashed else ""
+        " (dashed: each schedule's closed form, where one exists)" if dashed else ""
     )
     figure.suptitle(title or default)
     return figure

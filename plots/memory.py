@@ -65,7 +65,7 @@ def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: s
     scale, unit = byte_unit(
         max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
     )
-    figure, axes = new_figure(max(7.0, 1.3 * len(rows) + 2), 4.5)
+    figure, axes = new_figure(max(8.0, 1.3 * len(rows) + 4), 4.5)
     varied = len({(r["devices"], r["microbatches"]) for r in rows}) > 1
     names = [
         f"{r['schedule']}\nK={r['devices']} M={r['microbatches']}" if varied else r["schedule"]
@@ -84,7 +84,7 @@ def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: s
             (None, static, STATIC_COLOUR),
             (static, activation, ACTIVATION_COLOUR),
         ):
-            bars = axes.bar(positions, heights, width, bottom=bottom, color=colour)
+            bars = axes.bar(positions, heights, 0.88 * width, bottom=bottom, color=colour)
             for bar, out in zip(bars, oom, strict=True):
                 if out:
                     bar.set_hatch(OOM_HATCH)
@@ -107,7 +107,7 @@ def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: s
     axes.set_xticks(range(len(rows)), names, fontsize=8)
     axes.set_ylabel(f"peak memory per device ({unit})")
     axes.set_title(title or "Peak memory per device (one bar per device, 0..K−1, left to right)")
-    axes.legend(handles=handles, fontsize=8)
+    figure.legend(handles=handles, fontsize=8, loc="outside right upper")
     return figure
 
 

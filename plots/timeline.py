@@ -48,7 +48,6 @@ def draw_timeline(
     title: str = "",
     show_transfers: bool = True,
     end_s: float | None = None,
-    legend: bool = True,
 ) -> None:
     """Draw one timeline on ``axes`` (time axis up to ``end_s``, default its own end). Every
     compute bar wide enough for its micro-batch number carries it, in black or white,
@@ -106,23 +105,6 @@ def draw_timeline(
     axes.set_xlim(0, end * scale)
     if title:
         axes.set_title(title, loc="left", fontsize=10)
-    if not legend:
-        return
-    drawn = {kind_of(label) for _, label, start, finish in compute if finish > start}
-    kinds = sorted(drawn, key=list(KIND_COLOURS).index)
-    handles = [Patch(color=KIND_COLOURS[k], label=KIND_NAMES[k]) for k in kinds]
-    if links:
-        handles.append(Patch(color="#c44e52", alpha=0.7, label="transfer"))
-    if chunks > 1:
-        handles.append(Patch(color=_lighter("#555555", 1.0), label="lighter: later chunk"))
-    axes.legend(
-        handles=handles,
-        loc="lower right",
-        bbox_to_anchor=(1.0, 1.0),
-        fontsize=7,
-        ncol=len(handles),
-        frameon=False,
-    )
 
 
 # Label sizes tried, largest first; a digit is about 0.6 of the size wide, plus a margin.
@@ -162,9 +144,35 @@ def timeline_figure(
     """One timeline as a figure."""
     devices = 1 + max((bar[0] for bar in compute), default=0)
     links = len({(s, d) for s, d, *_ in transfers})
-    figure, axes = new_figure(12, min(MAX_HEIGHT_IN, 1.2 + 0.45 * (devices + links)))
+    figure, axes = new_figure(12, min(MAX_HEIGHT_IN, 1.4 + 0.45 * (devices + links)))
     draw_timeline(axes, compute, transfers, title=title)
+    _legend(figure, [compute], bool(transfers))
     return figure
+
+
+def _legend(figure: Any, computes: Sequence[Sequence[ComputeBar]], transfers: bool) -> None:
+    """One legend below the time axis: the kinds drawn, transfers, and the lighter shades of
+    later chunks where there are any."""
+    kinds: set[str] = set()
+    chunked = False
+    for compute in computes:
+        kinds |= {kind_of(label) for _, label, start, finish in compute if finish > start}
+        devices = 1 + max((bar[0] for bar in compute), default=0)
+        chunked = chunked or any(
+            kind_of(label) != "opt" and int(label[: label.index(kind_of(label))]) >= devices
+            for _, label, _, _ in compute
+        )
+    handles = [
+        Patch(color=KIND_COLOURS[k], label=KIND_NAMES[k])
+        for k in sorted(kinds, key=list(KIND_COLOURS).index)
+    ]
+    if transfers:
+        handles.append(Patch(color="#c44e52", alpha=0.7, label="transfer"))
+    if chunked:
+        handles.append(Patch(color=_lighter("#555555", 1.0), label="lighter: later chunk"))
+    figure.legend(
+        handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False
+    )
 
 
 def side_by_side_figure(
@@ -173,7 +181,7 @@ def side_by_side_figure(
     show_transfers: bool = False,
 ) -> Any:
     """Several timelines stacked on one time axis (measured above simulated, or one schedule
-    above another), each titled by its panel's name; one legend on top for all."""
+    above another), each titled by its panel's name; one legend below for all."""
     heights = []
     for _, compute, transfers in panels:
         devices = 1 + max((bar[0] for bar in compute), default=0)
@@ -192,35 +200,10 @@ def side_by_side_figure(
         [bar[3] for _, compute, _ in panels for bar in compute]
         + [bar[4] for _, _, transfers in panels for bar in transfers if show_transfers]
     )
-    kinds: set[str] = set()
-    chunked = False
     for index, (ax, (title, compute, transfers)) in enumerate(zip(axes_list, panels, strict=True)):
-        draw_timeline(
-            ax,
-            compute,
-            transfers,
-            title=title,
-            show_transfers=show_transfers,
-            end_s=end,
-            legend=False,
-        )
+        draw_timeline(ax, compute, transfers, title=title, show_transfers=show_transfers, end_s=end)
         if index < len(panels) - 1:
             ax.set_xlabel("")
-        kinds |= {kind_of(label) for _, label, start, finish in compute if finish > start}
-        devices = 1 + max((bar[0] for bar in compute), default=0)
-        chunked = chunked or any(
-            kind_of(label) != "opt" and int(label[: label.index(kind_of(label))]) >= devices
-            for _, label, _, _ in compute
-        )
-    handles = [
-        Patch(color=KIND_COLOURS[k], label=KIND_NAMES[k])
-        for k in sorted(kinds, key=list(KIND_COLOURS).index)
-    ]
-    if show_transfers and any(transfers for _, _, transfers in panels):
-        handles.append(Patch(color="#c44e52", alpha=0.7, label="transfer"))
-    if chunked:
-        handles.append(Patch(color=_lighter("#555555", 1.0), label="lighter: later chunk"))
-    figure.legend(
-        handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False
-    )
+    shown = show_transfers and any(transfers for _, _, transfers in panels)
+    _legend(figure, [compute for _, compute, _ in panels], shown)
     return figure

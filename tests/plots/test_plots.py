@@ -39,7 +39,7 @@ def test_timeline_has_a_row_per_device_and_link_and_a_bar_per_action(tmp_path: P
     assert {"link 0→1", "link 1→0", "link 1→2", "link 2→1"} <= set(labels)
     assert len(axes.patches) == len(compute) + len(transfers)
     assert axes.get_xlabel() == "time (s)" and axes.get_title(loc="left") == "zb-h1"
-    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
     assert legend == [
         "forward (F)",
         "input gradient (I)",
@@ -55,11 +55,12 @@ def test_timeline_has_a_row_per_device_and_link_and_a_bar_per_action(tmp_path: P
 def test_later_chunks_are_drawn_lighter_and_named_in_the_legend() -> None:
     result = simulate(build("zbv", 2, 2), synthetic_costs(2, 2, 1.0, 1.0, 1.0, comm_s=0.0))
     compute, transfers = bars_from_timeline(result.timeline)
-    axes = timeline_figure(compute, transfers).axes[0]
+    figure = timeline_figure(compute, transfers)
+    axes = figure.axes[0]
     bars = zip(compute, axes.patches, strict=False)
     colours = {tuple(patch.get_facecolor()) for bar, patch in bars if bar[1] != "opt"}
     assert len(colours) == 6  # F, I, W in two shades: chunk 0 and chunk 1
-    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
     assert legend[-1] == "lighter: later chunk"
     four = simulate(build("interleaved-1f1b", 2, 4, 4), synthetic_costs(2, 4, 1.0, 2.0))
     compute, _ = bars_from_timeline(four.timeline)
@@ -76,6 +77,7 @@ def test_side_by_side_shares_the_time_axis() -> None:
     assert [a.get_title(loc="left") for a in figure.axes] == ["measured", "simulated"]
     assert figure.axes[0].get_xlim() == figure.axes[1].get_xlim()
     assert figure.axes[0].get_xlim()[1] == pytest.approx(max(b[3] for b in later))
+    assert len(figure.legends) == 1 and figure.axes[0].get_legend() is None  # one, below
 
 
 RECORDS = [

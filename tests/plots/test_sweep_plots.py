@@ -131,8 +131,8 @@ def test_bubble_draws_the_closed_forms_it_promises(tmp_path: Path) -> None:
     rows = sweep_rows(tmp_path)
     figure = bubble_figure(rows)
     panels = [a for a in figure.axes if a.get_visible()]
-    assert (
-        figure.get_suptitle() == "Bubble fraction against M (dashed: each schedule's closed form)"
+    assert figure.get_suptitle() == (
+        "Bubble fraction against M (dashed: each schedule's closed form, where one exists)"
     )
     for axes in panels:
         dashed = [line for line in axes.lines if line.get_gid() == "closed form"]
@@ -166,11 +166,18 @@ def test_peak_memory_bars_hatch_oom_devices_and_name_the_unit(tmp_path: Path) ->
         }
         for r in few
     ]
-    axes = peak_memory_figure(over).axes[0]
+    figure = peak_memory_figure(over)
+    axes = figure.axes[0]
     hatched = [p for p in axes.patches if p.get_hatch() == OOM_HATCH]
     oom_devices = sum(d["oom"] for r in over for d in r["per_device"])
     assert oom_devices and len(hatched) == 2 * oom_devices
-    assert legend_texts(axes)[-2:] == ["capacity 4.88 KiB", "hatched: out of memory"]
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert legend == [
+        "weights, gradients, optimizer",
+        "activations",
+        "capacity 4.88 KiB",
+        "hatched: out of memory",
+    ]
 
 
 def test_peak_memory_of_a_grid_is_a_line_per_schedule(tmp_path: Path) -> None:

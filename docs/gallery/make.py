@@ -1,0 +1,185 @@
+"""Regenerate the gallery: the figures a new user sees first, from the README's own commands.
+
+    python docs/gallery/make.py [--out DIR]       # default: this folder
+
+Each figure is made the way a user makes it: ``pipesim simulate --save`` or ``pipesim sweep
+--out`` (run in-process), the saved file read back by :mod:`plots.saved` (the loader of
+``pipesim plot``), drawn by :mod:`plots` and written at a modest resolution so the PNGs stay
+small. It runs in seconds; CI runs it into a temporary folder (tests/plots/test_gallery.py).
+
+The validation figure is drawn from ``data/validation-quick.json``, a real ``pipesim validate
+--suite quick`` run kept beside this script (measuring takes minutes, not seconds); it is left
+out if that file is missing. The planner's Pareto figure joins once ``plots.plan`` exists and
+offers ``gallery_figure()``, a zero-argument function returning the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import plots
+from pipesim.cli.main import main as pipesim
+from plots import saved
+
+HERE = Path(__file__).resolve().parent
+DPI = 80
+K, M = 4, 8
+# Comparable costs: a full backward of 2, split into I = W = 1 by the zero-bubble schedules.
+FULL, SPLIT, COMM = "1,2", "1,1,1", "0.05"
+FAMILIES = [  # (schedule, chunks, what it shows)
+    ("gpipe", 1, "fill-drain"),
+    ("1f1b", 1, "one forward, one backward"),
+    ("interleaved-1f1b", 2, "two chunks per device"),
+    ("zb-h1", 1, "zero bubble: I/W split"),
+    ("zbv", 2, "zero bubble V"),
+    ("dualpipev", 2, "DualPipe cut in half"),
+]
+
+
+def run(*argv: str) -> None:
+    """One pipesim command, in-process and quiet; a failure stops the gallery."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        status = pipesim(list(argv))
+    if status != 0:
+        raise SystemExit(f"pipesim {' '.join(argv)}: exit status {status}")
+
+
+def simulate(work: Path, schedule: str, chunks: int, *extra: str) -> saved.SavedRun:
+    path = work / f"{schedule}.json"
+    costs = SPLIT if schedule.startswith(("zb", "dualpipe")) else FULL
+    run(
+        *("simulate", "--schedule", schedule, "-K", str(K), "-M", str(M), "-v", str(chunks)),
+        *("--costs", costs, "--comm", COMM, "--activation-bytes", "1e6", "--save", str(path)),
+        *extra,
+    )
+    return saved.load_run(str(path))
+
+
+def sweep(work: Path, name: str, *argv: str) -> str:
+    path = work / f"{name}.json"
+    run("sweep", *argv, "--out", str(path))
+    return str(path)
+
+
+def make(out: Path) -> list[Path]:
+    """Every gallery figure into ``out``; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def keep(figure: Any, name: str) -> None:
+        written.append(plots.save(figure, out / name, dpi=DPI))
+
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        runs = {name: simulate(work, name, chunks) for name, chunks, _ in FAMILIES}
+        for name, _, what in FAMILIES:
+            r = runs[name]
+            keep(
+                plots.timeline_figure(r.compute, r.transfers, title=f"{r.title} ({what})"),
+                f"timeline-{name}.png",
+            )
+        keep(
+            plots.side_by_side_figure(
+                [(runs[n].title, runs[n].compute, ()) for n in ("1f1b", "zb-h1", "zbv")]
+            ),
+            "compare-1f1b-zbh1-zbv.png",
+        )
+        keep(
+            plots.side_by_side_figure(
+                [
+                    (runs[n].title, runs[n].compute, ())
+                    for n in ("gpipe", "1f1b", "interleaved-1f1b")
+                ]
+            ),
+            "compare-gpipe-1f1b-interleaved.png",
+        )
+        grid = sweep(
+            work,
+            "grid",
+            *("--schedules", "gpipe,1f1b,zb-h1,zbv", "-K", "2,4,8", "-M", "4,8,16,32"),
+            *("--costs", "1,2,1", "--activation-bytes", "1e6"),
+        )
+        keep(plots.throughput_figure(saved.load_sweep(grid, "speedup"), "speedup"), "speedup.png")
+        keep(plots.bubble_figure(saved.load_sweep(grid, "bubble")), "bubble.png")
+        a100 = sweep(
+            work,
+            "a100",
+            *(
+                "--schedules",
+                "gpipe,1f1b,zb-h1,zbv,zb-h2,interleaved-zb",
+                "-K",
+                "8",
+                "-M",
+                "8,16,32",
+            ),
+            *("--model", "gpipe-transformer-48", "--hardware", "a100"),
+        )
+        keep(
+            plots.throughput_figure(
+                saved.load_sweep(a100, "throughput"),
+                "normalized_throughput",
+                title="GPipe's Transformer-48 on 8 x A100: throughput on one common baseline",
+            ),
+            "throughput-a100.png",
+        )
+        peaks = [r for r in saved.load_sweep(a100, "peak-memory") if r["microbatches"] == 8]
+        keep(
+            plots.peak_memory_figure(
+                peaks, title="Transformer-48 on 8 x A100, M=8: peak memory per device"
+            ),
+            "peak-memory-a100.png",
+        )
+        model_run = work / "memory.json"
+        run(
+            *("simulate", "--schedule", "1f1b", "-K", "4", "-M", "8", "--model"),
+            *("gpipe-transformer-24", "--hardware", "a100", "--save", str(model_run)),
+        )
+        memory = saved.load_run(str(model_run))
+        keep(
+            plots.memory_timeline_figure(
+                memory.memory, memory.capacity_bytes, title=f"Memory over time: {memory.title}"
+            ),
+            "memory-over-time.png",
+        )
+    for name, draw in extras().items():
+        keep(draw(), name)
+    return written
+
+
+def extras() -> dict[str, Callable[[], Any]]:
+    """Figures that need more than seconds of simulation or another engineer's module: the
+    validation plot from a kept real run, the planner's Pareto figure once it exists."""
+    found: dict[str, Callable[[], Any]] = {}
+    validation = HERE / "data" / "validation-quick.json"
+    if validation.exists():
+        records = saved.load_records(str(validation))
+        found["validation-predicted-vs-measured.png"] = lambda: plots.predicted_vs_measured_figure(
+            records
+        )
+        found["validation-speedup.png"] = lambda: plots.speedup_figure(records)
+    if importlib.util.find_spec("plots.plan") is not None:
+        import plots.plan as plan
+
+        figure = getattr(plan, "gallery_figure", None)
+        if callable(figure):
+            found["plan-pareto.png"] = figure
+    return found
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE, help="where the PNGs go (default: here)")
+    for path in make(parser.parse_args().out):
+        sys.stdout.write(f"{path}\n")
+
+
+if __name__ == "__main__":
+    cli()
