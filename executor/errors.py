@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from pipesim.errors import PipesimError
+from pipesim.errors import LimitError as LimitError
+from pipesim.errors import PipesimError, RunFailed
 
 
-class ExecutorError(RuntimeError):
-    """A pipelined step failed while running (a stage raised, a peer vanished)."""
+class ExecutorError(RunFailed, RuntimeError):
+    """A pipelined step failed while running (a stage raised, a peer vanished): a run that was
+    asked for properly but failed, so the command lines report it in one line, exit status 1."""
 
 
 class StageError(ExecutorError):
@@ -29,7 +31,3 @@ class SplitError(PipesimError):
 
 class BackendError(PipesimError):
     """An unknown backend or device kind, or one this machine cannot run (no CUDA device)."""
-
-
-class LimitError(PipesimError):
-    """A run larger than a documented limit: the message names the limit and how to raise it."""

@@ -16,7 +16,7 @@ PACKAGE = Path(executor.__file__).parent
 
 def imports_of(path: Path) -> set[str]:
     """The executor modules ``path`` imports, at any depth (lazy imports in functions too)."""
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from executor import PipelineTrainer, split_model
+from executor import NonFiniteError, PipelineTrainer, split_model
 from executor.models import mlp
 from pipesim.schedules import build
 
@@ -79,3 +79,40 @@ def test_stale_rules_really_differ_from_flush() -> None:
     assert not torch.allclose(flush[-1][0], two_bw[-1][0])
     assert not torch.allclose(two_bw[-1][0], stashing[-1][0])
     assert torch.equal(flush[0][0], two_bw[0][0])  # the first step uses W(0) either way
+
+
+def nan_in_stage_one(check_finite: bool) -> tuple[PipelineTrainer, list[torch.Tensor]]:
+    """A 1F1B trainer whose stage 1 turns micro-batch 2's activation into NaN."""
+    schedule = build("1f1b", 2, 3)
+    stages = split_model(mlp(4, 2, dtype=torch.float64, seed=3), schedule)
+    calls = iter(range(100))
+
+    def poison(_m: nn.Module, _i: object, output: torch.Tensor) -> torch.Tensor | None:
+        return output * float("nan") if next(calls) == 2 else None
+
+    stages[1].register_forward_hook(poison)
+    trainer = PipelineTrainer(schedule, stages, nn.MSELoss(), check_finite=check_finite)
+    return trainer, [p.detach().clone() for stage in stages for p in stage.parameters()]
+
+
+def test_a_nan_stops_the_step_at_its_action_before_the_update() -> None:
+    trainer, before = nan_in_stage_one(check_finite=True)
+    x, y = batches(1, 6, 4)[0]
+    with pytest.raises(NonFiniteError) as error:
+        trainer.step(x, y)
+    assert str(error.value) == (
+        "device 1: NaN first appeared in the output of 1F2 (stage 1 forward of micro-batch 2, "
+        "step 0)"
+    )
+    after = [p.detach() for stage in trainer.stages for p in stage.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))  # no update
+
+
+def test_without_the_check_a_nan_passes_silently() -> None:
+    """What the check prevents: the step completes and NaN reaches the weights."""
+    trainer, _ = nan_in_stage_one(check_finite=False)
+    x, y = batches(1, 6, 4)[0]
+    result = trainer.step(x, y)
+    assert result.loss != result.loss  # NaN
+    weights = [p for stage in trainer.stages for p in stage.parameters()]
+    assert not all(bool(torch.isfinite(p).all()) for p in weights)

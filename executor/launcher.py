@@ -1,0 +1,197 @@
+"""What ``python -m executor`` runs once its options passed: build the model, run the steps,
+report.
+
+Every check that can refuse the run happens before the first step: the schedule, the device
+(``--device cuda`` needs a CUDA device), the output path of ``--trace``, and the memory the
+run would take (:func:`executor.options.check_memory`). Each step draws a progress bar on a
+terminal (:mod:`pipesim.progress`, rank 0 only, never under ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from executor.backends import Backend, DeviceKind
+from executor.errors import BackendError
+from executor.models import mlp, transformer
+from executor.options import check_memory
+from executor.runtime import StepResult
+from executor.split import split_model
+from executor.step import run_step
+from executor.trainer import PipelineTrainer
+from pipesim.finite import json_text
+from pipesim.outputs import output_path, write_text_atomically
+from pipesim.progress import progress
+from pipesim.schedules import Schedule, build
+
+
+def under_torchrun() -> bool:
+    """True when torchrun (or another launcher setting ``WORLD_SIZE``) started this process."""
+    return "WORLD_SIZE" in os.environ
+
+
+def run(args: argparse.Namespace) -> int:
+    """The run; 0 done, 1 the gradient check failed. Bad input raises a ``PipesimError``
+    before any step ran."""
+    distributed = under_torchrun()
+    rank = int(os.environ.get("RANK", "0")) if distributed else 0
+    device_kind = DeviceKind(args.device)
+    devices = int(os.environ["WORLD_SIZE"]) if distributed else args.devices
+    schedule = build(args.schedule, devices, args.microbatches, args.chunks)
+    if args.trace and rank == 0:
+        output_path(args.trace, "--trace")
+    if device_kind is DeviceKind.CUDA:
+        _check_cuda(distributed)
+    layers = args.layers or schedule.stages
+    dtype = torch.float64 if args.check and device_kind is DeviceKind.CPU else torch.float32
+    rows = args.microbatch_size * schedule.microbatches
+    check_memory(args, layers, rows, torch.empty((), dtype=dtype).element_size())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if distributed:
+        if device_kind is DeviceKind.CUDA:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(device_kind.process_group_backend)
+    model = (
+        mlp(args.width, layers, dtype=dtype)
+        if args.model == "mlp"
+        else transformer(args.width, 4, layers, dtype=dtype)
+    )
+    reference = copy.deepcopy(model)
+    stages = split_model(model, schedule)
+    if device_kind is DeviceKind.CUDA:
+        for s, stage in enumerate(stages):
+            target = torch.cuda.current_device() if distributed else schedule.device_of(s)
+            stage.to(f"cuda:{target % max(1, torch.cuda.device_count())}")
+    loss_fn = nn.MSELoss()
+    trainer = PipelineTrainer(
+        schedule,
+        stages,
+        loss_fn,
+        backend=Backend.DISTRIBUTED if distributed else Backend.LOCAL,
+        timeout_s=args.timeout,
+        check_finite=args.check_finite,
+    )
+    generator = torch.Generator().manual_seed(0)
+    shape: tuple[int, ...] = (
+        (rows, 16, args.width) if args.model == "transformer" else (rows, args.width)
+    )
+    status = 0
+    results: list[StepResult] = []
+    with progress(args.steps, "steps", enabled=rank == 0 and not args.json) as bar:
+        for step in range(args.steps):
+            x = torch.randn(shape, generator=generator, dtype=dtype)
+            y = torch.randn(shape, generator=generator, dtype=dtype)
+            if step == 0 and args.check:
+                status = _check(trainer, stages, reference, x, y, loss_fn, rank)
+            results.append(trainer.step(x, y))
+            bar.update()
+            bar.set_postfix_str(f"loss {results[-1].loss:.4g}")
+    if rank == 0:
+        _report(args, schedule, devices, results)
+    return status
+
+
+def _check_cuda(distributed: bool) -> None:
+    if not torch.cuda.is_available():
+        raise BackendError(
+            "--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
+            "False); use --device cpu"
+        )
+    local = int(os.environ.get("LOCAL_RANK", "0")) if distributed else 0
+    if local >= torch.cuda.device_count():
+        raise BackendError(
+            f"--device cuda: local rank {local} has no GPU of its own (this host has "
+            f"{torch.cuda.device_count()}); start at most that many processes per node"
+        )
+
+
+def _check(
+    trainer: PipelineTrainer,
+    stages: list[nn.Module],
+    reference: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: nn.Module,
+    rank: int,
+) -> int:
+    """Gradients of one pipelined step against the unpipelined model's (no update)."""
+    result = run_step(
+        trainer.schedule,
+        stages,
+        x.clone(),
+        y.clone(),
+        loss_fn,
+        trainer.backend,
+        timeout_s=trainer.timeout_s,
+        check_finite=trainer.check_finite,
+    )
+    expected_model = copy.deepcopy(reference)
+    total = 0.0
+    for xm, ym in zip(
+        x.chunk(trainer.schedule.microbatches), y.chunk(trainer.schedule.microbatches), strict=True
+    ):
+        loss = loss_fn(expected_model(xm), ym) / trainer.schedule.microbatches
+        loss.backward()
+        total += float(loss.detach())
+    owned = set(trainer.owned)
+    errors = []
+    flat = [p for stage in stages for p in stage.parameters()]
+    owners = [s for s, stage in enumerate(stages) for _ in stage.parameters()]
+    for param, owner, wanted in zip(flat, owners, expected_model.parameters(), strict=True):
+        target = wanted.grad
+        if owner in owned and param.grad is not None and target is not None:
+            scale = max(float(target.abs().max()), 1e-30)
+            errors.append(float((param.grad - target.to(param.grad.device)).abs().max()) / scale)
+        param.grad = None
+    worst = max(errors, default=0.0)
+    if dist.is_initialized():
+        gathered: list[float | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, worst)
+        worst = max(v for v in gathered if v is not None)
+    tolerance = 1e-10 if x.dtype == torch.float64 else 1e-4
+    ok = worst <= tolerance and abs(result.loss - total) <= tolerance * max(1.0, abs(total))
+    if rank == 0:
+        verdict = "gradients match the unpipelined model" if ok else "GRADIENTS DIFFER"
+        sys.stdout.write(
+            f"check: {verdict} (max relative error {worst:.3g}, tolerance {tolerance:g})\n"
+        )
+    return 0 if ok else 1
+
+
+def _report(
+    args: argparse.Namespace, schedule: Schedule, devices: int, results: list[StepResult]
+) -> None:
+    rows: list[dict[str, Any]] = [
+        {
+            "step": i,
+            "loss": r.loss,
+            "step_time_s": r.timeline.step_time_s(i),
+            "peak_stash_bytes": list(r.peak_stash_bytes),
+        }
+        for i, r in enumerate(results)
+    ]
+    if args.json:
+        sys.stdout.write(json_text(rows, indent=2) + "\n")
+    else:
+        for row in rows:
+            sys.stdout.write(
+                f"{schedule.name} K={devices} step {row['step']}: loss {row['loss']:.6g}, "
+                f"time {row['step_time_s'] * 1e3:.2f} ms\n"
+            )
+    if args.trace:
+        from pipesim.export import chrome_trace
+
+        last = results[-1].timeline
+        trace = chrome_trace(
+            last.compute, last.transfers, devices, title=f"executor {schedule.name}"
+        )
+        write_text_atomically(args.trace, json_text(trace), field="--trace")
