@@ -22,11 +22,20 @@ def numba_available() -> bool:
 
 
 class Kernel:
-    """A plain-Python loop, callable as is (:meth:`python`) or compiled (:meth:`compiled`)."""
+    """A plain-Python loop, callable as is (:meth:`python`) or compiled (:meth:`compiled`).
+
+    The compiled function is made once per process and kept (a memo of a pure function);
+    :attr:`is_compiled` says whether that happened.
+    """
 
     def __init__(self, function: Callable[..., Any]) -> None:
         self.python = function
         self._compiled: Callable[..., Any] | None = None
+
+    @property
+    def is_compiled(self) -> bool:
+        """True once :meth:`compiled` has run in this process."""
+        return self._compiled is not None
 
     def compiled(self) -> Callable[..., Any]:
         """The numba-compiled function (compiled or loaded from the cache on first use)."""

@@ -3,7 +3,7 @@
 from pipesim.engine.durations import action_duration_s
 from pipesim.engine.records import ComputeRecord, Timeline, TransferRecord
 from pipesim.engine.result import DeviceSummary, SimulationResult
-from pipesim.engine.simulate import Engine, simulate
+from pipesim.engine.simulate import Engine, simulate, warm_up
 
 __all__ = [
     "ComputeRecord",
@@ -14,4 +14,5 @@ __all__ = [
     "TransferRecord",
     "action_duration_s",
     "simulate",
+    "warm_up",
 ]

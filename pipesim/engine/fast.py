@@ -15,7 +15,6 @@ interpreter otherwise; the numbers are the same.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +22,15 @@ from typing import Any
 import numpy as np
 
 from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine.arrays import OPTIMIZER, FloatArray, IntArray, RunArrays
 from pipesim.engine.kernels import play_by_events, play_in_order
 from pipesim.engine.records import TransferRecord
 from pipesim.errors import ScheduleError
+from pipesim.jit import numba_available
 from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import EncodedSchedule, F
+from pipesim.schedules.registry import build
 from pipesim.schedules.schedule import Schedule, UpdateRule
 from pipesim.schedules.validate import dry_run_kernel
 
@@ -43,23 +45,51 @@ class _Items:
     device_starts: IntArray
 
 
+# Above this many items a one-off run pays for importing numba and loading its cached kernels
+# (about 1.5 s on a 2-core machine) with the time the interpreted walk would take.
+COMPILE_ABOVE_ITEMS = 500_000
+
+
+def warm_up() -> bool:
+    """Compile (or load from numba's cache) the fast engine's kernels in this process, so every
+    later run uses them; a planner or sweep calls this once. False when numba is missing."""
+    if not numba_available():
+        return False
+    schedule = build("1f1b", 2, 2)
+    costs = synthetic_costs(2, 1, 1.0, 1.0)
+    run_fast(schedule, costs, 1, compiled=True)
+    run_fast(schedule, costs, 1, compiled=True, force_events=True)
+    return True
+
+
+def should_compile(items: int) -> bool:
+    """Compiled kernels when numba is installed and they are loaded already (see
+    :func:`warm_up`) or the run is large enough to pay for loading them."""
+    if play_in_order.is_compiled:
+        return True
+    return items > COMPILE_ABOVE_ITEMS and numba_available()
+
+
 def run_fast(
     schedule: Schedule,
     costs: PipelineCosts,
     steps: int,
     *,
-    compiled: bool = False,
+    compiled: bool | None = None,
     force_events: bool = False,
 ) -> tuple[RunArrays, Callable[[], tuple[TransferRecord, ...]]]:
     """Play ``steps`` steps; the run as arrays in completion order, and a function that builds
     the transfer records (in the order their channels were reserved) when asked.
 
-    ``compiled`` runs the numba-compiled kernels; ``force_events`` skips the in-order walk and
-    plays with the event loop alone (for tests: both must agree).
+    ``compiled`` runs the numba-compiled kernels (None: :func:`should_compile` decides);
+    ``force_events`` skips the in-order walk and plays with the event loop alone (for tests:
+    both must agree).
     """
     encoded = schedule.encoded
     items = _lay_out(schedule, encoded, steps)
     count = len(items.device)
+    if compiled is None:
+        compiled = should_compile(count)
     is_action = items.flat >= 0
     flat = np.where(is_action, items.flat, 0)
     stage = np.where(is_action, encoded.stage[flat], OPTIMIZER)
@@ -67,30 +97,35 @@ def run_fast(
     microbatch = np.where(is_action, encoded.microbatch[flat], 0)
 
     duration = _durations(schedule, costs, stage, kind, items.device)
-    first, second = _dependencies(encoded, items, steps)
+    upstream = _upstream(encoded, items, steps)
+    crosses = upstream >= 0
+    crosses[crosses] = items.device[upstream[crosses]] != items.device[crosses]
+    source = np.where(crosses, upstream, -1)
+    consumer = np.full(count, -1, dtype=np.int64)
+    consumer[source[crosses]] = np.flatnonzero(crosses)
     route, occupancy, transfer, route_starts, route_channels, channel_names, routes = _transfers(
-        schedule, costs, items, stage, first, second
+        costs, items, stage, source, consumer
     )
-    order = _execution_order(schedule, encoded, items, steps, first, second)
+    order = _execution_order(schedule, encoded, items, steps, upstream)
     key = np.empty(count, dtype=np.int64)
     key[order] = np.arange(count, dtype=np.int64)
 
     arguments: dict[str, Any] = {
         "device": items.device,
         "duration": duration,
-        "first": first,
-        "second": second,
+        "source": source,
         "route": route,
         "occupancy": occupancy,
         "transfer": transfer,
         "route_starts": route_starts,
         "route_channels": route_channels,
     }
-    start, end, sent, arrival = _play(
+    start, sent, arrival = _play(
         arguments,
         order,
         key,
         items,
+        consumer,
         len(channel_names),
         schedule.devices,
         costs,
@@ -98,6 +133,7 @@ def run_fast(
         force_events,
     )
 
+    end = start + duration  # as the kernels compute it
     done = np.lexsort((key, end))  # completion order: by end time, then execution order
     run = RunArrays(
         items.device[done],
@@ -112,20 +148,19 @@ def run_fast(
     def transfer_records() -> tuple[TransferRecord, ...]:
         producers = done[route[done] >= 0]
         flat_actions = schedule.actions()
-        consumer_of = _consumer_of(first, second, items.device)
         records = []
         for p in producers.tolist():
-            c = int(consumer_of[p])
+            c = int(consumer[p])
             producer: Action = flat_actions[int(items.flat[p])]
-            consumer: Action = flat_actions[int(items.flat[c])]
-            size = costs.stages[min(producer.stage, consumer.stage)].output_bytes
+            receiver: Action = flat_actions[int(items.flat[c])]
+            size = costs.stages[min(producer.stage, receiver.stage)].output_bytes
             records.append(
                 TransferRecord(
                     int(items.device[p]),
                     int(items.device[c]),
                     int(items.step[p]),
                     producer,
-                    consumer,
+                    receiver,
                     size,
                     routes[int(route[p])],
                     float(end[p]),
@@ -217,78 +252,60 @@ def _durations(
     return np.where(kind == OPTIMIZER, optimizer[device], table[stage, np.maximum(kind, 0)])
 
 
-def _dependencies(encoded: EncodedSchedule, items: _Items, steps: int) -> tuple[IntArray, IntArray]:
-    """Per item, the items it consumes (same step), -1 for none."""
-    count = len(items.device)
+def _upstream(encoded: EncodedSchedule, items: _Items, steps: int) -> IntArray:
+    """Per item, the item of the same step on another stage that it consumes (-1 none): F the
+    previous stage's F, a backward the next stage's. Its other dependency (a backward's own F,
+    a W's I) sits earlier on its own device, so the device's order covers it."""
     item_of = np.full((steps, encoded.actions), -1, dtype=np.int64)
     is_action = items.flat >= 0
     item_of[items.step[is_action], items.flat[is_action]] = np.flatnonzero(is_action)
-    flat = np.where(is_action, items.flat, 0)
-    result = []
-    for column in range(2):
-        dependency = np.where(is_action, encoded.dependencies[flat, column], -1)
-        has = dependency >= 0
-        out = np.full(count, -1, dtype=np.int64)
-        out[has] = item_of[items.step[has], dependency[has]]
-        result.append(out)
-    return result[0], result[1]
+    dependency = np.where(is_action, encoded.upstream[np.maximum(items.flat, 0)], -1)
+    has = dependency >= 0
+    out = np.full(len(items.device), -1, dtype=np.int64)
+    out[has] = item_of[items.step[has], dependency[has]]
+    return out
 
 
 def _transfers(
-    schedule: Schedule,
     costs: PipelineCosts,
     items: _Items,
     stage: IntArray,
-    first: IntArray,
-    second: IntArray,
+    source: IntArray,
+    consumer: IntArray,
 ) -> tuple[IntArray, FloatArray, FloatArray, IntArray, IntArray, list[str], list[tuple[str, ...]]]:
-    """Per producing item: its route's index (-1: no transfer), occupancy and transfer time;
-    the routes' channels as CSR over channel numbers; the channel names; each route's
-    channels by name."""
-    devices = schedule.devices
+    """Per item: the index of the route its transfer takes (-1: no transfer), its occupancy
+    and transfer time; the routes' channels as CSR over channel numbers; the channel names;
+    each route's channels by name. Only the device pairs that exchange data get a route."""
     network = costs.network
+    has = consumer >= 0
+    sender, receiver = items.device[has], items.device[consumer[has]]
+    devices = costs.network.devices
+    pairs = np.unique(sender * devices + receiver)
     channel_number: dict[str, int] = {}
     routes: list[tuple[str, ...]] = []
-    route_index = np.full((devices, devices), -1, dtype=np.int64)
-    latency = np.zeros(devices * devices)
-    bandwidth = np.full(devices * devices, math.inf)
-    for source in range(devices):
-        for target in range(devices):
-            if source == target:
-                continue
-            r = network.route(source, target)
-            route_index[source, target] = len(routes)
-            latency[len(routes)] = r.latency_s
-            bandwidth[len(routes)] = r.bandwidth_bytes_per_s
-            routes.append(r.channels)
-            for channel in r.channels:
-                channel_number.setdefault(channel, len(channel_number))
+    latency, bandwidth = np.zeros(len(pairs)), np.zeros(len(pairs))
+    for index, pair in enumerate(pairs.tolist()):
+        r = network.route(pair // devices, pair % devices)
+        latency[index], bandwidth[index] = r.latency_s, r.bandwidth_bytes_per_s
+        routes.append(r.channels)
+        for channel in r.channels:
+            channel_number.setdefault(channel, len(channel_number))
     route_starts = np.zeros(len(routes) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in routes], out=route_starts[1:])
-    route_channels = np.array(
-        [channel_number[c] for r in routes for c in r], dtype=np.int64
-    ).reshape(-1)
+    route_channels = np.array([channel_number[c] for r in routes for c in r], dtype=np.int64)
+    route = np.full(len(items.device), -1, dtype=np.int64)
+    route[has] = np.searchsorted(pairs, sender * devices + receiver)
     output = np.array([s.output_bytes for s in costs.stages])
-    count = len(items.device)
-    route = np.full(count, -1, dtype=np.int64)
-    size = np.zeros(count)
-    for dependency in (first, second):
-        consumer = np.flatnonzero(dependency >= 0)
-        producer = dependency[consumer]
-        cross = items.device[producer] != items.device[consumer]
-        consumer, producer = consumer[cross], producer[cross]
-        if (route[producer] >= 0).any() or len(np.unique(producer)) < len(producer):
-            raise ScheduleError(  # pragma: no cover - the IR gives each result one receiver
-                f"schedule {schedule.name!r}: an action's result goes to two other devices"
-            )
-        route[producer] = route_index[items.device[producer], items.device[consumer]]
-        size[producer] = output[np.minimum(stage[producer], stage[consumer])]
-    has = route >= 0
-    safe = np.where(has, route, 0)
-    finite = np.isfinite(bandwidth[safe])
+    size = np.zeros(len(items.device))
+    size[has] = output[np.minimum(stage[has], stage[consumer[has]])]
+    safe = np.maximum(route, 0)
+    finite = np.isfinite(bandwidth[safe]) if len(pairs) else np.zeros(len(route), dtype=bool)
     # Route.occupancy_s and Route.transfer_time_s, elementwise: the same IEEE operations.
-    occupancy = np.where(has & finite, size / np.where(finite, bandwidth[safe], 1.0), 0.0)
-    transfer = np.where(has, latency[safe] + occupancy, 0.0)
+    if len(pairs):
+        occupancy = np.where(has & finite, size / np.where(finite, bandwidth[safe], 1.0), 0.0)
+        transfer = np.where(has, latency[safe] + occupancy, 0.0)
+    else:
+        occupancy = transfer = np.zeros(len(route))
     return route, occupancy, transfer, route_starts, route_channels, list(channel_number), routes
 
 
@@ -297,8 +314,7 @@ def _execution_order(
     encoded: EncodedSchedule,
     items: _Items,
     steps: int,
-    first: IntArray,
-    second: IntArray,
+    upstream: IntArray,
 ) -> IntArray:
     """The items in execution order (:mod:`pipesim.engine.order`)."""
     count = len(items.device)
@@ -313,9 +329,7 @@ def _execution_order(
         )
         return np.lexsort((~is_action, item_rank)).astype(np.int64)
     walked = [0] * count
-    ran = dry_run_kernel.python(
-        items.device_starts.tolist(), first.tolist(), second.tolist(), walked
-    )
+    ran = dry_run_kernel.python(items.device_starts.tolist(), upstream.tolist(), walked)
     if ran < count:
         stuck = sorted(
             {int(d) for d in range(schedule.devices) if not _device_done(walked[:ran], items, d)}
@@ -332,38 +346,29 @@ def _device_done(walked: list[int], items: _Items, device: int) -> bool:
     return last < int(items.device_starts[device]) or last in set(walked)
 
 
-def _consumer_of(first: IntArray, second: IntArray, device: IntArray) -> IntArray:
-    """Per item, the item on another device that consumes it (-1 none)."""
-    out = np.full(len(device), -1, dtype=np.int64)
-    for dependency in (first, second):
-        consumer = np.flatnonzero(dependency >= 0)
-        producer = dependency[consumer]
-        cross = device[producer] != device[consumer]
-        out[producer[cross]] = consumer[cross]
-    return out
-
-
 def _play(
     arguments: dict[str, Any],
     order: IntArray,
     key: IntArray,
     items: _Items,
+    consumer: IntArray,
     channels: int,
     devices: int,
     costs: PipelineCosts,
     compiled: bool,
     force_events: bool,
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Run the in-order walk, and the event loop when a shared channel needs it."""
+) -> tuple[FloatArray, Any, Any]:
+    """Run the in-order walk, and the event loop when a shared channel needs it: the start
+    times, and the transfers' start and arrival times (per item)."""
     count = len(order)
     use_compute = bool(costs.transfers_use_compute)
     if compiled:
-        start, end, sent, arrival = (np.zeros(count) for _ in range(4))
+        start, sent, arrival = (np.zeros(count) for _ in range(3))
         converted = {k: np.ascontiguousarray(v) for k, v in arguments.items()}
         walk = play_in_order.compiled()
         events = play_by_events.compiled()
     else:
-        start, end, sent, arrival = ([0.0] * count for _ in range(4))  # type: ignore[assignment]
+        start, sent, arrival = ([0.0] * count for _ in range(3))  # type: ignore[assignment]
         converted = {k: v.tolist() for k, v in arguments.items()}
         walk, events = play_in_order.python, play_by_events.python
         order = order.tolist()
@@ -375,8 +380,7 @@ def _play(
             order,
             converted["device"],
             converted["duration"],
-            converted["first"],
-            converted["second"],
+            converted["source"],
             converted["route"],
             converted["occupancy"],
             converted["transfer"],
@@ -386,7 +390,6 @@ def _play(
             devices,
             use_compute,
             start,
-            end,
             sent,
             arrival,
         )
@@ -395,13 +398,8 @@ def _play(
         following = np.full(count, -1, dtype=np.int64)
         following[:-1] = np.arange(1, count, dtype=np.int64)
         following[items.device_starts[1:] - 1] = -1
-        consumers = _consumers(arguments["first"], arguments["second"], count)
-        extra = {
-            "following": following,
-            "consumer_first": consumers[0],
-            "consumer_second": consumers[1],
-        }
-        extra_converted = (
+        extra = {"following": following, "consumer": consumer}
+        more = (
             {k: np.ascontiguousarray(v) for k, v in extra.items()}
             if compiled
             else {k: v.tolist() for k, v in extra.items()}
@@ -410,11 +408,9 @@ def _play(
             key,
             converted["device"],
             converted["duration"],
-            converted["first"],
-            converted["second"],
-            extra_converted["following"],
-            extra_converted["consumer_first"],
-            extra_converted["consumer_second"],
+            converted["source"],
+            more["following"],
+            more["consumer"],
             converted["route"],
             converted["occupancy"],
             converted["transfer"],
@@ -423,31 +419,8 @@ def _play(
             channels,
             use_compute,
             start,
-            end,
             sent,
             arrival,
         )
-    return (
-        np.asarray(start, dtype=np.float64),
-        np.asarray(end, dtype=np.float64),
-        np.asarray(sent, dtype=np.float64),
-        np.asarray(arrival, dtype=np.float64),
-    )
-
-
-def _consumers(first: IntArray, second: IntArray, count: int) -> tuple[IntArray, IntArray]:
-    """Per item, up to two items that consume it (in increasing item order), -1 padded."""
-    consumer = np.concatenate([np.arange(count), np.arange(count)])
-    producer = np.concatenate([first, second])
-    keep = producer >= 0
-    consumer, producer = consumer[keep], producer[keep]
-    order = np.lexsort((consumer, producer))
-    consumer, producer = consumer[order], producer[order]
-    out = np.full((2, count), -1, dtype=np.int64)
-    starts = np.searchsorted(producer, np.arange(count + 1))
-    for slot in range(2):
-        has = starts[1:] - starts[:-1] > slot
-        out[slot, has] = consumer[starts[:-1][has] + slot]
-    if (starts[1:] - starts[:-1] > 2).any():  # pragma: no cover - the IR allows two at most
-        raise ScheduleError("an action's result has more than two consumers")
-    return out[0], out[1]
+    # Only the start times are needed now; the transfers' times are read when records are.
+    return np.fromiter(start, dtype=np.float64, count=count), sent, arrival

@@ -1,13 +1,14 @@
 """The fast engine's two loops, written once for the interpreter and numba (:mod:`pipesim.jit`).
 
 Both play *items* (every action of every step, and each device's optimizer steps) numbered
-device by device, with at most two dependencies each and at most one outgoing transfer (an
-action's result crosses to at most one other device: F to the next stage's F, a backward to the
-previous stage's backward). Times follow the engines' shared semantics exactly, in the same
-floating-point operations as the SimPy engine:
+device by device. An item waits for at most one transfer (``source``: the item on another
+device whose result it needs; its other dependencies sit earlier on its own device, so its
+device being free covers them), and sends at most one (an action's result crosses to at most
+one other device: F to the next stage's F, a backward to the previous stage's backward). Times
+follow the engines' shared semantics exactly, in the same floating-point operations as the
+SimPy engine:
 
-* an item starts at max(its device free, each dependency's end (same device) or arrival
-  (another device)); it ends ``duration`` later;
+* an item starts at max(its device free, its source's arrival); it ends ``duration`` later;
 * at its end its transfer reserves every channel of its route from ``max(end, channels
   free)`` for ``occupancy``; it arrives ``transfer`` (latency + occupancy) after that start;
   with ``use_compute`` the device stays busy until then;
@@ -34,8 +35,7 @@ def play_in_order(
     order: Any,
     device: Any,
     duration: Any,
-    first: Any,
-    second: Any,
+    source: Any,
     route: Any,
     occupancy: Any,
     transfer: Any,
@@ -45,13 +45,13 @@ def play_in_order(
     devices: int,
     use_compute: bool,
     start: Any,
-    end: Any,
     sent: Any,
     arrival: Any,
 ) -> int:
-    """Play the items in ``order``; fill ``start``, ``end``, ``sent`` (transfer start) and
-    ``arrival``. Returns -1, or the position in ``order`` where a channel saw a request earlier
-    than one it had served (the caller then replays with :func:`play_by_events`)."""
+    """Play the items in ``order``; fill ``start``, and ``sent`` (transfer start) and
+    ``arrival`` of the items that send (an item ends at start + duration). Returns -1, or the
+    position in ``order`` where a channel saw a request earlier than one it had served (the
+    caller then replays with :func:`play_by_events`)."""
     device_free = [0.0] * devices
     channel_free = [0.0] * channels
     last_request = [0.0] * channels
@@ -59,39 +59,30 @@ def play_in_order(
         item = order[position]
         here = device[item]
         ready = device_free[here]
-        producer = first[item]
-        if producer >= 0:
-            came = arrival[producer] if device[producer] != here else end[producer]
-            if came > ready:
-                ready = came
-            producer = second[item]
-            if producer >= 0:
-                came = arrival[producer] if device[producer] != here else end[producer]
-                if came > ready:
-                    ready = came
+        producer = source[item]
+        if producer >= 0 and arrival[producer] > ready:
+            ready = arrival[producer]
         finish = ready + duration[item]
         start[item] = ready
-        end[item] = finish
-        free = finish
         path = route[item]
-        if path >= 0:
-            begin = finish
-            for k in range(route_starts[path], route_starts[path + 1]):
-                channel = route_channels[k]
-                if last_request[channel] > finish:
-                    return position
-                last_request[channel] = finish
-                if channel_free[channel] > begin:
-                    begin = channel_free[channel]
-            busy_until = begin + occupancy[item]
-            for k in range(route_starts[path], route_starts[path + 1]):
-                channel_free[route_channels[k]] = busy_until
-            sent[item] = begin
-            came = begin + transfer[item]
-            arrival[item] = came
-            if use_compute and came > free:
-                free = came
-        device_free[here] = free
+        if path < 0:
+            device_free[here] = finish
+            continue
+        begin = finish
+        for k in range(route_starts[path], route_starts[path + 1]):
+            channel = route_channels[k]
+            if last_request[channel] > finish:
+                return position
+            last_request[channel] = finish
+            if channel_free[channel] > begin:
+                begin = channel_free[channel]
+        busy_until = begin + occupancy[item]
+        for k in range(route_starts[path], route_starts[path + 1]):
+            channel_free[route_channels[k]] = busy_until
+        sent[item] = begin
+        came = begin + transfer[item]
+        arrival[item] = came
+        device_free[here] = came if use_compute and came > finish else finish
     return -1
 
 
@@ -100,11 +91,9 @@ def play_by_events(
     key: Any,
     device: Any,
     duration: Any,
-    first: Any,
-    second: Any,
+    source: Any,
     following: Any,
-    consumer_first: Any,
-    consumer_second: Any,
+    consumer: Any,
     route: Any,
     occupancy: Any,
     transfer: Any,
@@ -113,21 +102,18 @@ def play_by_events(
     channels: int,
     use_compute: bool,
     start: Any,
-    end: Any,
     sent: Any,
     arrival: Any,
 ) -> int:
     """The same run as a discrete-event loop: items end in (time, ``key``) order, and each
     end reserves its transfer's channels then and there. ``following[i]`` is the next item on
-    i's device; ``consumer_first``/``consumer_second`` the items that consume i (-1 none).
-    Returns how many items ran."""
+    i's device and ``consumer[i]`` the item on another device that waits for i's transfer
+    (-1 none). Returns how many items ran."""
     items = len(device)
     waiting = [0] * items
     ready = [0.0] * items
     for item in range(items):
-        if first[item] >= 0:
-            waiting[item] += 1
-        if second[item] >= 0:
+        if source[item] >= 0:
             waiting[item] += 1
         after = following[item]
         if after >= 0:
@@ -138,13 +124,11 @@ def play_by_events(
     for item in range(items):
         if waiting[item] == 0:
             start[item] = 0.0
-            end[item] = duration[item]
-            heapq.heappush(heap, (end[item], key[item], item))
+            heapq.heappush(heap, (0.0 + duration[item], key[item], item))
     ran = 0
     while len(heap) > 0:
         finish, _, item = heapq.heappop(heap)
         ran += 1
-        here = device[item]
         free = finish
         path = route[item]
         if path >= 0:
@@ -161,23 +145,20 @@ def play_by_events(
             arrival[item] = came
             if use_compute and came > free:
                 free = came
-        for which in range(3):
+        for which in range(2):
             if which == 0:
                 nxt = following[item]
                 came = free
-            elif which == 1:
-                nxt = consumer_first[item]
             else:
-                nxt = consumer_second[item]
+                nxt = consumer[item]
+                if nxt >= 0:
+                    came = arrival[item]
             if nxt < 0:
                 continue
-            if which > 0:
-                came = arrival[item] if device[nxt] != here else finish
             if came > ready[nxt]:
                 ready[nxt] = came
             waiting[nxt] -= 1
             if waiting[nxt] == 0:
                 start[nxt] = ready[nxt]
-                end[nxt] = ready[nxt] + duration[nxt]
-                heapq.heappush(heap, (end[nxt], key[nxt], nxt))
+                heapq.heappush(heap, (ready[nxt] + duration[nxt], key[nxt], nxt))
     return ran

@@ -7,6 +7,10 @@
   are the same either way.
 * ``auto`` (the default) takes the fast engine.
 
+The fast engine runs its kernels compiled when numba is installed and either they are loaded in
+this process (:func:`warm_up`, once, for a planner or a sweep) or the run is large; otherwise
+interpreted.
+
 Property tests hold the two engines equal (every action's start and end, every transfer, busy
 time and memory) over random schedules, costs, topologies and steps. The result's ``engine``
 says which one ran.
@@ -57,6 +61,15 @@ def simulate(
 
     run, transfer_source = run_fast(schedule, costs, steps)
     return summarize(schedule, costs, steps, run, transfer_source, "fast")
+
+
+def warm_up() -> bool:
+    """Load the fast engine's compiled kernels now (numba's import and cache: about a second
+    and a half; a first compile on a new machine, several), so that every later simulation in
+    this process uses them. Returns False when numba (the ``fast`` extra) is not installed."""
+    from pipesim.engine.fast import warm_up as load
+
+    return load()
 
 
 def engine_named(engine: Engine | str) -> Engine:

@@ -30,6 +30,8 @@ class EncodedSchedule:
         stage, kind, microbatch, device: per action.
         dependencies: ``(N, 2)``: the flat indices of the actions each one consumes, -1 padded
             (F: the previous stage's F; B/I: its own F and the next stage's backward; W: its I).
+        upstream: the dependency on another stage (F: the previous stage's F; B/I: the next
+            stage's backward), -1 for none; the other one always sits earlier on the device.
         order: the flat indices in the validator's dry-run order (execution order).
         backward_kind: ``(S, M)``: ``B`` or ``I``, which backward each (stage, micro-batch) runs.
         flat_index: ``(S, M, 4)``: the flat index of each (stage, micro-batch, kind), -1 absent.
@@ -41,6 +43,7 @@ class EncodedSchedule:
     microbatch: IntArray
     device: IntArray
     dependencies: IntArray
+    upstream: IntArray
     order: IntArray
     backward_kind: IntArray
     flat_index: IntArray

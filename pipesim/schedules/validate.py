@@ -121,17 +121,18 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
     previous_stage = np.maximum(stage - 1, 0)
     next_stage = np.minimum(stage + 1, stages - 1)
     upstream_kind = backward_kind[next_stage, microbatch]
-    upstream = flat_index[next_stage, microbatch, upstream_kind]
+    next_backward = flat_index[next_stage, microbatch, upstream_kind]
     dependencies[:, 0] = np.select(
         [kind == F, kind == W],
         [np.where(stage > 0, flat_index[previous_stage, microbatch, F], -1), earlier],
         default=earlier,
     )
-    dependencies[:, 1] = np.where((kind != F) & (kind != W) & (stage < stages - 1), upstream, -1)
-    walked = [0] * count
-    done = dry_run_kernel.python(
-        row_starts.tolist(), dependencies[:, 0].tolist(), dependencies[:, 1].tolist(), walked
+    dependencies[:, 1] = np.where(
+        (kind != F) & (kind != W) & (stage < stages - 1), next_backward, -1
     )
+    upstream = np.where(kind == F, dependencies[:, 0], dependencies[:, 1])
+    walked = [0] * count
+    done = dry_run_kernel.python(row_starts.tolist(), upstream.tolist(), walked)
     if done < count:
         return None  # deadlock
     order = np.array(walked, dtype=np.int64)
@@ -142,6 +143,7 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
         microbatch,
         device,
         dependencies,
+        upstream,
         order,
         backward_kind,
         flat_index,
@@ -149,13 +151,15 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
 
 
 @kernel
-def dry_run_kernel(row_starts: Any, first: Any, second: Any, order: Any) -> int:
+def dry_run_kernel(row_starts: Any, needs: Any, order: Any) -> int:
     """The validator's dry run on integers: devices in a queue, each running its list until an
-    action needs one not yet done (``first[i]``, then ``second[i]``; -1 for none). Fills
-    ``order`` with the flat indices in the order run; returns how many ran (all, or a deadlock).
+    action needs one not yet done (``needs[i]``, -1 for none). Fills ``order`` with the flat
+    indices in the order run; returns how many ran (all of them, or fewer at a deadlock).
 
-    Each blocked device waits on one action, so the waiting lists are linked through
-    ``next_waiting``; the queue holds each device at most once per wake-up.
+    One dependency per action is enough: an action's other dependency (a backward's own
+    forward, a W's I) sits earlier on its own device, which the local-order check proved, so
+    it is always done when the device reaches the action. Each blocked device waits on one
+    action, so the waiting lists are linked through ``next_waiting``.
     """
     devices = len(row_starts) - 1
     count = row_starts[devices]
@@ -172,12 +176,8 @@ def dry_run_kernel(row_starts: Any, first: Any, second: Any, order: Any) -> int:
         head += 1
         i, end = pointer[device], row_starts[device + 1]
         while i < end:
-            missing = first[i]
-            if missing < 0 or done[missing]:
-                missing = second[i]
-                if missing >= 0 and done[missing]:
-                    missing = -1
-            if missing >= 0:
+            missing = needs[i]
+            if missing >= 0 and not done[missing]:
                 next_waiting[device] = waiting_head[missing]
                 waiting_head[missing] = device
                 break
@@ -185,17 +185,18 @@ def dry_run_kernel(row_starts: Any, first: Any, second: Any, order: Any) -> int:
             order[ran] = i
             ran += 1
             woken = waiting_head[i]
-            # the waiting list is newest first; wake in the order the devices began to wait
-            start_tail = tail
-            while woken >= 0:
-                queue[tail] = woken
-                tail += 1
-                woken = next_waiting[woken]
-            left, right = start_tail, tail - 1
-            while left < right:
-                queue[left], queue[right] = queue[right], queue[left]
-                left += 1
-                right -= 1
+            if woken >= 0:
+                # the list is newest first; wake devices in the order they began to wait
+                first_new = tail
+                while woken >= 0:
+                    queue[tail] = woken
+                    tail += 1
+                    woken = next_waiting[woken]
+                left, right = first_new, tail - 1
+                while left < right:
+                    queue[left], queue[right] = queue[right], queue[left]
+                    left += 1
+                    right -= 1
             i += 1
         pointer[device] = i
     return ran
