@@ -102,10 +102,12 @@ def preflight(costs: CostRequest) -> None:
         checks.positive_int("--batch", costs.batch)
 
 
-def run_point(point: SweepPoint, costs: CostRequest, steps: int = 1) -> dict[str, Any]:
-    """Simulate one point; the result's JSON object, or the point with an ``error`` text if
-    the costs cannot be built for this shape (e.g. more stages than layers) or the result is
-    not finite (costs that overflow)."""
+def run_point(
+    point: SweepPoint, costs: CostRequest, steps: int = 1, engine: str = "auto"
+) -> dict[str, Any]:
+    """Simulate one point with ``engine`` (simpy, fast or auto); the result's JSON object, or
+    the point with an ``error`` text if the costs cannot be built for this shape (e.g. more
+    stages than layers) or the result is not finite (costs that overflow)."""
     from pipesim.engine import simulate
 
     schedule = build(
@@ -115,7 +117,7 @@ def run_point(point: SweepPoint, costs: CostRequest, steps: int = 1) -> dict[str
         pipeline = costs.build(point.devices, point.chunks, point.microbatches)
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
-    result = simulate(schedule, pipeline, steps=steps).to_json()
+    result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()
     for field, value in non_finite_fields(result):
         return {**_identity(point), "error": f"{field} is {value} (the costs overflow a float)"}
     return result
@@ -137,7 +139,11 @@ def _ignore_interrupts() -> None:
 
 
 def run_sweep(
-    points: Iterable[SweepPoint], costs: CostRequest, steps: int = 1, jobs: int = 1
+    points: Iterable[SweepPoint],
+    costs: CostRequest,
+    steps: int = 1,
+    jobs: int = 1,
+    engine: str = "auto",
 ) -> Generator[dict[str, Any], None, None]:
     """Results in the order of ``points``, each yielded as soon as it and those before it are
     done. ``jobs`` > 1 uses worker processes, capped at the CPU count and the number of
@@ -149,7 +155,7 @@ def run_sweep(
     workers = cap_jobs(jobs, len(work))
     if workers == 1:
         for point in work:
-            yield run_point(point, costs, steps)
+            yield run_point(point, costs, steps, engine)
         return
     window = 4 * workers  # points in flight: enough to keep workers busy, few to cancel
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
@@ -157,11 +163,11 @@ def run_sweep(
         pending: deque[Future[dict[str, Any]]] = deque()
         queue = iter(work)
         for point in itertools.islice(queue, window):
-            pending.append(pool.submit(run_point, point, costs, steps))
+            pending.append(pool.submit(run_point, point, costs, steps, engine))
         while pending:
             result = pending.popleft().result()
             for point in itertools.islice(queue, 1):
-                pending.append(pool.submit(run_point, point, costs, steps))
+                pending.append(pool.submit(run_point, point, costs, steps, engine))
             yield result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

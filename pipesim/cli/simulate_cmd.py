@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
     add_schedule_source_arguments(parser, allow_file=True)
     add_cost_arguments(parser)
     add_steps_argument(parser)
+    add_engine_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the JSON result object")
     parser.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON")
     parser.add_argument("--timeline-csv", metavar="FILE", help="write the timeline as CSV")
@@ -90,6 +91,17 @@ def cost_request(args: argparse.Namespace) -> Any:
     partition = None if args.partition is None else tuple(_parse_partition(args.partition))
     return ModelRequest(
         args.model, args.hardware, args.batch, partition, not args.no_optimizer, args.dtype
+    )
+
+
+def add_engine_argument(parser: argparse.ArgumentParser) -> None:
+    """--engine simpy|fast|auto (simulate and sweep): the result's "engine" says which ran."""
+    parser.add_argument(
+        "--engine",
+        choices=["simpy", "fast", "auto"],
+        default="auto",
+        help="simpy: the readable reference; fast: the same numbers from flat arrays; "
+        "auto (default): fast",
     )
 
 
@@ -159,7 +171,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
     check_steps(schedule, args.steps)
     _check_outputs(args)
-    result = simulate(schedule, costs, steps=args.steps)
+    result = simulate(schedule, costs, steps=args.steps, engine=args.engine)
     require_finite(result.to_json(), "simulate")
     if args.trace is not None:
         memory = [d.memory.timeline for d in result.per_device]

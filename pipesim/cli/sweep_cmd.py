@@ -8,7 +8,12 @@ import sys
 from typing import Any
 
 from pipesim.cli.parsing import EXIT_OK, write_json
-from pipesim.cli.simulate_cmd import add_cost_arguments, add_steps_argument, cost_request
+from pipesim.cli.simulate_cmd import (
+    add_cost_arguments,
+    add_engine_argument,
+    add_steps_argument,
+    cost_request,
+)
 from pipesim.errors import Interrupted, PipesimError
 from pipesim.outputs import output_path
 from pipesim.progress import progress
@@ -50,6 +55,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--remat", action="store_true", help="re-materialization everywhere")
     add_cost_arguments(parser)
     add_steps_argument(parser)
+    add_engine_argument(parser)
     parser.add_argument(
         "--jobs",
         type=int,
@@ -113,7 +119,9 @@ def _sweep(args: argparse.Namespace) -> int:
     fresh: list[dict[str, Any]] = []
     with progress(len(todo), "sweep", enabled=not args.json) as bar:
         try:
-            with contextlib.closing(run_sweep(todo, request, args.steps, args.jobs)) as results:
+            with contextlib.closing(
+                run_sweep(todo, request, args.steps, args.jobs, args.engine)
+            ) as results:
                 for result in results:
                     fresh.append(result)
                     if sink is not None:
