@@ -2,47 +2,25 @@
 executor measured; this module computes the errors.
 
 Time: the measured step is the span of one ``run_step`` (first action start to last action
-end, no optimizer), the median over repeats; the prediction is the simulator's iteration time
-for one step with the calibrated stage times and link. Speedup: over the same model and
-mini-batch unpipelined on one device (measured: the whole model as one stage; predicted: M
-times the calibrated stages' F + B). Memory: on CPU the activation bytes each device stashes at
-peak (measured by the executor's stash meter; predicted by the memory model), on CUDA
-``max_memory_allocated`` against weights, gradients and activations.
+end, no optimizer), reduced over repeats with :data:`validation.estimate.STATISTIC`; the
+prediction is the simulator's iteration time for one step with the calibrated stage times and
+link. Speedup: over the same model and mini-batch unpipelined on one device (measured: the
+whole model as one stage; predicted: M times the whole model's calibrated F + B). Memory: on
+CPU each rank's resident-memory rise during a step (measured by the kernel, see
+:func:`validation.session.rss_rise`) against the activations the memory model predicts,
+with the executor's own stash count beside it; on CUDA ``max_memory_allocated`` against
+weights, gradients and activations.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from collections.abc import Sequence
 
-from executor.profile import LinkProfile, StageProfile, calibrated_costs
 from pipesim.analysis.bubble import analytic_bubble_fraction
-from pipesim.engine import simulate
-from pipesim.schedules import build
-
-
-def _profiles(measured: dict[str, Any], chunks: int) -> list[StageProfile]:
-    return [StageProfile(**p) for p in measured["calibration"][str(chunks)]]
-
-
-def _link(measured: dict[str, Any], chunks: int) -> LinkProfile:
-    """The ping-pong bandwidth, with the latency transfers showed inside the probe runs (a
-    busy sender's transfers are slower than an idle ping-pong's) when some were caught."""
-    link = measured["link"]
-    samples = tuple((int(b), float(t)) for b, t in link["samples"])
-    latency = measured.get("in_situ_latency_s", {}).get(str(chunks))
-    return LinkProfile(
-        link["latency_s"] if latency is None else latency, link["bandwidth_bytes_per_s"], samples
-    )
-
-
-def _unpipelined_s(measured: dict[str, Any], microbatches: int, fallback: float) -> float:
-    """M x (F + B) of the whole model as one stage, profiled alone as the baseline runs (the
-    sum of the pipeline's stage costs when no solo profile was taken)."""
-    solo = measured.get("solo_calibration")
-    if not solo:
-        return fallback
-    return float(microbatches * (solo["forward_s"] + solo["backward_s"]))
+from validation.estimate import STATISTIC, Statistic, estimate, spread
+from validation.predict import predict, unpipelined_s
+from validation.records import CaseMeasurement, Comparison, CrosscheckRecord, Summary
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -50,88 +28,133 @@ def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured if measured else float("inf")
 
 
-def compare_case(measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """One record per measured run: prediction, measurement and errors."""
-    case = measured["case"]
-    devices = case["devices"]
-    cuda = case["backend"] == "cuda"
-    records = []
-    for run in measured["runs"]:
-        chunks = run["chunks"]
-        costs = calibrated_costs(
-            _profiles(measured, chunks),
-            _link(measured, chunks),
-            devices,
-            samples_per_microbatch=case["model"]["microbatch_size"],
-            description=f"calibrated on {measured['machine']['processor']}",
-        )
-        if cuda:  # allocated memory holds the gradients too
-            from dataclasses import replace
+def _memory_error(predicted: Sequence[float], measured: Sequence[int | None]) -> float | None:
+    errors = [abs(relative_error(p, m)) for p, m in zip(predicted, measured, strict=True) if m]
+    return max(errors) if errors else None
 
-            costs = replace(
-                costs,
-                stages=tuple(replace(s, gradient_bytes=s.parameter_bytes) for s in costs.stages),
-            )
-        schedule = build(run["schedule"], devices, run["microbatches"], chunks)
-        result = simulate(schedule, costs)
-        baseline = measured["baseline"][str(run["microbatches"])]
+
+def compare_case(measured: CaseMeasurement, statistic: Statistic = STATISTIC) -> list[Comparison]:
+    """One record per measured run: prediction, measurement and errors."""
+    case = measured.case
+    cuda = case.backend == "cuda"
+    records = []
+    for run in measured.runs:
+        schedule, costs, result = predict(
+            measured, run.schedule, run.microbatches, run.chunks, statistic
+        )
+        measured_time = estimate(run.step_times_s, statistic)
+        baseline = estimate(measured.baseline_samples[run.microbatches], statistic)
         predicted_speedup = (
-            _unpipelined_s(measured, run["microbatches"], result.unpipelined_time_s)
+            unpipelined_s(measured, run.microbatches, result.unpipelined_time_s, statistic)
             / result.iteration_time_s
         )
-        measured_speedup = baseline / run["measured_time"]
-        predicted_memory = [
-            d.peak_memory_bytes if cuda else d.peak_activation_bytes for d in result.per_device
-        ]
-        measured_memory = run["peak_allocated_bytes"] if cuda else run["peak_stash_bytes"]
-        memory_errors = [
-            abs(relative_error(p, m))
-            for p, m in zip(predicted_memory, measured_memory, strict=True)
-            if m
-        ]
+        measured_speedup = baseline / measured_time
+        predicted_memory = tuple(
+            float(d.peak_memory_bytes if cuda else d.peak_activation_bytes)
+            for d in result.per_device
+        )
+        measured_memory = run.peak_allocated_bytes if cuda else run.peak_rss_bytes
         records.append(
-            {
-                "case": case["name"],
-                "schedule": run["schedule"],
-                "devices": devices,
-                "microbatches": run["microbatches"],
-                "chunks": chunks,
-                "predicted_time": result.iteration_time_s,
-                "measured_time": run["measured_time"],
-                "measured_time_min": run["measured_time_min"],
-                "measured_time_max": run["measured_time_max"],
-                "measured_wall_time": run["wall_time"],
-                "time_error": relative_error(result.iteration_time_s, run["measured_time"]),
-                "predicted_speedup": predicted_speedup,
-                "measured_speedup": measured_speedup,
-                "speedup_error": relative_error(predicted_speedup, measured_speedup),
-                "predicted_peak_memory_bytes": predicted_memory,
-                "measured_peak_memory_bytes": measured_memory,
-                "memory_error": max(memory_errors, default=0.0),
-                "predicted_bubble_fraction": result.bubble_fraction,
-                "analytic_bubble_fraction": analytic_bubble_fraction(schedule, costs, 1),
-            }
+            Comparison(
+                case=case.name,
+                schedule=run.schedule,
+                devices=case.devices,
+                microbatches=run.microbatches,
+                chunks=run.chunks,
+                predicted_time=result.iteration_time_s,
+                measured_time=measured_time,
+                measured_time_min=min(run.step_times_s),
+                measured_time_max=max(run.step_times_s),
+                measured_time_spread=spread(run.step_times_s),
+                measured_wall_time=estimate(run.wall_times_s, statistic),
+                time_error=relative_error(result.iteration_time_s, measured_time),
+                predicted_speedup=predicted_speedup,
+                measured_speedup=measured_speedup,
+                speedup_error=relative_error(predicted_speedup, measured_speedup),
+                predicted_peak_memory_bytes=predicted_memory,
+                measured_peak_memory_bytes=measured_memory,
+                stash_peak_memory_bytes=run.peak_stash_bytes,
+                memory_error=_memory_error(predicted_memory, measured_memory),
+                stash_memory_error=_memory_error(
+                    [float(d.peak_activation_bytes) for d in result.per_device],
+                    run.peak_stash_bytes,
+                )
+                or 0.0,
+                predicted_bubble_fraction=result.bubble_fraction,
+                analytic_bubble_fraction=analytic_bubble_fraction(schedule, costs, 1),
+            )
         )
     return records
 
 
-def aggregate(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Median and max absolute errors of time, speedup and memory."""
-    summary: dict[str, float] = {"runs": float(len(records))}
-    for key in ("time_error", "speedup_error", "memory_error"):
-        values = [abs(r[key]) for r in records]
-        name = key.removesuffix("_error")
-        summary[f"median_{name}_error"] = statistics.median(values) if values else 0.0
-        summary[f"max_{name}_error"] = max(values, default=0.0)
-        summary[f"mean_{name}_error"] = statistics.fmean(values) if values else 0.0
-    return summary
+def crosscheck_records(
+    measured: CaseMeasurement, statistic: Statistic = STATISTIC
+) -> list[CrosscheckRecord]:
+    """Each cross-checked schedule: both runtimes' step times beside pipesim's prediction of
+    that run, and the prediction's error against each runtime."""
+    records = []
+    for check in measured.crosscheck:
+        _, _, result = predict(
+            measured, check.schedule, check.microbatches, check.chunks, statistic
+        )
+        predicted = result.iteration_time_s
+        ours = estimate(check.ours_wall_times_s, statistic)
+        theirs = estimate(check.torch_wall_times_s, statistic) if check.torch_wall_times_s else None
+        records.append(
+            CrosscheckRecord(
+                schedule=check.schedule,
+                torch_class=check.torch_class,
+                devices=check.devices,
+                microbatches=check.microbatches,
+                chunks=check.chunks,
+                ours_wall_time=ours,
+                torch_wall_time=theirs,
+                predicted_time=predicted,
+                error_vs_ours=relative_error(predicted, ours),
+                error_vs_torch=None if theirs is None else relative_error(predicted, theirs),
+                gradient_max_relative_error=check.gradient_max_relative_error,
+            )
+        )
+    return records
 
 
-def breaches(summary: dict[str, float], max_median: float, max_any: float) -> list[str]:
-    """Which thresholds the time and speedup errors exceed (empty when within)."""
+def _stats(values: list[float]) -> tuple[float, float, float]:
+    if not values:
+        return 0.0, 0.0, 0.0
+    return statistics.median(values), max(values), statistics.fmean(values)
+
+
+def aggregate(records: Sequence[Comparison]) -> Summary:
+    """Median, max and mean absolute errors of time, speedup and memory, and the noise."""
+    time = _stats([abs(r.time_error) for r in records])
+    speedup = _stats([abs(r.speedup_error) for r in records])
+    memory = _stats([abs(r.memory_error) for r in records if r.memory_error is not None])
+    spreads = [r.measured_time_spread for r in records]
+    return Summary(
+        runs=float(len(records)),
+        median_time_error=time[0],
+        max_time_error=time[1],
+        mean_time_error=time[2],
+        median_speedup_error=speedup[0],
+        max_speedup_error=speedup[1],
+        mean_speedup_error=speedup[2],
+        median_memory_error=memory[0],
+        max_memory_error=memory[1],
+        mean_memory_error=memory[2],
+        median_time_spread=statistics.median(spreads) if spreads else 0.0,
+        max_time_spread=max(spreads, default=0.0),
+    )
+
+
+def breaches(summary: Summary, max_median: float, max_any: float) -> list[str]:
+    """Which thresholds the time and speedup errors exceed (empty when within); a summary of
+    no run at all breaches: nothing measured proves nothing."""
+    if summary.runs == 0:
+        return ["no run was measured"]
     found = []
     for name in ("time", "speedup"):
-        median, worst = summary[f"median_{name}_error"], summary[f"max_{name}_error"]
+        median = getattr(summary, f"median_{name}_error")
+        worst = getattr(summary, f"max_{name}_error")
         if median > max_median:
             found.append(f"median {name} error {median:.1%} > {max_median:.1%}")
         if worst > max_any:

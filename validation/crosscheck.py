@@ -1,14 +1,14 @@
 """An independent runtime: torch.distributed.pipelining runs the same schedule on the same split.
 
-Where PyTorch has the schedule (GPipe, 1F1B, interleaved 1F1B, looped BFS, interleaved zero
-bubble, ZB-V, DualPipeV; ZB-H1 is its interleaved zero bubble with one stage per rank), both
-runtimes train one step from the same weights on the same data: their gradients must agree,
-and their wall-clock step times are reported beside each other and beside the prediction.
+Where PyTorch has the schedule (the registry's ``torch_class``: GPipe, 1F1B, interleaved 1F1B,
+looped BFS, interleaved zero bubble, ZB-V, DualPipeV; ZB-H1 is its interleaved zero bubble with
+one stage per rank), both runtimes train one step from the same weights on the same data: their
+gradients must agree, and their wall-clock step times are measured here for
+:mod:`validation.compare` to set beside the prediction.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
@@ -17,32 +17,25 @@ import torch.distributed as dist
 from torch import nn
 
 from executor import StepState, run_step, split_model
-from pipesim.schedules import build, unsupported_reason
+from pipesim.schedules import build, schedule_info, unsupported_reason
+from pipesim.schedules.registry import torch_schedules
+from validation.records import CrosscheckMeasurement
 from validation.suites import Case
+from validation.workload import LOSS, make_batch, make_model
 
-TORCH_SCHEDULES = {
-    "gpipe": ("ScheduleGPipe", 1),
-    "1f1b": ("Schedule1F1B", 1),
-    "interleaved-1f1b": ("ScheduleInterleaved1F1B", 2),
-    "looped-bfs": ("ScheduleLoopedBFS", 2),
-    "zb-h1": ("ScheduleInterleavedZeroBubble", 1),
-    "interleaved-zb": ("ScheduleInterleavedZeroBubble", 2),
-    "zbv": ("ScheduleZBVZeroBubble", 2),
-    "dualpipev": ("ScheduleDualPipeV", 2),
-}
 SINGLE_STAGE = {"ScheduleGPipe", "Schedule1F1B"}
 
 
-def crosscheck(case: Case, rank: int, device: torch.device) -> list[dict[str, Any]]:
-    """Run each schedule PyTorch has at one M on both runtimes (all ranks call this)."""
-    from validation.session import LOSS, make_batch, make_model
-
+def crosscheck(case: Case, rank: int, device: torch.device) -> list[CrosscheckMeasurement]:
+    """Run each schedule PyTorch has at one M on both runtimes (all ranks call this), with the
+    registry's default chunk count."""
     microbatches = _pick_microbatches(case)
+    classes = torch_schedules()
     records = []
     for name in case.schedules:
-        if name not in TORCH_SCHEDULES:
+        if name not in classes:
             continue
-        class_name, chunks = TORCH_SCHEDULES[name]
+        class_name, chunks = classes[name], schedule_info(name).default_chunks
         if unsupported_reason(name, case.devices, microbatches, chunks) is not None:
             continue
         schedule = build(name, case.devices, microbatches, chunks)
@@ -78,16 +71,16 @@ def crosscheck(case: Case, rank: int, device: torch.device) -> list[dict[str, An
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, worst)
         records.append(
-            {
-                "schedule": name,
-                "torch_class": class_name,
-                "devices": case.devices,
-                "microbatches": microbatches,
-                "chunks": chunks,
-                "ours_wall_time": statistics.median(ours_times),
-                "torch_wall_time": statistics.median(torch_times) if torch_times else None,
-                "gradient_max_relative_error": max(gathered),
-            }
+            CrosscheckMeasurement(
+                schedule=name,
+                torch_class=class_name,
+                devices=case.devices,
+                microbatches=microbatches,
+                chunks=chunks,
+                ours_wall_times_s=tuple(ours_times),
+                torch_wall_times_s=tuple(torch_times),
+                gradient_max_relative_error=max(gathered),
+            )
         )
     return records
 

@@ -3,127 +3,172 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from pipesim.outputs import write_text_atomically
 from pipesim.units import format_bytes
+from validation.estimate import LOW_QUANTILE, Statistic
+from validation.records import Comparison, CrosscheckRecord, Summary
+from validation.results import CaseResult, ValidationResult
 
 
-def table(records: list[dict[str, Any]]) -> str:
-    """One line per run: predicted and measured time, speedup, memory, with the errors."""
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{1e3 * seconds:.2f}"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
+
+
+def table(records: Sequence[Comparison]) -> str:
+    """One line per run: predicted and measured time, its noise, speedup, memory error."""
     header = (
-        f"{'schedule':<17}{'M':>4}  {'predicted':>10}  {'measured':>10}  {'error':>7}  "
-        f"{'speedup p/m':>12}  {'error':>7}  {'memory err':>10}"
+        f"{'schedule':<17}{'M':>4}  {'predicted':>10}  {'measured':>10}  {'spread':>6}  "
+        f"{'error':>7}  {'speedup p/m':>12}  {'error':>7}  {'memory err':>10}"
     )
     lines = [header, "-" * len(header)]
     for r in records:
+        memory = "n/a" if r.memory_error is None else f"{r.memory_error:.1%}"
         lines.append(
-            f"{r['schedule']:<17}{r['microbatches']:>4}  {1e3 * r['predicted_time']:>8.2f}ms  "
-            f"{1e3 * r['measured_time']:>8.2f}ms  {r['time_error']:>+7.1%}  "
-            f"{r['predicted_speedup']:>5.2f}/{r['measured_speedup']:<5.2f}  "
-            f"{r['speedup_error']:>+7.1%}  {r['memory_error']:>10.1%}"
+            f"{r.schedule:<17}{r.microbatches:>4}  {1e3 * r.predicted_time:>8.2f}ms  "
+            f"{1e3 * r.measured_time:>8.2f}ms  {r.measured_time_spread:>6.1%}  "
+            f"{r.time_error:>+7.1%}  "
+            f"{r.predicted_speedup:>5.2f}/{r.measured_speedup:<5.2f}  "
+            f"{r.speedup_error:>+7.1%}  {memory:>10}"
         )
     return "\n".join(lines)
 
 
-def summary_lines(summary: dict[str, float]) -> list[str]:
-    """The aggregate errors, one line each."""
+def summary_lines(summary: Summary) -> list[str]:
+    """The aggregate errors and the noise, one line each."""
     return [
-        f"step time: median |error| {summary['median_time_error']:.2%}, mean "
-        f"{summary['mean_time_error']:.2%}, max {summary['max_time_error']:.2%}",
-        f"speedup:   median |error| {summary['median_speedup_error']:.2%}, mean "
-        f"{summary['mean_speedup_error']:.2%}, max {summary['max_speedup_error']:.2%}",
-        f"memory:    median |error| {summary['median_memory_error']:.2%}, max "
-        f"{summary['max_memory_error']:.2%}",
+        f"step time: median |error| {summary.median_time_error:.2%}, mean "
+        f"{summary.mean_time_error:.2%}, max {summary.max_time_error:.2%}",
+        f"speedup:   median |error| {summary.median_speedup_error:.2%}, mean "
+        f"{summary.mean_speedup_error:.2%}, max {summary.max_speedup_error:.2%}",
+        f"memory:    median |error| {summary.median_memory_error:.2%}, max "
+        f"{summary.max_memory_error:.2%} (against the measured peak)",
+        f"noise:     median spread of repeated steps {summary.median_time_spread:.2%}, max "
+        f"{summary.max_time_spread:.2%}",
     ]
 
 
-def write_report(out: Path, payload: dict[str, Any], figures: dict[str, str]) -> None:
-    """``results.json`` (every number) and ``report.md`` (tables, figures, what was skipped)."""
-    (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
-    summary = payload["summary"]
+def _statistic(statistic: Statistic) -> str:
+    if statistic is Statistic.LOW_QUANTILE:
+        return f"the {LOW_QUANTILE:.0%} quantile"
+    return f"the {statistic.value}"
+
+
+def crosscheck_table(rows: Sequence[CrosscheckRecord]) -> list[str]:
+    """The cross-check's markdown table: both runtimes beside the prediction."""
     lines = [
-        f"# pipesim validation: suite `{payload['suite']}` ({payload['backend']})",
+        "| schedule | PyTorch class | M | gradient max rel. error | pipesim executor ms | "
+        "PyTorch ms | predicted ms | error vs executor | error vs PyTorch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in rows:
+        lines.append(
+            f"| {c.schedule} | {c.torch_class} | {c.microbatches} | "
+            f"{c.gradient_max_relative_error:.2e} | {_ms(c.ours_wall_time)} | "
+            f"{_ms(c.torch_wall_time)} | {_ms(c.predicted_time)} | "
+            f"{_percent(c.error_vs_ours)} | {_percent(c.error_vs_torch)} |"
+        )
+    return lines
+
+
+def _case_lines(case: CaseResult) -> list[str]:
+    m = case.measurement
+    link = m.link
+    lines = [
+        f"## Case `{case.name}`: K={m.case.devices}, model {m.case.model.to_json()}",
         "",
-        f"Machine: {payload['machine'].get('processor')} ({payload['machine'].get('cores')} "
-        f"cores), {payload['machine'].get('platform')}; Python {payload['machine'].get('python')}"
-        f", torch {payload['machine'].get('torch')}, pipesim {payload['pipesim']}; "
-        f"{payload['machine'].get('threads_per_process')} thread(s) per process.",
+        f"Host while measuring: {m.host.describe()}, {m.host.duration_s:.0f} s; "
+        f"{m.rounds} measured rounds.",
+        "",
+        f"Link (ping-pong fit, minimum of round trips): latency {link.latency_s * 1e6:.1f} us, "
+        f"bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s.",
+        "",
+        "| schedule | M | predicted ms | measured ms (min-max) | spread | time error | speedup "
+        "predicted | speedup measured | speedup error | peak memory per device: predicted / "
+        "measured / executor's stash count | memory error |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in case.records:
+        memory = ", ".join(
+            f"{format_bytes(p)} / {'n/a' if m_ is None else format_bytes(m_)} / {format_bytes(s)}"
+            for p, m_, s in zip(
+                r.predicted_peak_memory_bytes,
+                r.measured_peak_memory_bytes,
+                r.stash_peak_memory_bytes,
+                strict=True,
+            )
+        )
+        error = "n/a" if r.memory_error is None else f"{r.memory_error:.1%}"
+        lines.append(
+            f"| {r.schedule} | {r.microbatches} | {_ms(r.predicted_time)} | "
+            f"{_ms(r.measured_time)} ({_ms(r.measured_time_min)}-{_ms(r.measured_time_max)}) | "
+            f"{r.measured_time_spread:.1%} | {r.time_error:+.1%} | "
+            f"{r.predicted_speedup:.2f} | {r.measured_speedup:.2f} | "
+            f"{r.speedup_error:+.1%} | {memory} | {error} |"
+        )
+    if case.crosscheck:
+        lines += [
+            "",
+            "Cross-check with torch.distributed.pipelining (same split, same data): gradients "
+            "compared; wall-clock step times of both runtimes beside pipesim's prediction, and "
+            "the prediction's error against each.",
+            "",
+            *crosscheck_table(case.crosscheck),
+        ]
+    lines.append("")
+    return lines
+
+
+def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -> None:
+    """``results.json`` (every number) and ``report.md`` (tables, figures, what was skipped)."""
+    write_text_atomically(
+        out / "results.json", json.dumps(result.to_json(), indent=2), field="--out results.json"
+    )
+    machine = result.cases[0].measurement.machine if result.cases else None
+    statistic = result.cases[0].statistic if result.cases else Statistic.LOW_QUANTILE
+    lines = [
+        f"# pipesim validation: suite `{result.suite}` ({result.backend})",
+        "",
+        (
+            f"Machine: {machine.processor} ({machine.cores} cores), {machine.platform}; Python "
+            f"{machine.python}, torch {machine.torch}, pipesim {result.pipesim}; "
+            f"{machine.threads_per_process} thread(s) per process."
+            if machine is not None
+            else "Machine: nothing was measured."
+        ),
         "",
         "Method: calibrate each stage's F, B, I, W times and stashed bytes and the link between "
-        "ranks in the processes that then run the pipeline; predict each step with the "
-        "simulator from those numbers alone; measure the step (median of repeats after warm-up: "
-        "the span from the first action's start to the last action's end).",
+        "ranks in the processes that then run the pipeline, the probe runs measured in the same "
+        "interleaved rounds as the runs they predict; predict each step with the simulator "
+        "from those numbers alone; measure the step (the span from the first action's start to "
+        f"the last action's end). Every time is {_statistic(statistic)} of its repeats: "
+        "interference only adds time, to calibration and measurement alike, and a low quantile "
+        "is moved only when most repeats were disturbed. Spread: (median - min) / min of a "
+        "run's repeats. Memory: each rank's resident-memory rise during a step (the kernel's "
+        "high-water mark), beside the executor's own count of stashed activations.",
         "",
         "## Summary",
         "",
-        *[f"- {line}" for line in summary_lines(summary)],
-        f"- thresholds: median {payload['thresholds']['max_median_error']:.1%}, max "
-        f"{payload['thresholds']['max_error']:.1%} -> "
-        + (
-            "**within**"
-            if not payload["breaches"]
-            else "**exceeded**: " + "; ".join(payload["breaches"])
-        ),
+        *[f"- {line}" for line in summary_lines(result.summary)],
+        f"- thresholds: median {result.max_median_error:.1%}, max {result.max_error:.1%}",
+        f"- verdict: **{result.verdict.value}**: {result.verdict_reason}",
         "",
     ]
-    for case in payload["cases"]:
-        link = case["link"]
-        lines += [
-            f"## Case `{case['case']['name']}`: K={case['case']['devices']}, "
-            f"model {case['case']['model']}",
-            "",
-            f"Link (ping-pong fit): latency {link['latency_s'] * 1e6:.1f} us, bandwidth "
-            f"{link['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s.",
-            "",
-            "| schedule | M | predicted ms | measured ms (min-max) | time error | speedup "
-            "predicted | speedup measured | speedup error | predicted / measured peak memory "
-            "per device |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for r in case["records"]:
-            memory = ", ".join(
-                f"{format_bytes(p)} / {format_bytes(m) if m is not None else '-'}"
-                for p, m in zip(
-                    r["predicted_peak_memory_bytes"], r["measured_peak_memory_bytes"], strict=True
-                )
-            )
-            lines.append(
-                f"| {r['schedule']} | {r['microbatches']} | {1e3 * r['predicted_time']:.2f} | "
-                f"{1e3 * r['measured_time']:.2f} ({1e3 * r['measured_time_min']:.2f}-"
-                f"{1e3 * r['measured_time_max']:.2f}) | {r['time_error']:+.1%} | "
-                f"{r['predicted_speedup']:.2f} | {r['measured_speedup']:.2f} | "
-                f"{r['speedup_error']:+.1%} | {memory} |"
-            )
-        if case.get("crosscheck"):
-            lines += [
-                "",
-                "Cross-check with torch.distributed.pipelining (same split, same data, one "
-                "step): gradients compared, wall-clock step times side by side.",
-                "",
-                "| schedule | PyTorch class | M | gradient max rel. error | pipesim executor "
-                "wall ms | PyTorch wall ms | predicted ms |",
-                "| --- | --- | --- | --- | --- | --- | --- |",
-            ]
-            predicted = {
-                (r["schedule"], r["microbatches"]): r["predicted_time"] for r in case["records"]
-            }
-            for c in case["crosscheck"]:
-                p = predicted.get((c["schedule"], c["microbatches"]))
-                lines.append(
-                    f"| {c['schedule']} | {c['torch_class']} | {c['microbatches']} | "
-                    f"{c['gradient_max_relative_error']:.2e} | {1e3 * c['ours_wall_time']:.2f} | "
-                    f"{1e3 * c['torch_wall_time']:.2f} | "
-                    f"{'-' if p is None else f'{1e3 * p:.2f}'} |"
-                )
-        lines.append("")
+    for case in result.cases:
+        lines += _case_lines(case)
     if figures:
         lines += ["## Figures", ""]
         for title, name in figures.items():
             lines += [f"### {title}", "", f"![{title}]({name})", ""]
-    if payload["skipped"]:
+    if result.skipped:
         lines += ["## Skipped", ""]
-        for s in payload["skipped"]:
+        for s in result.skipped:
             lines.append(f"- {s['case']}: {s['schedule']} M={s['microbatches']}: {s['reason']}")
         lines.append("")
-    (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    write_text_atomically(out / "report.md", "\n".join(lines), field="--out report.md")

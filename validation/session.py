@@ -2,24 +2,29 @@
 unpipelined baseline and cross-check against torch.distributed.pipelining.
 
 The parent spawns one process per device (gloo on CPU with one thread each, NCCL on CUDA with
-one GPU each). Every process calibrates its own stages at the same time as the others (the
-way the measurement will run), then all take part in every measured step. Rank 0 writes what
-was measured to a JSON file the parent reads; nothing here predicts (see
-:mod:`validation.compare`).
+one GPU each) and samples the host's load while they run. Every process calibrates its own
+stages at the same time as the others (the way the measurement will run), then all take part in
+every measured step. Rank 0 writes what was measured (every sample, no estimate) to a JSON file
+the parent reads; nothing here predicts (see :mod:`validation.compare`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import datetime
 import json
 import os
+import platform
+import shutil
 import statistics
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,48 +37,24 @@ from torch.multiprocessing.spawn import (
     start_processes,
 )
 
-from executor import StepState, run_step, split_model
-from executor.models import mlp, transformer
+from executor import StepResult, StepState, run_step, split_model
 from executor.profile import (
     StageProfile,
-    in_situ_latency,
-    in_situ_times,
+    latency_samples,
     profile_link,
     profile_stage,
     stage_inputs,
-    with_times,
 )
 from executor.teardown import end_rank
-from pipesim.errors import PipesimError, RunFailed
-from pipesim.schedules import Schedule, build, unsupported_reason
-from validation.suites import Case, ModelSpec
-
-LOSS = nn.MSELoss()
-
-
-def make_model(spec: ModelSpec, device: torch.device) -> nn.Sequential:
-    """The case's model, identical in every process."""
-    if spec.kind == "mlp":
-        model = mlp(spec.width, spec.layers, seed=0)
-    elif spec.kind == "transformer":
-        model = transformer(spec.width, spec.heads, spec.layers, seed=0)
-    else:
-        raise PipesimError(f"model kind must be mlp or transformer, got {spec.kind!r}")
-    return model.to(device)
-
-
-def make_batch(
-    spec: ModelSpec, microbatches: int, device: torch.device, seed: int = 1
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A mini-batch of ``microbatches`` micro-batches and its targets."""
-    generator = torch.Generator().manual_seed(seed)
-    rows = spec.microbatch_size * microbatches
-    shape = (rows, spec.sequence, spec.width) if spec.kind == "transformer" else (rows, spec.width)
-    return (
-        torch.randn(shape, generator=generator).to(device),
-        torch.randn(shape, generator=generator).to(device),
-    )
-
+from pipesim.engine.records import Timeline
+from pipesim.errors import RunFailed
+from pipesim.schedules import Schedule, build
+from pipesim.schedules.registry import probe_schedules
+from validation.estimate import spread
+from validation.host import host_load, sample_host
+from validation.records import CaseMeasurement, Machine, RunMeasurement
+from validation.suites import Case
+from validation.workload import LOSS, make_batch, make_model
 
 # glibc malloc settings for the CPU workers: serve every tensor from the heap and keep freed
 # memory for reuse, as a GPU caching allocator does. By default glibc maps large blocks fresh
@@ -85,6 +66,16 @@ MALLOC_SETTINGS = {
     "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30),
     "MALLOC_TOP_PAD_": str(256 * 2**20),
 }
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Measure until stable: after the case's repeats, keep adding rounds while the median
+    spread of the runs' step times is above ``target_spread``, for at most ``budget_s`` more
+    seconds of measuring (per case)."""
+
+    target_spread: float
+    budget_s: float
 
 
 @contextlib.contextmanager
@@ -103,32 +94,63 @@ def _worker_environment(backend: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def run_case(case: Case, timeout_s: float = 1800.0) -> dict[str, Any]:
-    """Spawn the case's processes; return what rank 0 measured."""
+def run_case(
+    case: Case,
+    timeout_s: float = 1800.0,
+    stability: Stability | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> CaseMeasurement:
+    """Spawn the case's processes, sample the host while they run; return what they measured.
+
+    ``on_progress`` is called (in this process) with what the workers are doing now. The
+    working directory under the system's temporary directory is removed afterwards, also when
+    the run fails or is interrupted (the worker processes are killed then).
+    """
     workdir = Path(tempfile.mkdtemp(prefix="pipesim-validate-"))
     out = workdir / "measured.json"
-    with _worker_environment(case.backend):
-        context = start_processes(  # type: ignore[no-untyped-call]
-            _worker,
-            args=(case.devices, str(workdir / "init"), str(out), case),
-            nprocs=case.devices,
-            join=False,
-            start_method="spawn",
-        )
-    deadline = time.monotonic() + timeout_s
+    status = workdir / "progress"
+    context = None
     try:
-        while not context.join(timeout=max(1.0, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                for process in context.processes:
+        with _worker_environment(case.backend):
+            context = start_processes(  # type: ignore[no-untyped-call]
+                _worker,
+                args=(case.devices, str(workdir / "init"), str(out), str(status), case, stability),
+                nprocs=case.devices,
+                join=False,
+                start_method="spawn",
+            )
+        samples = [sample_host()]
+        deadline = time.monotonic() + timeout_s
+        shown = ""
+        try:
+            while not context.join(timeout=1.0):
+                samples.append(sample_host())
+                if on_progress is not None:
+                    with contextlib.suppress(OSError):
+                        text = status.read_text(encoding="utf-8")
+                        if text and text != shown:
+                            shown = text
+                            on_progress(text)
+                if time.monotonic() > deadline:
+                    raise RunFailed(
+                        f"validation case {case.name!r} did not finish in {timeout_s} s"
+                    )
+        except ProcessRaisedException as error:
+            detail = _worker_error(out) or str(error).strip().splitlines()[-1]
+            raise RunFailed(f"validation case {case.name!r} failed: {detail}") from None
+        except ProcessExitedException as error:
+            raise RunFailed(f"validation case {case.name!r}: a process died ({error})") from None
+        samples.append(sample_host())
+        data = json.loads(out.read_text(encoding="utf-8"))
+        data["host"] = host_load(samples).to_json()
+        return CaseMeasurement.from_json(data)
+    finally:
+        if context is not None:
+            for process in context.processes:
+                if process.is_alive():
                     process.kill()
-                raise RunFailed(f"validation case {case.name!r} did not finish in {timeout_s} s")
-    except ProcessRaisedException as error:
-        detail = _worker_error(out) or str(error).strip().splitlines()[-1]
-        raise RunFailed(f"validation case {case.name!r} failed: {detail}") from None
-    except ProcessExitedException as error:
-        raise RunFailed(f"validation case {case.name!r}: a process died ({error})") from None
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+                    process.join(5)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _worker_error(out: Path) -> str | None:
@@ -143,7 +165,15 @@ def _device(backend: str, rank: int) -> torch.device:
     return torch.device(f"cuda:{rank}") if backend == "cuda" else torch.device("cpu")
 
 
-def _worker(rank: int, world: int, init_file: str, out_file: str, case: Case) -> None:
+def _worker(
+    rank: int,
+    world: int,
+    init_file: str,
+    out_file: str,
+    status_file: str,
+    case: Case,
+    stability: Stability | None,
+) -> None:
     torch.set_num_threads(1)
     device = _device(case.backend, rank)
     if device.type == "cuda":
@@ -157,14 +187,20 @@ def _worker(rank: int, world: int, init_file: str, out_file: str, case: Case) ->
     )
     if case.backend == "cpu":
         _yield_to_communication()
+
+    def report(text: str) -> None:
+        if rank == 0:
+            with contextlib.suppress(OSError):
+                Path(status_file).write_text(text, encoding="utf-8")
+
     try:
-        result = _measure(case, rank, device)
+        result = _measure(case, rank, device, stability, report)
     except Exception as error:  # reported to the parent as data, with the traceback
-        result = {
+        failure = {
             "error": f"rank {rank}: {type(error).__name__}: {error}",
             "trace": traceback.format_exc(),
         }
-        Path(out_file).write_text(json.dumps(result))
+        Path(out_file).write_text(json.dumps(failure))
         raise
     if rank == 0:
         Path(out_file).write_text(json.dumps(result))
@@ -180,78 +216,107 @@ def _yield_to_communication() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
 
 
-def _measure(case: Case, rank: int, device: torch.device) -> dict[str, Any]:
+Run = tuple[str, int, int]  # (schedule, M, chunks)
+
+
+def _measure(
+    case: Case,
+    rank: int,
+    device: torch.device,
+    stability: Stability | None,
+    report: Callable[[str], None],
+) -> dict[str, Any]:
+    """Everything the case measures, as the JSON of a :class:`CaseMeasurement` without the
+    host's load (the parent adds it)."""
     runs = case.runs()
-    result: dict[str, Any] = {"case": case.to_json(), "machine": _machine(case.backend)}
-    result["link"] = _link(rank, device)
+    report("link")
+    link = _link(rank, device)
     all_chunks = sorted({chunks for _, _, chunks in runs})
+    report("calibration")
     isolated = {chunks: _calibrate(case, chunks, rank, device) for chunks in all_chunks}
-    result["isolated_calibration"] = {
-        str(c): [p.to_json() for p in profiles] for c, profiles in isolated.items()
-    }
     probes = {chunks: probe_runs(case, chunks) for chunks in all_chunks}
-    result["probes"] = {
-        str(c): [f"{name} M={m}" for name, m in names] for c, names in probes.items()
-    }
     probe_list = [(name, m, c) for c, names in probes.items() for name, m in names]
-    measured, baseline, solo = _measure_rounds(case, probe_list + runs, rank, device)
-    result["solo_calibration"] = solo
-    result["calibration"] = {}
-    result["in_situ_latency_s"] = {}
+    rounds = _Rounds(case, probe_list + runs, rank, device, stability, report)
+    rounds.measure()
+    report("memory")
+    memory = _measure_memory(case, rounds, rank)
+    in_situ: dict[int, dict[str, list[float]]] = {}
+    latencies: dict[int, list[float]] = {}
     for chunks in all_chunks:
         timelines = [
             t
-            for (name, m, c), run in zip(probe_list, measured, strict=False)
+            for index, (_, _, c) in enumerate(probe_list)
             if c == chunks
-            for t in run.pop("_timelines")
+            for t in rounds.timelines[index]
         ]
-        times = in_situ_times(timelines)
-        result["calibration"][str(chunks)] = [
-            with_times(p, s, times).to_json() for s, p in enumerate(isolated[chunks])
-        ]
-        result["in_situ_latency_s"][str(chunks)] = in_situ_latency(
-            timelines, result["link"]["bandwidth_bytes_per_s"]
-        )
-    result["runs"] = measured[len(probe_list) :]
-    for run in result["runs"]:
-        run.pop("_timelines", None)
-    result["baseline"] = baseline
+        in_situ[chunks] = _action_samples(timelines)
+        latencies[chunks] = latency_samples(timelines, link.bandwidth_bytes_per_s)
+    measured_runs = [
+        _run_measurement(case, run, rounds, index, memory[index])
+        for index, run in enumerate(runs, start=len(probe_list))
+    ]
+    crosscheck = []
     if case.crosscheck:
-        from validation.crosscheck import crosscheck
+        from validation.crosscheck import crosscheck as run_crosscheck
 
-        result["crosscheck"] = crosscheck(case, rank, device)
-    return result
-
-
-def _machine(backend: str) -> dict[str, Any]:
-    import platform
-
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "threads_per_process": torch.get_num_threads(),
+        report("cross-check with torch.distributed.pipelining")
+        crosscheck = [c.to_json() for c in run_crosscheck(case, rank, device)]
+    return {
+        "case": case.to_json(),
+        "machine": _machine(case.backend).to_json(),
+        "link": link.to_json(),
+        "isolated_calibration": {
+            str(c): [p.to_json() for p in profiles] for c, profiles in isolated.items()
+        },
+        "probes": {str(c): [f"{name} M={m}" for name, m in names] for c, names in probes.items()},
+        "in_situ_samples": {str(c): samples for c, samples in in_situ.items()},
+        "latency_samples": {str(c): values for c, values in latencies.items()},
+        "runs": [r.to_json() for r in measured_runs],
+        "baseline_samples": {str(m): v for m, v in rounds.baseline.items()},
+        "solo_samples": rounds.solo,
+        "crosscheck": crosscheck,
+        "rounds": rounds.measured_rounds,
     }
-    if backend == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
-def _link(rank: int, device: torch.device) -> dict[str, Any]:
-    """Ping-pong between ranks 0 and 1; every rank learns the fit."""
+def _action_samples(timelines: list[Timeline]) -> dict[str, list[float]]:
+    """Every compute action's duration in ``timelines``, by "stage/kind"."""
+    samples: dict[str, list[float]] = {}
+    for timeline in timelines:
+        for record in timeline.compute:
+            if record.action is not None:
+                key = f"{record.action.stage}/{record.action.kind.value}"
+                samples.setdefault(key, []).append(record.duration_s)
+    return samples
+
+
+def _machine(backend: str) -> Machine:
+    return Machine(
+        platform=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        python=platform.python_version(),
+        torch=torch.__version__,
+        threads_per_process=torch.get_num_threads(),
+        gpu=torch.cuda.get_device_name(0) if backend == "cuda" else None,
+    )
+
+
+def _link(rank: int, device: torch.device) -> Any:
+    """Ping-pong between ranks 0 and 1 (the minimum of many round trips per size: a round
+    trip is never faster than the link, only slower when a thread waits for a core); every
+    rank learns the fit."""
     dist.barrier()
-    data = profile_link(1 - rank, device=device).to_json() if rank < 2 else None
+    data = profile_link(1 - rank, device=device, repeats=30, statistic=min) if rank < 2 else None
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, data)
-    link: dict[str, Any] = gathered[0]
-    return link
+    return gathered[0]
 
 
 def _shape_schedule(case: Case, chunks: int) -> Schedule:
-    """Any schedule with this many chunks, for its stage count and placement."""
-    name = {1: "gpipe", 2: "zbv"}.get(chunks, "looped-bfs")
+    """A schedule with this many chunks, for its stage count and placement: the full-backward
+    probe's, which every chunk count the registry offers has."""
+    name = probe_schedules(case.devices, 3 * case.devices, chunks)[0]
     return build(name, case.devices, max(case.microbatches), chunks)
 
 
@@ -274,139 +339,238 @@ def _calibrate(case: Case, chunks: int, rank: int, device: torch.device) -> list
     return [merged[s] for s in range(schedule.stages)]
 
 
-PROBES = {1: ("1f1b", "zb-h1"), 2: ("interleaved-1f1b", "zbv")}
-
-
 def probe_runs(case: Case, chunks: int) -> list[tuple[str, int]]:
-    """The short pipelined runs that calibrate times in situ: one schedule with full backwards
-    and one with split ones, at a micro-batch count the case does not validate (3K), so every
-    validated run is predicted, not replayed."""
-    names = PROBES.get(chunks, ("looped-bfs", "interleaved-zb"))
+    """The short pipelined runs that calibrate times in situ: the registry's full-backward and
+    split-backward probes for this chunk count, at a micro-batch count the case does not
+    validate (3K), so every validated run is predicted, not replayed."""
     microbatches = 3 * case.devices
-    return [
-        (name, microbatches)
-        for name in names
-        if unsupported_reason(name, case.devices, microbatches, chunks) is None
-    ]
+    return [(name, microbatches) for name in probe_schedules(case.devices, microbatches, chunks)]
 
 
-def _span(result: Any) -> float:
+def _span(result: StepResult) -> float:
     records = result.timeline.compute
     return float(max(r.end_s for r in records) - min(r.start_s for r in records))
 
 
-def _measure_rounds(
-    case: Case, runs: list[tuple[str, int, int]], rank: int, device: torch.device
-) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, float]]:
-    """Measure every run and the unpipelined baselines in interleaved rounds.
+class _Rounds:
+    """Every run and the unpipelined baselines, measured in interleaved rounds.
 
     Each round steps every run once (round robin), so a slow spell of the machine (another
-    tenant, a frequency change) touches every run a little rather than all repeats of one run:
-    the medians stay comparable with each other and with the calibration probes measured in
-    the same rounds. The baselines (the whole model on rank 0, the others idle) take their
-    turn in every round too, with a profile of the whole model's F and B on one micro-batch
-    (which predicts them: the baselines themselves are only measured).
+    tenant, a frequency change) touches every run a little rather than all repeats of one run,
+    and the calibration probes are measured in the same rounds as the runs they predict. The
+    baselines (the whole model on rank 0, the others idle) take their turn in every round too,
+    with a profile of the whole model's F and B on one micro-batch.
     """
-    model = make_model(case.model, device)
-    splits: dict[int, list[nn.Module]] = {}
-    plans = []
-    for name, m, chunks in runs:
-        schedule = build(name, case.devices, m, chunks)
-        if chunks not in splits:
-            splits[chunks] = split_model(model, schedule)
-        plans.append((schedule, StepState()))
-    batches = {
-        m: make_batch(case.model, m, device)
-        for m in {m for _, m, _ in runs} | set(case.microbatches)
-    }
-    samples: list[dict[str, list[Any]]] = [
-        {"spans": [], "walls": [], "stash": [], "allocated": [], "timelines": []} for _ in runs
-    ]
-    baseline_spans: dict[int, list[float]] = {m: [] for m in case.microbatches}
-    solo_profiles: list[StageProfile] = []
-    one = make_batch(case.model, 1, device)
-    for round_ in range(case.warmup + case.repeats):
-        keep = round_ >= case.warmup
-        for index, ((schedule, state), (_, _, chunks)) in enumerate(zip(plans, runs, strict=True)):
-            # Persistent gradient buffers, zeroed in place (as DDP and Megatron keep them): the
-            # first round allocates them, measured rounds pay no first-touch page faults.
-            model.zero_grad(set_to_none=False)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            x, y = batches[schedule.microbatches]
-            dist.barrier()
-            began = time.perf_counter()
-            result = run_step(
-                schedule,
-                splits[chunks],
-                x,
-                y,
-                LOSS,
-                backend="distributed",
-                step=round_,
-                state=state,
-            )
-            wall = time.perf_counter() - began
-            if keep:
-                record = samples[index]
-                record["spans"].append(_span(result))
-                record["walls"].append(wall)
-                record["stash"].append(list(result.peak_stash_bytes))
-                record["allocated"].append(list(result.peak_allocated_bytes))
-                record["timelines"].append(result.timeline)
+
+    def __init__(
+        self,
+        case: Case,
+        runs: list[Run],
+        rank: int,
+        device: torch.device,
+        stability: Stability | None,
+        report: Callable[[str], None],
+    ) -> None:
+        self.case, self.runs, self.rank, self.device = case, runs, rank, device
+        self.stability, self.report = stability, report
+        self.model = make_model(case.model, device)
+        self.splits: dict[int, list[nn.Module]] = {}
+        self.plans: list[tuple[Schedule, StepState]] = []
+        for name, m, chunks in runs:
+            schedule = build(name, case.devices, m, chunks)
+            if chunks not in self.splits:
+                self.splits[chunks] = split_model(self.model, schedule)
+            self.plans.append((schedule, StepState()))
+        self.batches = {
+            m: make_batch(case.model, m, device)
+            for m in {m for _, m, _ in runs} | set(case.microbatches)
+        }
+        self.spans: list[list[float]] = [[] for _ in runs]
+        self.walls: list[list[float]] = [[] for _ in runs]
+        self.stash: list[list[list[int]]] = [[] for _ in runs]
+        self.allocated: list[list[list[int | None]]] = [[] for _ in runs]
+        self.timelines: list[list[Timeline]] = [[] for _ in runs]
+        self.baseline: dict[int, list[float]] = {m: [] for m in case.microbatches}
+        self.solo: dict[str, list[float]] = {
+            key: [] for key in ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
+        }
+        self.measured_rounds = 0
+        self.rounds_run = 0
+
+    def step(self, index: int, round_: int) -> tuple[StepResult, float]:
+        """One step of run ``index``; its result and rank 0's wall time."""
+        schedule, state = self.plans[index]
+        chunks = self.runs[index][2]
+        # Persistent gradient buffers, zeroed in place (as DDP and Megatron keep them): the
+        # first round allocates them, measured rounds pay no first-touch page faults.
+        self.model.zero_grad(set_to_none=False)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        x, y = self.batches[schedule.microbatches]
         dist.barrier()
-        if rank == 0:
-            for m in case.microbatches:
+        began = time.perf_counter()
+        result = run_step(
+            schedule,
+            self.splits[chunks],
+            x,
+            y,
+            LOSS,
+            backend="distributed",
+            step=round_,
+            state=state,
+        )
+        return result, time.perf_counter() - began
+
+    def measure(self) -> None:
+        """Warm-up rounds, the case's repeats, then (when measuring until stable) more rounds
+        while the runs are noisy and the budget lasts."""
+        case = self.case
+        started = None
+        round_ = 0
+        while True:
+            keep = round_ >= case.warmup
+            if keep and started is None:
+                started = time.monotonic()
+            self.report(
+                f"round {round_ + 1}/{case.warmup + case.repeats}"
+                + (" (warm-up)" if not keep else "")
+            )
+            self._round(round_, keep)
+            round_ += 1
+            self.rounds_run = round_
+            if keep:
+                self.measured_rounds += 1
+            if round_ >= case.warmup + case.repeats and not self._go_on(started):
+                break
+
+    def _go_on(self, started: float | None) -> bool:
+        """Whether to measure another round (rank 0 decides, every rank follows)."""
+        decision = [False]
+        if self.rank == 0 and self.stability is not None and started is not None:
+            noisy = statistics.median(spread(s) for s in self.spans) > self.stability.target_spread
+            within = time.monotonic() - started < self.stability.budget_s
+            decision = [noisy and within]
+        dist.broadcast_object_list(decision, src=0)
+        return bool(decision[0])
+
+    def _round(self, round_: int, keep: bool) -> None:
+        for index in range(len(self.runs)):
+            result, wall = self.step(index, round_)
+            if keep:
+                self.spans[index].append(_span(result))
+                self.walls[index].append(wall)
+                self.stash[index].append(list(result.peak_stash_bytes))
+                self.allocated[index].append(list(result.peak_allocated_bytes))
+                self.timelines[index].append(result.timeline)
+        dist.barrier()
+        if self.rank == 0:
+            model = self.model
+            for m in self.case.microbatches:
                 model.zero_grad(set_to_none=False)
-                x, y = batches[m]
+                x, y = self.batches[m]
                 # Unpipelined gradient accumulation on one device: F, B, F, B, ...
                 span = _span(run_step(build("1f1b", 1, m), [model], x, y, LOSS))
                 if keep:
-                    baseline_spans[m].append(span)
+                    self.baseline[m].append(span)
             model.zero_grad(set_to_none=False)
+            one = make_batch(self.case.model, 1, self.device)
             profile = profile_stage(0, model, one[0], one[1], LOSS, last=True, repeats=2, warmup=1)
             if keep:
-                solo_profiles.append(profile)
+                for key, values in self.solo.items():
+                    values.append(getattr(profile, key))
         dist.barrier()
-    measured = [_summary(case, run, record) for run, record in zip(runs, samples, strict=True)]
-    shared: dict[str, Any] = {}
-    if rank == 0:
-        shared = {
-            "baseline": {str(m): statistics.median(v) for m, v in baseline_spans.items()},
-            "solo": {
-                key: statistics.median(getattr(p, key) for p in solo_profiles)
-                for key in ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
-            },
-        }
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, shared)
-    return measured, gathered[0]["baseline"], gathered[0]["solo"]
 
 
-def _summary(case: Case, run: tuple[str, int, int], record: dict[str, list[Any]]) -> dict[str, Any]:
+def _measure_memory(case: Case, rounds: _Rounds, rank: int) -> list[list[int | None]]:
+    """Per run, per device: how far each rank's resident memory rose during one more step of
+    the run, untimed (see :func:`rss_rise`); None for every device where it cannot be read."""
+    rises: list[list[int | None]] = []
+    for index in range(len(rounds.runs)):
+        if case.backend == "cpu":
+            with rss_rise() as rise:
+                rounds.step(index, rounds.rounds_run)
+            mine = rise()
+        else:
+            rounds.step(index, rounds.rounds_run)
+            mine = None
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+        rises.append(list(gathered))
+    return rises
+
+
+def _run_measurement(
+    case: Case, run: Run, rounds: _Rounds, index: int, rss: list[int | None]
+) -> RunMeasurement:
     name, microbatches, chunks = run
-    spans = record["spans"]
+    spans = rounds.spans[index]
     median_index = sorted(range(len(spans)), key=lambda i: spans[i])[len(spans) // 2]
-    timeline = record["timelines"][median_index]
-    allocated = record["allocated"]
-    return {
-        "_timelines": record["timelines"],
-        "schedule": name,
-        "devices": case.devices,
-        "microbatches": microbatches,
-        "chunks": chunks,
-        "step_times_s": spans,
-        "measured_time": statistics.median(spans),
-        "measured_time_min": min(spans),
-        "measured_time_max": max(spans),
-        "wall_time": statistics.median(record["walls"]),
-        "peak_stash_bytes": [max(run[d] for run in record["stash"]) for d in range(case.devices)],
-        "peak_allocated_bytes": [
-            None if allocated[0][d] is None else max(int(run[d] or 0) for run in allocated)
+    timeline = rounds.timelines[index][median_index]
+    allocated = rounds.allocated[index]
+    stash = rounds.stash[index]
+    return RunMeasurement(
+        schedule=name,
+        devices=case.devices,
+        microbatches=microbatches,
+        chunks=chunks,
+        step_times_s=tuple(spans),
+        wall_times_s=tuple(rounds.walls[index]),
+        peak_stash_bytes=tuple(max(r[d] for r in stash) for d in range(case.devices)),
+        peak_allocated_bytes=tuple(
+            None if allocated[0][d] is None else max(int(r[d] or 0) for r in allocated)
             for d in range(case.devices)
-        ],
-        "timeline": [
-            [r.device, r.step, None if r.action is None else str(r.action), r.start_s, r.end_s]
+        ),
+        peak_rss_bytes=tuple(rss),
+        timeline=tuple(
+            (r.device, r.step, None if r.action is None else str(r.action), r.start_s, r.end_s)
             for r in timeline.compute
-        ],
-    }
+        ),
+    )
+
+
+PROC_STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        for line in PROC_STATUS.read_text(encoding="ascii").splitlines():
+            key, _, value = line.partition(":")
+            if key == field:
+                return int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def rss_rise() -> Iterator[Callable[[], int | None]]:
+    """Measure how far this process's resident memory rises above its level at the start of
+    the block: the kernel's high-water mark (VmHWM) minus the resident size (VmRSS) at the
+    start, after returning the C allocator's free memory to the kernel (``malloc_trim``) and
+    resetting the high-water mark (``clear_refs`` 5). It counts every byte the block made
+    resident (tensors, autograd's intermediates, receive buffers), whoever allocated it, and
+    nothing the executor says; it yields a function that gives the rise (None where Linux's
+    ``/proc`` files or glibc are not there)."""
+    ready = _release_and_reset()
+    start = _status_bytes("VmRSS") if ready else None
+    rise: list[int | None] = [None]
+    try:
+        yield lambda: rise[0]
+    finally:
+        peak = _status_bytes("VmHWM") if start is not None else None
+        if start is not None and peak is not None:
+            rise[0] = max(0, peak - start)
+
+
+def _release_and_reset() -> bool:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim(0)
+        CLEAR_REFS.write_text("5", encoding="ascii")
+    except (OSError, AttributeError):
+        return False
+    return True

@@ -1,26 +1,39 @@
 """Validation suites: which models, shapes and schedules to calibrate, predict and measure.
 
 ``quick`` runs on a 2-core machine in a few minutes: K=2 over gloo, one thread per process, an
-MLP whose stage costs dwarf the transfer overhead. ``full`` covers every schedule over
-K in {2, 4, 8} and M in {1, 2, 4, 8, 16, 32}, keeping the shapes the machine has the cores (CPU)
-or GPUs (CUDA) for, and says what it skipped and why.
+MLP whose stage costs dwarf the transfer overhead and a small transformer (attention and MLP
+blocks, float32: non-uniform work inside a stage, bigger activations). ``full`` covers every
+schedule over K in {2, 4, 8} and M in {1, 2, 4, 8, 16, 32} for both models, keeping the shapes
+the machine has the cores (CPU) or GPUs (CUDA) for, and says what it skipped and why. A suite of
+which nothing can run here is refused, never reported as a pass.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
+from executor.backends import DeviceKind, parse_device_kind
 from pipesim.errors import PipesimError
 from pipesim.schedules import schedule_info, schedule_names, unsupported_reason
+from validation.fields import require
+
+
+class ModelKind(Enum):
+    """The models a case can train (see :mod:`executor.models`)."""
+
+    MLP = "mlp"
+    TRANSFORMER = "transformer"
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model the executor builds the same way in every process (seeded)."""
+    """A model the executor builds the same way in every process (seeded). ``width`` is the
+    hidden size; ``sequence`` and ``heads`` matter to the transformer only."""
 
-    kind: str  # "mlp" or "transformer"
+    kind: ModelKind
     width: int
     layers: int
     microbatch_size: int
@@ -28,8 +41,32 @@ class ModelSpec:
     heads: int = 4
 
     def to_json(self) -> dict[str, Any]:
-        """All fields."""
-        return asdict(self)
+        """All fields, the kind by its value."""
+        return {
+            "kind": self.kind.value,
+            "width": self.width,
+            "layers": self.layers,
+            "microbatch_size": self.microbatch_size,
+            "sequence": self.sequence,
+            "heads": self.heads,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ModelSpec:
+        """The inverse of :meth:`to_json`; a missing field is a one-line error."""
+        kind = require(data, "kind", "model")
+        try:
+            model_kind = ModelKind(kind)
+        except ValueError:
+            raise PipesimError(f"model: kind must be mlp or transformer, got {kind!r}") from None
+        return cls(
+            model_kind,
+            int(require(data, "width", "model")),
+            int(require(data, "layers", "model")),
+            int(require(data, "microbatch_size", "model")),
+            int(require(data, "sequence", "model")),
+            int(require(data, "heads", "model")),
+        )
 
 
 @dataclass(frozen=True)
@@ -41,11 +78,10 @@ class Case:
     devices: int
     microbatches: tuple[int, ...]
     schedules: tuple[str, ...]
-    backend: str  # "cpu" or "cuda"
+    backend: DeviceKind
     warmup: int = 2
     repeats: int = 5
     crosscheck: bool = True
-    skipped: tuple[tuple[str, int, str], ...] = field(default=())  # (schedule, M, reason)
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(schedule, M, chunks) of every run the case makes."""
@@ -70,6 +106,21 @@ class Case:
             "repeats": self.repeats,
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Case:
+        """The inverse of :meth:`to_json` (``crosscheck`` is not recorded: False)."""
+        return cls(
+            str(require(data, "name", "case")),
+            ModelSpec.from_json(require(data, "model", "case")),
+            int(require(data, "devices", "case")),
+            tuple(int(m) for m in require(data, "microbatches", "case")),
+            tuple(str(n) for n in require(data, "schedules", "case")),
+            parse_device_kind(str(require(data, "backend", "case")), "case: backend"),
+            int(require(data, "warmup", "case")),
+            int(require(data, "repeats", "case")),
+            crosscheck=False,
+        )
+
 
 def skipped_runs(case: Case) -> list[dict[str, Any]]:
     """The (schedule, M) of the grid a schedule cannot take, with the reason."""
@@ -85,52 +136,87 @@ def skipped_runs(case: Case) -> list[dict[str, Any]]:
     return skipped
 
 
-def quick_suite(backend: str = "cpu") -> tuple[list[Case], list[dict[str, Any]]]:
-    """K=2 over one core per process: every schedule, M in 1, 2, 4, 8."""
-    _check_backend(backend)
-    model = ModelSpec("mlp", width=1024, layers=8, microbatch_size=64)
-    case = Case(
-        "mlp-1024x8-K2", model, 2, (1, 2, 4, 8), tuple(schedule_names()), backend, repeats=7
-    )
-    return [case], _machine_skips([case], backend) + skipped_runs(case)
+QUICK_MLP = ModelSpec(ModelKind.MLP, width=1024, layers=8, microbatch_size=64)
+QUICK_TRANSFORMER = ModelSpec(
+    ModelKind.TRANSFORMER, width=256, layers=4, microbatch_size=4, sequence=64, heads=4
+)
 
 
-def full_suite(backend: str = "cpu") -> tuple[list[Case], list[dict[str, Any]]]:
-    """Every schedule over K in 2, 4, 8 and M in 1..32, as far as the machine allows."""
-    _check_backend(backend)
-    cases = []
-    for devices in (2, 4, 8):
-        model = ModelSpec("mlp", width=1024, layers=16, microbatch_size=32)
-        cases.append(
-            Case(
-                f"mlp-1024x16-K{devices}",
-                model,
-                devices,
-                (1, 2, 4, 8, 16, 32),
-                tuple(schedule_names()),
-                backend,
-                warmup=1,
-                repeats=3,
-            )
+def quick_suite(
+    backend: DeviceKind | str = DeviceKind.CPU,
+) -> tuple[list[Case], list[dict[str, Any]]]:
+    """K=2 over one core per process: every schedule, M in 1, 2, 4, 8, on the MLP and on the
+    transformer."""
+    backend = _check_backend(backend)
+    schedules = tuple(schedule_names())
+    cases = [
+        Case("mlp-1024x8-K2", QUICK_MLP, 2, (1, 2, 4, 8), schedules, backend, repeats=9),
+        Case(
+            "transformer-256x4-K2",
+            QUICK_TRANSFORMER,
+            2,
+            (1, 2, 4, 8),
+            schedules,
+            backend,
+            repeats=9,
+        ),
+    ]
+    return _runnable(cases, backend)
+
+
+def full_suite(
+    backend: DeviceKind | str = DeviceKind.CPU,
+) -> tuple[list[Case], list[dict[str, Any]]]:
+    """Every schedule over K in 2, 4, 8 and M in 1..32 on the MLP and the transformer, as far as
+    the machine allows."""
+    backend = _check_backend(backend)
+    models = {
+        "mlp-1024x16": ModelSpec(ModelKind.MLP, width=1024, layers=16, microbatch_size=32),
+        "transformer-256x16": ModelSpec(
+            ModelKind.TRANSFORMER, width=256, layers=16, microbatch_size=4, sequence=64, heads=4
+        ),
+    }
+    cases = [
+        Case(
+            f"{label}-K{devices}",
+            model,
+            devices,
+            (1, 2, 4, 8, 16, 32),
+            tuple(schedule_names()),
+            backend,
+            warmup=1,
+            repeats=5,
         )
+        for devices in (2, 4, 8)
+        for label, model in models.items()
+    ]
+    return _runnable(cases, backend)
+
+
+def _runnable(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], list[dict[str, Any]]]:
+    """The cases this machine can run and what it skips; none runnable is refused."""
     runnable, skipped = _fit_machine(cases, backend)
+    if not runnable:
+        raise PipesimError(
+            f"--backend {backend}: no case of the suite can run here ({skipped[0]['reason']})"
+        )
     for case in runnable:
         skipped += skipped_runs(case)
     return runnable, skipped
 
 
-def available_workers(backend: str) -> int:
+def available_workers(backend: DeviceKind) -> int:
     """Cores (CPU: one process per core) or GPUs (CUDA) this machine offers."""
-    if backend == "cuda":
+    if backend is DeviceKind.CUDA:
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _fit_machine(cases: list[Case], backend: str) -> tuple[list[Case], list[dict[str, Any]]]:
+def _fit_machine(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], list[dict[str, Any]]]:
     have = available_workers(backend)
-    unit = "GPU(s)" if backend == "cuda" else "core(s)"
+    unit = "GPU(s)" if backend is DeviceKind.CUDA else "core(s)"
     kept, skipped = [], []
     for case in cases:
         if case.devices <= have:
@@ -147,15 +233,5 @@ def _fit_machine(cases: list[Case], backend: str) -> tuple[list[Case], list[dict
     return kept, skipped
 
 
-def _machine_skips(cases: list[Case], backend: str) -> list[dict[str, Any]]:
-    kept, skipped = _fit_machine(cases, backend)
-    if not kept:
-        raise PipesimError(
-            f"--backend {backend}: this machine lacks what the suite needs ({skipped[0]['reason']})"
-        )
-    return skipped
-
-
-def _check_backend(backend: str) -> None:
-    if backend not in ("cpu", "cuda"):
-        raise PipesimError(f"--backend must be cpu or cuda, got {backend!r}")
+def _check_backend(backend: DeviceKind | str) -> DeviceKind:
+    return parse_device_kind(backend, "--backend")

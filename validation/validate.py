@@ -1,23 +1,36 @@
-"""``pipesim validate``: calibrate, predict, run, compare; report; exit 1 past a threshold."""
+"""``pipesim validate``: calibrate, predict, run, compare; report; a verdict.
+
+:func:`run_validation` measures each case (or reads its saved measurements), compares, writes
+``report.md``, ``results.json`` and the figures, and concludes: within the thresholds, past
+them, or inconclusive when the measurements' own noise is larger than the error threshold (the
+host was busy: a claim about the simulator would be a claim about the noise).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipesim import __version__
 from pipesim.errors import PipesimError
-from validation.compare import aggregate, breaches, compare_case
+from pipesim.outputs import output_directory, write_text_atomically
+from pipesim.progress import progress
+from validation.compare import aggregate, breaches, compare_case, crosscheck_records
+from validation.predict import predict
+from validation.records import CaseMeasurement, Summary
 from validation.report import write_report
-from validation.session import run_case
+from validation.results import CaseResult, ValidationResult, Verdict
+from validation.session import Stability, run_case
 from validation.suites import Case, full_suite, quick_suite
 
 SUITES = {"quick": quick_suite, "full": full_suite}
 
 
 def suite_cases(suite: str, backend: str) -> tuple[list[Case], list[dict[str, Any]]]:
-    """The cases of ``suite`` this machine can run, and what it skips (with reasons)."""
+    """The cases of ``suite`` this machine can run, and what it skips (with reasons); a suite
+    of which nothing can run here is refused."""
     try:
         build = SUITES[suite]
     except KeyError:
@@ -25,7 +38,26 @@ def suite_cases(suite: str, backend: str) -> tuple[list[Case], list[dict[str, An
     return build(backend)
 
 
-def validate(
+def measured_path(out: Path, case: Case) -> Path:
+    """Where a case's measurements are saved."""
+    return out / f"measured-{case.name}.json"
+
+
+def load_measurement(path: Path) -> CaseMeasurement:
+    """A saved measurement; an unreadable file or one lacking a field is a one-line error."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise PipesimError(f"--reuse: cannot read {str(path)!r} ({error.strerror})") from None
+    except ValueError as error:
+        raise PipesimError(f"--reuse: {str(path)!r} is not JSON ({error})") from None
+    try:
+        return CaseMeasurement.from_json(data)
+    except PipesimError as error:
+        raise PipesimError(f"--reuse: {str(path)!r}: {error}") from None
+
+
+def run_validation(
     suite: str,
     backend: str,
     out: Path,
@@ -33,70 +65,96 @@ def validate(
     max_error: float,
     cases: list[Case] | None = None,
     reuse: bool = False,
-) -> dict[str, Any]:
-    """Run the suite (or the given cases), write the report into ``out``, return the payload.
+    resume: bool = False,
+    stability: Stability | None = None,
+    show_progress: bool = True,
+) -> ValidationResult:
+    """Run the suite (or the given cases), write the report into ``out``, return the result.
 
     Each case's measurements are written to ``out/measured-<case>.json`` as soon as they exist,
-    so nothing measured is lost; ``reuse`` takes them from there instead of measuring again
-    (to re-predict after a change to the simulator).
+    so an interrupted validation keeps every finished case; ``reuse`` takes every case from
+    there instead of measuring (to re-predict after a change to the simulator), ``resume``
+    takes the cases found there and measures the others. ``stability`` keeps measuring noisy
+    cases (see :class:`~validation.session.Stability`).
     """
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_directory(out, "--out")
     chosen, skipped = suite_cases(suite, backend) if cases is None else (cases, [])
-    measured_cases = []
-    all_records: list[dict[str, Any]] = []
-    for case in chosen:
-        saved = out / f"measured-{case.name}.json"
-        if reuse:
-            if not saved.is_file():
+    results = []
+    with progress(len(chosen), "validate", enabled=show_progress) as bar:
+        for case in chosen:
+            saved = measured_path(out, case)
+            if reuse and not saved.is_file():
                 raise PipesimError(f"--reuse: no measurements at {str(saved)!r}")
-            measured = json.loads(saved.read_text(encoding="utf-8"))
-        else:
-            measured = run_case(case)
-            saved.write_text(json.dumps(measured), encoding="utf-8")
-        records = compare_case(measured)
-        all_records += records
-        measured_cases.append(
-            {
-                "case": measured["case"],
-                "link": measured["link"],
-                "calibration": measured["calibration"],
-                "isolated_calibration": measured["isolated_calibration"],
-                "solo_calibration": measured.get("solo_calibration"),
-                "probes": measured["probes"],
-                "in_situ_latency_s": measured["in_situ_latency_s"],
-                "baseline": measured["baseline"],
-                "records": records,
-                "crosscheck": measured.get("crosscheck", []),
-                "timelines": {
-                    f"{r['schedule']}/{r['microbatches']}": r["timeline"] for r in measured["runs"]
-                },
-                "machine": measured["machine"],
-            }
+            if reuse or (resume and saved.is_file()):
+                measured = load_measurement(saved)
+            else:
+
+                def show(text: str, name: str = case.name) -> None:
+                    bar.set_postfix_str(f"{name}: {text}")
+
+                show("starting")
+                measured = run_case(case, stability=stability, on_progress=show)
+                write_text_atomically(
+                    saved, json.dumps(measured.to_json()), field="--out measurements"
+                )
+            results.append(
+                CaseResult(
+                    measured,
+                    tuple(compare_case(measured)),
+                    tuple(crosscheck_records(measured)),
+                )
+            )
+            bar.update()
+    records = [r for case in results for r in case.records]
+    summary = aggregate(records)
+    found = breaches(summary, max_median_error, max_error)
+    verdict, reason = conclude(summary, found, results, max_median_error)
+    result = ValidationResult(
+        suite=suite,
+        backend=backend,
+        pipesim=__version__,
+        max_median_error=max_median_error,
+        max_error=max_error,
+        summary=summary,
+        breaches=tuple(found),
+        verdict=verdict,
+        verdict_reason=reason,
+        cases=tuple(results),
+        skipped=tuple(skipped),
+    )
+    write_report(out, result, _figures(out, results))
+    return result
+
+
+def conclude(
+    summary: Summary,
+    found: Sequence[str],
+    cases: Sequence[CaseResult],
+    max_median_error: float,
+) -> tuple[Verdict, str]:
+    """The verdict and its reason. No run measured is never a pass; repeats whose median
+    spread is larger than the median-error threshold cannot tell the simulator's error from
+    the host's noise, whatever the errors came out as: inconclusive, with the figures."""
+    if summary.runs == 0:
+        return Verdict.EXCEEDED, "no run was measured: nothing was validated"
+    if summary.median_time_spread > max_median_error:
+        hosts = "; ".join(f"{c.name}: {c.measurement.host.describe()}" for c in cases)
+        return (
+            Verdict.INCONCLUSIVE,
+            f"inconclusive: the host was busy (median spread of repeated steps "
+            f"{summary.median_time_spread:.1%}, max {summary.max_time_spread:.1%}, larger than "
+            f"the {max_median_error:.1%} threshold; {hosts})",
         )
-    summary = aggregate(all_records)
-    payload: dict[str, Any] = {
-        "suite": suite,
-        "backend": backend,
-        "pipesim": __version__,
-        "machine": measured_cases[0]["machine"] if measured_cases else {},
-        "thresholds": {"max_median_error": max_median_error, "max_error": max_error},
-        "summary": summary,
-        "breaches": breaches(summary, max_median_error, max_error),
-        "records": all_records,
-        "cases": measured_cases,
-        "skipped": skipped,
-    }
-    figures = _figures(out, measured_cases, all_records)
-    write_report(out, payload, figures)
-    return payload
+    if found:
+        return Verdict.EXCEEDED, "exceeded: " + "; ".join(found)
+    return Verdict.WITHIN, "within the thresholds"
 
 
-def _figures(
-    out: Path, cases: list[dict[str, Any]], records: list[dict[str, Any]]
-) -> dict[str, str]:
+def _figures(out: Path, cases: Sequence[CaseResult]) -> dict[str, str]:
     from plots import predicted_vs_measured_figure, save, side_by_side_figure, speedup_figure
 
     figures = {}
+    records = [r.to_json() for case in cases for r in case.records]
     if records:
         save(predicted_vs_measured_figure(records), out / "predicted_vs_measured.png")
         figures["Predicted vs measured step time"] = "predicted_vs_measured.png"
@@ -118,33 +176,18 @@ def _figures(
     return figures
 
 
-def _timeline_pick(case: dict[str, Any]) -> tuple[str, list[tuple[int, str, float, float]]] | None:
-    timelines = case["timelines"]
+def _timeline_pick(case: CaseResult) -> tuple[str, list[tuple[int, str, float, float]]] | None:
+    timelines = {f"{r.schedule}/{r.microbatches}": r.timeline for r in case.measurement.runs}
     for key in ("1f1b/4", "zb-h1/4", *timelines):
-        if key in timelines:
+        if timelines.get(key):
             rows = timelines[key]
             start = min(r[3] for r in rows)
             return key, [(r[0], r[2] or "opt", r[3] - start, r[4] - start) for r in rows]
     return None
 
 
-def _simulated_bars(case: dict[str, Any], key: str) -> list[tuple[int, str, float, float]]:
-    from executor.profile import LinkProfile, StageProfile, calibrated_costs
-    from pipesim.engine import simulate
-    from pipesim.schedules import build
-
+def _simulated_bars(case: CaseResult, key: str) -> list[tuple[int, str, float, float]]:
     name, m = key.split("/")
-    record = next(
-        r for r in case["records"] if r["schedule"] == name and r["microbatches"] == int(m)
-    )
-    link = case["link"]
-    latency = case.get("in_situ_latency_s", {}).get(str(record["chunks"]))
-    costs = calibrated_costs(
-        [StageProfile(**p) for p in case["calibration"][str(record["chunks"])]],
-        LinkProfile(
-            link["latency_s"] if latency is None else latency, link["bandwidth_bytes_per_s"], ()
-        ),
-        record["devices"],
-    )
-    result = simulate(build(name, record["devices"], int(m), record["chunks"]), costs)
+    record = next(r for r in case.records if r.schedule == name and r.microbatches == int(m))
+    _, _, result = predict(case.measurement, name, int(m), record.chunks, case.statistic)
     return [(r.device, r.label, r.start_s, r.end_s) for r in result.compute if r.action]

@@ -23,7 +23,8 @@ def register(subparsers: Any) -> None:
             "Calibrate stage costs and the link on this machine, predict every run with the "
             "simulator, run it with the PyTorch executor, and compare step time, speedup over "
             "one device and peak memory. Exit 1 when the median or the max error of step time "
-            "or speedup exceeds its threshold."
+            "or speedup exceeds its threshold, or when the repeated measurements were noisier "
+            "than the median threshold (inconclusive: the host was busy)."
         ),
     )
     parser.add_argument(
@@ -64,6 +65,19 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="predict again from the measurements already in --out (no runs)",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the cases already measured in --out (an interrupted run) and measure the rest",
+    )
+    parser.add_argument(
+        "--repeat-until-stable",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after the suite's repeats, keep measuring a case for up to SECONDS more while the "
+        "median spread of its repeated steps is above half --max-median-error",
+    )
     parser.add_argument("--json", action="store_true", help="print results.json's object")
     parser.set_defaults(handler=_validate)
 
@@ -75,9 +89,14 @@ def _validate(args: argparse.Namespace) -> int:
     ):
         if not value > 0:
             raise PipesimError(f"{flag} must be > 0, got {value}")
+    if args.repeat_until_stable is not None and not args.repeat_until_stable > 0:
+        raise PipesimError(f"--repeat-until-stable must be > 0, got {args.repeat_until_stable}")
+    if args.reuse and args.resume:
+        raise PipesimError("--reuse and --resume: choose one")
     try:
         from validation.report import summary_lines, table
-        from validation.validate import validate
+        from validation.session import Stability
+        from validation.validate import run_validation
     except ImportError as error:
         raise PipesimError(
             f"pipesim validate needs the executor extra (torch): {error}; install with "
@@ -86,23 +105,40 @@ def _validate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise PipesimError(f"--out: {str(out)!r} exists and is not a directory")
-    payload = validate(
-        args.suite, args.backend, out, args.max_median_error, args.max_error, reuse=args.reuse
+    stability = (
+        None
+        if args.repeat_until_stable is None
+        else Stability(args.max_median_error / 2, args.repeat_until_stable)
+    )
+    result = run_validation(
+        args.suite,
+        args.backend,
+        out,
+        args.max_median_error,
+        args.max_error,
+        reuse=args.reuse,
+        resume=args.resume,
+        stability=stability,
+        show_progress=not args.json,
     )
     if args.json:
-        write_json(payload)
+        write_json(result.to_json())
     else:
-        for case in payload["cases"]:
-            sys.stdout.write(f"case {case['case']['name']}\n{table(case['records'])}\n\n")
-        for line in summary_lines(payload["summary"]):
+        for case in result.cases:
+            sys.stdout.write(f"case {case.name} ({case.measurement.host.describe()})\n")
+            sys.stdout.write(f"{table(case.records)}\n\n")
+        for line in summary_lines(result.summary):
             sys.stdout.write(line + "\n")
-        for skipped in payload["skipped"]:
+        for skipped in result.skipped:
             sys.stdout.write(
                 f"skipped {skipped['case']} {skipped['schedule']} M={skipped['microbatches']}: "
                 f"{skipped['reason']}\n"
             )
+        sys.stdout.write(f"verdict: {result.verdict_reason}\n")
         sys.stdout.write(f"report: {out / 'report.md'}, data: {out / 'results.json'}\n")
-    if payload["breaches"]:
-        sys.stderr.write("pipesim validate: " + "; ".join(payload["breaches"]) + "\n")
+    if not result.passed:
+        # Past a threshold: the breaches alone, as always; otherwise why there is no verdict.
+        reason = "; ".join(result.breaches) if result.verdict.value == "exceeded" else ""
+        sys.stderr.write(f"pipesim validate: {reason or result.verdict_reason}\n")
         return EXIT_CHECK_FAILED
     return EXIT_OK

@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from executor.backends import DeviceKind
 from pipesim.cli.main import main
+from pipesim.errors import PipesimError
+from tests.validation.fakes import comparison
 from validation.compare import aggregate, breaches
-from validation.suites import Case, ModelSpec, quick_suite
-from validation.validate import validate
+from validation.records import Comparison, CrosscheckRecord
+from validation.report import crosscheck_table
+from validation.results import ValidationResult, Verdict
+from validation.suites import Case, ModelKind, ModelSpec, quick_suite
+from validation.validate import run_validation
 
 pytestmark = pytest.mark.distributed
 
@@ -32,20 +38,20 @@ REQUIRED = {
 def tiny_case() -> Case:
     return Case(
         "tiny-K2",
-        ModelSpec("mlp", width=32, layers=4, microbatch_size=4),
+        ModelSpec(ModelKind.MLP, width=32, layers=4, microbatch_size=4),
         2,
         (2, 4),
         ("1f1b", "zb-h1", "zbv"),
-        "cpu",
+        DeviceKind.CPU,
         warmup=1,
         repeats=2,
     )
 
 
 def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(tmp_path: Path) -> None:
-    payload = validate("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()])
+    result = run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()])
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results == json.loads(json.dumps(payload))
+    assert results == json.loads(json.dumps(result.to_json()))
     assert {r["schedule"] for r in results["records"]} == {"1f1b", "zb-h1", "zbv"}
     for record in results["records"]:
         assert set(record) >= REQUIRED
@@ -77,16 +83,33 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(tmp_path: Path
         assert f"]({figure})" in report
     assert (tmp_path / "measured-tiny-K2.json").is_file()
     # Predicting again from the saved measurements gives the same records.
-    again = validate("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
-    assert again["records"] == payload["records"]
+    again = run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
+    assert again.records == result.records
+    # Memory is measured by the kernel on every rank, beside the executor's stash count.
+    for record in result.records:
+        assert all(m is not None for m in record.measured_peak_memory_bytes)
+        assert all(s > 0 for s in record.stash_peak_memory_bytes)
+    for check in case["crosscheck"]:
+        assert check["torch_wall_time"] > 0 and check["predicted_time"] > 0
+        assert check["error_vs_torch"] is not None
+    assert case["host"]["cores"] >= 1 and results["verdict"] in (
+        "within",
+        "exceeded",
+        "inconclusive",
+    )
+    # A file written before a field existed is refused in one line naming the field.
+    saved = tmp_path / "measured-tiny-K2.json"
+    data = json.loads(saved.read_text())
+    del data["latency_samples"]
+    saved.write_text(json.dumps(data))
+    with pytest.raises(PipesimError, match="field 'latency_samples' is missing"):
+        run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
 
 
 def test_breaches_name_the_errors() -> None:
-    records = [
-        {"time_error": e, "speedup_error": -e / 2, "memory_error": 0.0} for e in (0.01, -0.04, 0.2)
-    ]
+    records = [comparison(time_error=e, speedup_error=-e / 2) for e in (0.01, -0.04, 0.2)]
     summary = aggregate(records)
-    assert summary["median_time_error"] == 0.04 and summary["max_time_error"] == 0.2
+    assert summary.median_time_error == 0.04 and summary.max_time_error == 0.2
     assert breaches(summary, 0.05, 0.15) == ["max time error 20.0% > 15.0%"]
     assert breaches(summary, 0.01, 0.5) == [
         "median time error 4.0% > 1.0%",
@@ -99,16 +122,25 @@ def test_the_cli_exits_1_past_a_threshold(
 ) -> None:
     import validation.validate as module
 
-    def fake(suite, backend, out, max_median, max_error, reuse=False):  # type: ignore[no-untyped-def]
-        summary = aggregate([{"time_error": 0.3, "speedup_error": 0.0, "memory_error": 0.0}])
-        return {
-            "cases": [],
-            "summary": summary,
-            "skipped": [],
-            "breaches": breaches(summary, max_median, max_error),
-        }
+    def fake(suite, backend, out, max_median, max_error, **options):  # type: ignore[no-untyped-def]
+        summary = aggregate([comparison(time_error=0.3)])
+        found = breaches(summary, max_median, max_error)
+        verdict, reason = module.conclude(summary, found, [], max_median)
+        return ValidationResult(
+            suite,
+            backend,
+            "0",
+            max_median,
+            max_error,
+            summary,
+            tuple(found),
+            verdict,
+            reason,
+            (),
+            (),
+        )
 
-    monkeypatch.setattr(module, "validate", fake)
+    monkeypatch.setattr(module, "run_validation", fake)
     status = main(["validate", "--out", str(tmp_path)])
     captured = capsys.readouterr()
     assert status == 1
@@ -132,6 +164,107 @@ def test_bad_validate_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 
 def test_quick_suite_is_k2_on_every_schedule() -> None:
     cases, skipped = quick_suite()
-    assert [c.devices for c in cases] == [2]
-    assert len(cases[0].schedules) >= 10
+    assert [c.devices for c in cases] == [2, 2]
+    assert [c.model.kind for c in cases] == [ModelKind.MLP, ModelKind.TRANSFORMER]
+    assert all(len(c.schedules) >= 10 for c in cases)
     assert all("reason" in s for s in skipped)
+
+
+def test_no_run_measured_is_never_a_pass() -> None:
+    from validation.validate import conclude
+
+    summary = aggregate([])
+    found = breaches(summary, 0.05, 0.25)
+    assert found == ["no run was measured"]
+    verdict, reason = conclude(summary, found, [], 0.05)
+    assert verdict is Verdict.EXCEEDED and "no run was measured" in reason
+
+
+def test_noise_above_the_threshold_is_inconclusive_whatever_the_errors() -> None:
+    from validation.validate import conclude
+
+    quiet = aggregate([comparison(time_error=0.01, measured_time_spread=0.02)] * 3)
+    assert conclude(quiet, [], [], 0.05) == (Verdict.WITHIN, "within the thresholds")
+    for error in (0.01, 0.4):
+        noisy = aggregate([comparison(time_error=error, measured_time_spread=0.3)] * 3)
+        verdict, reason = conclude(noisy, breaches(noisy, 0.05, 0.25), [], 0.05)
+        assert verdict is Verdict.INCONCLUSIVE
+        assert reason.startswith("inconclusive: the host was busy (median spread of repeated ")
+        assert "30.0%" in reason and "5.0% threshold" in reason
+
+
+def test_the_cli_says_inconclusive_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import validation.validate as module
+
+    def fake(suite, backend, out, max_median, max_error, **options):  # type: ignore[no-untyped-def]
+        summary = aggregate([comparison(measured_time_spread=0.2)])
+        found = breaches(summary, max_median, max_error)
+        verdict, reason = module.conclude(summary, found, [], max_median)
+        return ValidationResult(
+            suite,
+            backend,
+            "0",
+            max_median,
+            max_error,
+            summary,
+            tuple(found),
+            verdict,
+            reason,
+            (),
+            (),
+        )
+
+    monkeypatch.setattr(module, "run_validation", fake)
+    assert main(["validate", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("pipesim validate: inconclusive: the host was busy")
+    assert "verdict: inconclusive" in captured.out
+
+
+def test_a_suite_with_nothing_to_run_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import validation.suites as suites
+
+    monkeypatch.setattr(suites, "available_workers", lambda backend: 0)
+    status = main(["validate", "--suite", "full", "--backend", "cuda", "--out", str(tmp_path)])
+    assert status == 2
+    assert capsys.readouterr().err == (
+        "pipesim: error: --backend cuda: no case of the suite can run here "
+        "(needs 2 GPU(s), this machine has 0)\n"
+    )
+    with pytest.raises(PipesimError, match="no case of the suite can run here"):
+        quick_suite("cuda")
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_stability_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["validate", "--repeat-until-stable", "0", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "pipesim: error: --repeat-until-stable must be > 0, got 0.0\n"
+    )
+    assert main(["validate", "--reuse", "--resume", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "pipesim: error: --reuse and --resume: choose one\n"
+
+
+def test_records_round_trip_and_an_old_record_names_its_missing_field() -> None:
+    record = comparison(memory_error=None, analytic_bubble_fraction=None)
+    assert Comparison.from_json(json.loads(json.dumps(record.to_json()))) == record
+    data = record.to_json()
+    del data["stash_peak_memory_bytes"]
+    with pytest.raises(PipesimError) as raised:
+        Comparison.from_json(data)
+    assert str(raised.value) == (
+        "record: field 'stash_peak_memory_bytes' is missing (written by an older pipesim? "
+        "measure again)"
+    )
+
+
+def test_a_crosscheck_without_a_time_prints_n_a() -> None:
+    row = CrosscheckRecord("zbv", "ScheduleZBVZeroBubble", 2, 4, 2, 0.1, None, 0.11, 0.1, None, 0.0)
+    line = crosscheck_table([row])[-1]
+    assert line == (
+        "| zbv | ScheduleZBVZeroBubble | 4 | 0.00e+00 | 100.00 | n/a | 110.00 | +10.0% | n/a |"
+    )

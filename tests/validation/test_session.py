@@ -1,0 +1,48 @@
+"""Pieces of the measuring session that need no second process: the probes the registry
+chooses, and the resident-memory measurement that checks the executor's stash count."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from executor.backends import DeviceKind
+from validation.session import probe_runs, rss_rise
+from validation.suites import Case, ModelKind, ModelSpec
+
+MiB = 2**20
+
+
+def _case(devices: int) -> Case:
+    model = ModelSpec(ModelKind.MLP, width=8, layers=4, microbatch_size=2)
+    return Case("c", model, devices, (1, 2), ("1f1b",), DeviceKind.CPU)
+
+
+def test_probes_are_the_registry_s_at_three_k_microbatches() -> None:
+    assert probe_runs(_case(2), 1) == [("1f1b", 6), ("zb-h1", 6)]
+    assert probe_runs(_case(2), 2) == [("interleaved-1f1b", 6), ("zbv", 6)]
+    assert probe_runs(_case(4), 3) == [("interleaved-1f1b", 12), ("interleaved-zb", 12)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_rss_rise_sees_what_a_block_allocates_and_not_more() -> None:
+    with rss_rise() as rise:
+        kept = torch.ones(40 * MiB // 4)  # 40 MiB, touched
+    assert kept.sum() > 0
+    measured = rise()
+    assert measured is not None and 38 * MiB <= measured < 48 * MiB
+    del kept
+    with rss_rise() as rise:
+        small = torch.ones(1024)
+    assert small.sum() > 0
+    measured = rise()
+    assert measured is not None and measured < 4 * MiB
+    # Memory freed inside the block still counts: the high-water mark, not the end (less the
+    # free pages the allocator kept, which a new tensor reuses: a few hundred KiB).
+    with rss_rise() as rise:
+        transient = torch.ones(20 * MiB // 4)
+        del transient
+    measured = rise()
+    assert measured is not None and measured >= 19 * MiB

@@ -1,0 +1,352 @@
+"""The typed records that cross the validation boundary, and their JSON.
+
+What a case's processes measured (:class:`CaseMeasurement`, written to
+``measured-<case>.json`` and read back by ``--reuse``), what comparing it with the simulator
+gives (:class:`Comparison`, :class:`CrosscheckRecord`, :class:`Summary`, in ``results.json``).
+Every record is a frozen dataclass with ``to_json`` and ``from_json``; the JSON keys are the
+field names. A file that lacks a field (one written by an older pipesim) is refused with one
+line naming the field, never a ``KeyError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from executor.profile import LinkProfile, StageProfile
+from validation.fields import require
+from validation.host import HostLoad
+from validation.suites import Case
+
+R = TypeVar("R")
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists as tuples, recursively (records are immutable)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _flat_from_json(cls: type[R], data: object, where: str) -> R:
+    """A record whose fields are JSON values (numbers, strings, None, lists as tuples)."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        value = _tuples(require(data, f.name, where))
+        if hints[f.name] is float and isinstance(value, int):
+            value = float(value)
+        values[f.name] = value
+    return cls(**values)
+
+
+def _flat_to_json(record: object) -> dict[str, Any]:
+    return {
+        f.name: _lists(getattr(record, f.name))
+        for f in dataclasses.fields(record)  # type: ignore[arg-type]
+    }
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_lists(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine and software a case ran on."""
+
+    platform: str
+    processor: str
+    cores: int | None
+    python: str
+    torch: str
+    threads_per_process: int
+    gpu: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field."""
+        return _flat_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Machine:
+        """The inverse of :meth:`to_json`."""
+        return _flat_from_json(cls, data, "machine")
+
+
+@dataclass(frozen=True)
+class RunMeasurement:
+    """One schedule at one M, measured over the case's rounds (rank 0's view of all ranks).
+
+    Attributes:
+        step_times_s: the span of each measured step (first action start to last action end).
+        wall_times_s: each step's wall time on rank 0 (barrier to return).
+        peak_stash_bytes: per device, the most activation bytes the executor's own meter
+            counted as stashed at once (the executor's bookkeeping, not a measurement).
+        peak_allocated_bytes: per device, ``torch.cuda.max_memory_allocated`` (None on CPU).
+        peak_rss_bytes: per device, how far the process's resident memory rose above its level
+            at the step's start during one extra, untimed step (the kernel's high-water mark,
+            after returning the allocator's free memory to it): a measurement of what the step
+            allocated that owes nothing to the executor's count. None where not measured.
+        timeline: (device, step, action or None, start_s, end_s) of the step whose span was the
+            median.
+    """
+
+    schedule: str
+    devices: int
+    microbatches: int
+    chunks: int
+    step_times_s: tuple[float, ...]
+    wall_times_s: tuple[float, ...]
+    peak_stash_bytes: tuple[int, ...]
+    peak_allocated_bytes: tuple[int | None, ...]
+    peak_rss_bytes: tuple[int | None, ...]
+    timeline: tuple[tuple[int, int, str | None, float, float], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field (tuples as lists)."""
+        return _flat_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> RunMeasurement:
+        """The inverse of :meth:`to_json`."""
+        return _flat_from_json(cls, data, "measured run")
+
+
+@dataclass(frozen=True)
+class CrosscheckMeasurement:
+    """One schedule on both runtimes: pipesim's executor and ``torch.distributed.pipelining``
+    (wall-clock step times on rank 0, after warm-up), and how far their gradients differ."""
+
+    schedule: str
+    torch_class: str
+    devices: int
+    microbatches: int
+    chunks: int
+    ours_wall_times_s: tuple[float, ...]
+    torch_wall_times_s: tuple[float, ...]
+    gradient_max_relative_error: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field (tuples as lists)."""
+        return _flat_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> CrosscheckMeasurement:
+        """The inverse of :meth:`to_json`."""
+        return _flat_from_json(cls, data, "cross-check measurement")
+
+
+def _by_int(data: Mapping[str, Any]) -> dict[int, Any]:
+    return {int(key): value for key, value in data.items()}
+
+
+@dataclass(frozen=True)
+class CaseMeasurement:
+    """Everything a case's processes measured; nothing here is predicted.
+
+    Attributes:
+        host: the host's load over the case.
+        link: the ping-pong fit between ranks 0 and 1.
+        isolated_calibration: per chunk count, each stage profiled alone (its bytes, and
+            times used where the probes did not run the action kind).
+        probes: per chunk count, the probe runs ("1f1b M=6") whose timelines calibrate times.
+        in_situ_samples: per chunk count, per "stage/kind" ("0/F"), every duration of that
+            action in the probe runs.
+        latency_samples: per chunk count, the latency (less size over bandwidth) of every
+            probe transfer whose receiver was already waiting.
+        baseline_samples: per M, the unpipelined step's span on one device, every round.
+        solo_samples: per kind ("forward_s", "backward_s", ...), the whole model's profile on
+            one micro-batch, every round.
+        rounds: measured rounds (more than the case's repeats when measuring until stable).
+    """
+
+    case: Case
+    machine: Machine
+    host: HostLoad
+    link: LinkProfile
+    isolated_calibration: dict[int, tuple[StageProfile, ...]]
+    probes: dict[int, tuple[str, ...]]
+    in_situ_samples: dict[int, dict[str, tuple[float, ...]]]
+    latency_samples: dict[int, tuple[float, ...]]
+    runs: tuple[RunMeasurement, ...]
+    baseline_samples: dict[int, tuple[float, ...]]
+    solo_samples: dict[str, tuple[float, ...]]
+    crosscheck: tuple[CrosscheckMeasurement, ...]
+    rounds: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The measurement as JSON (dictionary keys as strings)."""
+        return {
+            "case": self.case.to_json(),
+            "machine": self.machine.to_json(),
+            "host": self.host.to_json(),
+            "link": self.link.to_json(),
+            "isolated_calibration": {
+                str(c): [p.to_json() for p in profiles]
+                for c, profiles in self.isolated_calibration.items()
+            },
+            "probes": {str(c): list(names) for c, names in self.probes.items()},
+            "in_situ_samples": {
+                str(c): {key: list(values) for key, values in samples.items()}
+                for c, samples in self.in_situ_samples.items()
+            },
+            "latency_samples": {str(c): list(v) for c, v in self.latency_samples.items()},
+            "runs": [run.to_json() for run in self.runs],
+            "baseline_samples": {str(m): list(v) for m, v in self.baseline_samples.items()},
+            "solo_samples": {key: list(v) for key, v in self.solo_samples.items()},
+            "crosscheck": [c.to_json() for c in self.crosscheck],
+            "rounds": self.rounds,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> CaseMeasurement:
+        """The inverse of :meth:`to_json`; a missing field is a one-line error naming it."""
+        where = "measurements"
+        link = require(data, "link", where)
+        isolated = require(data, "isolated_calibration", where)
+        return cls(
+            case=Case.from_json(require(data, "case", where)),
+            machine=Machine.from_json(require(data, "machine", where)),
+            host=HostLoad.from_json(require(data, "host", where)),
+            link=LinkProfile(
+                float(require(link, "latency_s", "link")),
+                float(require(link, "bandwidth_bytes_per_s", "link")),
+                tuple((int(b), float(t)) for b, t in require(link, "samples", "link")),
+            ),
+            isolated_calibration={
+                c: tuple(_stage_profile(p) for p in profiles)
+                for c, profiles in _by_int(isolated).items()
+            },
+            probes={
+                c: tuple(names) for c, names in _by_int(require(data, "probes", where)).items()
+            },
+            in_situ_samples={
+                c: {key: tuple(v) for key, v in samples.items()}
+                for c, samples in _by_int(require(data, "in_situ_samples", where)).items()
+            },
+            latency_samples={
+                c: tuple(v) for c, v in _by_int(require(data, "latency_samples", where)).items()
+            },
+            runs=tuple(RunMeasurement.from_json(r) for r in require(data, "runs", where)),
+            baseline_samples={
+                m: tuple(v) for m, v in _by_int(require(data, "baseline_samples", where)).items()
+            },
+            solo_samples={key: tuple(v) for key, v in require(data, "solo_samples", where).items()},
+            crosscheck=tuple(
+                CrosscheckMeasurement.from_json(c) for c in require(data, "crosscheck", where)
+            ),
+            rounds=int(require(data, "rounds", where)),
+        )
+
+
+def _stage_profile(data: object) -> StageProfile:
+    return StageProfile(
+        **{
+            f.name: float(require(data, f.name, "stage profile"))
+            for f in dataclasses.fields(StageProfile)
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measured run against its prediction (a record of ``results.json``).
+
+    Times are the :mod:`validation.estimate` statistic of the repeats; ``measured_time_spread``
+    is their noise ((median - min) / min). Memory: ``measured_peak_memory_bytes`` is measured
+    (CUDA ``max_memory_allocated``; on CPU the resident-memory rise of each rank) and
+    ``stash_peak_memory_bytes`` is the executor's own count of stashed activations, reported
+    beside it; ``memory_error`` is the prediction's largest error against the measured one.
+    """
+
+    case: str
+    schedule: str
+    devices: int
+    microbatches: int
+    chunks: int
+    predicted_time: float
+    measured_time: float
+    measured_time_min: float
+    measured_time_max: float
+    measured_time_spread: float
+    measured_wall_time: float
+    time_error: float
+    predicted_speedup: float
+    measured_speedup: float
+    speedup_error: float
+    predicted_peak_memory_bytes: tuple[float, ...]
+    measured_peak_memory_bytes: tuple[int | None, ...]
+    stash_peak_memory_bytes: tuple[int, ...]
+    memory_error: float | None
+    stash_memory_error: float
+    predicted_bubble_fraction: float
+    analytic_bubble_fraction: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field (tuples as lists)."""
+        return _flat_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Comparison:
+        """The inverse of :meth:`to_json`."""
+        return _flat_from_json(cls, data, "record")
+
+
+@dataclass(frozen=True)
+class CrosscheckRecord:
+    """One schedule on both runtimes beside pipesim's prediction. Times are wall-clock steps
+    on rank 0; ``torch_wall_time`` and the errors against it are None where PyTorch's run gave
+    no time, ``predicted_time`` None where the case did not predict that run."""
+
+    schedule: str
+    torch_class: str
+    devices: int
+    microbatches: int
+    chunks: int
+    ours_wall_time: float
+    torch_wall_time: float | None
+    predicted_time: float | None
+    error_vs_ours: float | None
+    error_vs_torch: float | None
+    gradient_max_relative_error: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field."""
+        return _flat_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> CrosscheckRecord:
+        """The inverse of :meth:`to_json`."""
+        return _flat_from_json(cls, data, "cross-check record")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Aggregate |errors| over every compared run, and the noise of the measurements."""
+
+    runs: float
+    median_time_error: float
+    max_time_error: float
+    mean_time_error: float
+    median_speedup_error: float
+    max_speedup_error: float
+    mean_speedup_error: float
+    median_memory_error: float
+    max_memory_error: float
+    mean_memory_error: float
+    median_time_spread: float
+    max_time_spread: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field."""
+        return _flat_to_json(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Summary:
+        """The inverse of :meth:`to_json`."""
+        return _flat_from_json(cls, data, "summary")
