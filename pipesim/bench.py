@@ -1,27 +1,138 @@
-"""Sweep throughput benchmark: how many configurations per second the simulator handles.
+"""Benchmarks: how fast the engines play schedules, and how many configurations per second a
+sweep or a planner gets.
 
-The grid is every registered schedule x K in {2, 4, 8} x M in {4, 8, 16, 32} at its default
-chunks, repeated with varied synthetic costs until ``configs`` configurations ran; each one is
-built, validated and simulated from scratch, as a user's sweep does.
+* engine rates: actions really played per second (an I/W-split schedule plays three actions
+  per stage and micro-batch, not two) for GPipe K=8 M=32, 1F1B K=64 M=1024, interleaved 1F1B
+  K=16 v=4 M=256 and ZB-H1 K=32 M=512, by the SimPy engine, the fast engine interpreted, and
+  the fast engine compiled (when numba is installed); building and validating is timed apart;
+* sweeps: configurations per second of a planner-sized synthetic sweep (every schedule x K in
+  2, 4, 8 x M in 4..32 with varied costs, each built, validated and simulated from scratch),
+  and the time of GPipe's Table 2 (18 configurations of AmoebaNet-D and Transformer-48 on TPU
+  cores, spec-derived costs);
+* the peak memory (traced allocations) of building and simulating 1F1B K=64 M=1024.
+
+Every figure is the best of ``repeats`` runs (the machine may be shared). Nothing here asserts
+a time: the numbers are reported, with the machine.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import platform
 import statistics
 import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pipesim.costs.request import ModelRequest, SyntheticRequest
-from pipesim.schedules import schedule_names
-from pipesim.sweep import run_point, sweep_points
+from pipesim.costs.request import ModelRequest, SyntheticRequest, model_on_hardware
+from pipesim.costs.synthetic import synthetic_costs
+from pipesim.engine import simulate
+from pipesim.engine.fast import run_fast
+from pipesim.engine.result import summarize
+from pipesim.engine.simulate import warm_up
+from pipesim.hardware import hardware
+from pipesim.jit import numba_available
+from pipesim.schedules import Schedule, build, schedule_names
+from pipesim.sweep import sweep_points
+from pipesim.workload import model
+
+ENGINE_CASES: tuple[tuple[str, int, int, int], ...] = (
+    ("gpipe", 8, 32, 1),
+    ("1f1b", 64, 1024, 1),
+    ("interleaved-1f1b", 16, 256, 4),
+    ("zb-h1", 32, 512, 1),
+)
+TABLE_2: tuple[tuple[str, str, int], ...] = (
+    ("amoebanet-d-18-256", "tpu-v2", 128),
+    ("gpipe-transformer-48", "tpu-v3", 32),
+)
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import os
+
+    return {
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "numba": numba_available(),
+    }
+
+
+def best_of(repeats: int, run: Callable[[], object]) -> float:
+    """The shortest wall time of ``repeats`` runs of ``run``, seconds."""
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - began)
+    return min(times)
 
 
 @dataclass(frozen=True)
-class BenchResult:
-    """Timings of one benchmark run."""
+class EngineRate:
+    """One schedule: its actions, build+validate time and each engine's simulation time."""
+
+    case: str
+    actions: int
+    build_validate_s: float
+    simulate_s: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        """Seconds and actions per second per engine."""
+        return {
+            "case": self.case,
+            "actions": self.actions,
+            "build_validate_s": self.build_validate_s,
+            "build_validate_actions_per_s": self.actions / self.build_validate_s,
+            "simulate_s": self.simulate_s,
+            "actions_per_s": {name: self.actions / s for name, s in self.simulate_s.items()},
+        }
+
+
+def engine_rates(
+    cases: tuple[tuple[str, int, int, int], ...] = ENGINE_CASES,
+    engines: tuple[str, ...] = ("simpy", "interpreted", "numba"),
+    repeats: int = 3,
+) -> list[EngineRate]:
+    """Actions per second on each case (synthetic costs F=1, B=2, transfers 0.1) of each of
+    ``engines``: ``simpy`` (one run: it is slow), ``interpreted`` and ``numba`` (the fast
+    engine's kernels; ``numba`` is left out without the extra)."""
+    rates = []
+    for name, k, m, v in cases:
+        schedule = build(name, k, m, v)
+        costs = synthetic_costs(k, v, 1.0, 2.0, comm_s=0.1)
+        build_s = best_of(repeats, lambda: build(name, k, m, v))  # noqa: B023 - run at once
+        timings: dict[str, float] = {}
+        for engine in engines:
+            if engine == "simpy":
+                timings[engine] = best_of(1, lambda: simulate(schedule, costs, engine="simpy"))  # noqa: B023
+            elif engine == "interpreted" or numba_available():
+                compiled = engine == "numba"
+                _summarized(schedule, costs, compiled=compiled)  # kernels loaded, caches warm
+                timings[f"fast ({engine})"] = best_of(
+                    repeats,
+                    lambda: _summarized(schedule, costs, compiled=compiled),  # noqa: B023
+                )
+        actions = len(schedule.actions())
+        rates.append(EngineRate(f"{name} K={k} v={v} M={m}", actions, build_s, timings))
+    return rates
+
+
+def _summarized(schedule: Schedule, costs: Any, *, compiled: bool) -> None:
+    """What ``simulate(engine="fast")`` does, with the kernel choice made explicit."""
+    run, transfers = run_fast(schedule, costs, 1, compiled=compiled)
+    summarize(schedule, costs, 1, run, transfers, "fast").to_json()
+
+
+@dataclass(frozen=True)
+class SweepRate:
+    """Configurations run one after another, each built, validated and simulated."""
 
     name: str
     configs: int
@@ -30,7 +141,7 @@ class BenchResult:
     actions: int
 
     def to_json(self) -> dict[str, Any]:
-        """Summary numbers, with the machine."""
+        """Summary numbers."""
         ordered = sorted(self.per_config_ms)
         return {
             "benchmark": self.name,
@@ -41,36 +152,54 @@ class BenchResult:
             "p95_ms": ordered[int(0.95 * (len(ordered) - 1))],
             "max_ms": ordered[-1],
             "simulated_actions": self.actions,
-            "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-            "python": platform.python_version(),
         }
 
 
-def sweep_benchmark(configs: int = 1000, steps: int = 1) -> BenchResult:
-    """Simulate ``configs`` configurations with synthetic costs, one after another."""
+def sweep_benchmark(
+    configs: int = 1000, steps: int = 1, engine: str = "auto", label: str = ""
+) -> SweepRate:
+    """A planner-sized synthetic sweep: ``configs`` configurations with varied costs."""
     points, _ = sweep_points(list(schedule_names()), [2, 4, 8], [4, 8, 16, 32])
-    costs = [
+    requests = [
         SyntheticRequest(f, b, w, comm_s=c)
         for f, b, w, c in itertools.product((1.0, 1.5), (1.0, 2.0), (0.0, 0.5), (0.0, 0.05))
     ]
     timings, actions = [], 0
+    work = itertools.islice(zip(itertools.cycle(points), itertools.cycle(requests)), configs)
     start = time.perf_counter()
-    for index, (point, request) in enumerate(
-        zip(itertools.cycle(points), itertools.cycle(costs), strict=False)
-    ):
-        if index == configs:
-            break
+    for point, request in work:
         began = time.perf_counter()
-        result = run_point(point, request, steps)
+        schedule = build(point.schedule, point.devices, point.microbatches, point.chunks)
+        costs = request.build(point.devices, point.chunks, point.microbatches)
+        simulate(schedule, costs, steps=steps, engine=engine).to_json()
         timings.append((time.perf_counter() - began) * 1e3)
-        actions += 2 * result["stages"] * result["microbatches"] * steps
-    return BenchResult(
-        "synthetic sweep", len(timings), time.perf_counter() - start, timings, actions
-    )
+        actions += len(schedule.actions()) * steps
+    total = time.perf_counter() - start
+    name = f"planner-sized synthetic sweep ({label or engine})"
+    return SweepRate(name, len(timings), total, timings, actions)
 
 
-def model_benchmark(configs: int = 100) -> BenchResult:
-    """Spec-derived costs: GPipe's Transformer-48 on TPU v3 cores, 1F1B and GPipe."""
+def table_2_benchmark(engine: str = "auto", label: str = "") -> SweepRate:
+    """GPipe's Table 2 in-process: 2 models x K in 2, 4, 8 x M in 1, 4, 32, with remat."""
+    timings, actions = [], 0
+    start = time.perf_counter()
+    for name, hw, batch in TABLE_2:
+        target, spec = model(name), hardware(hw)
+        for m in (1, 4, 32):
+            for k in (2, 4, 8):
+                began = time.perf_counter()
+                schedule = build("gpipe", k, m, remat=True)
+                costs = model_on_hardware(target, spec, k, 1, batch / m)
+                simulate(schedule, costs, engine=engine).to_json()
+                timings.append((time.perf_counter() - began) * 1e3)
+                actions += len(schedule.actions())
+    total = time.perf_counter() - start
+    name = f"GPipe Table 2, 18 configurations ({label or engine})"
+    return SweepRate(name, len(timings), total, timings, actions)
+
+
+def model_benchmark(configs: int = 100, engine: str = "auto") -> SweepRate:
+    """Spec-derived costs: GPipe's Transformer-48 on TPU v3 cores, four schedules."""
     points, _ = sweep_points(
         ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], [2, 4, 8], [4, 8, 16, 32]
     )
@@ -79,13 +208,47 @@ def model_benchmark(configs: int = 100) -> BenchResult:
     start = time.perf_counter()
     for point in itertools.islice(itertools.cycle(points), configs):
         began = time.perf_counter()
-        result = run_point(point, request)
+        schedule = build(point.schedule, point.devices, point.microbatches, point.chunks)
+        costs = request.build(point.devices, point.chunks, point.microbatches)
+        simulate(schedule, costs, engine=engine).to_json()
         timings.append((time.perf_counter() - began) * 1e3)
-        actions += 2 * result["stages"] * result["microbatches"]
-    return BenchResult(
-        "model sweep (gpipe-transformer-48 on tpu-v3)",
+        actions += len(schedule.actions())
+    total = time.perf_counter() - start
+    return SweepRate(
+        f"model sweep, gpipe-transformer-48 on tpu-v3 ({engine})",
         len(timings),
-        time.perf_counter() - start,
+        total,
         timings,
         actions,
     )
+
+
+@contextmanager
+def _traced() -> Iterator[list[int]]:
+    """Trace Python and numpy allocations; yields a list that receives the peak, bytes."""
+    gc.collect()
+    peak: list[int] = []
+    tracemalloc.start()
+    try:
+        yield peak
+    finally:
+        peak.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+
+
+def peak_memory_bytes(name: str = "1f1b", devices: int = 64, microbatches: int = 1024) -> int:
+    """Peak traced memory of building, validating and simulating one schedule (fast engine,
+    interpreted) and writing its JSON: what ``pipesim simulate --json`` holds at once."""
+    with _traced() as peak:
+        schedule = build(name, devices, microbatches)
+        simulate(schedule, synthetic_costs(devices, 1, 1.0, 2.0)).to_json()
+    return peak[0]
+
+
+def warm_up_s() -> float | None:
+    """How long loading the compiled kernels takes in this process (None without numba)."""
+    if not numba_available():
+        return None
+    began = time.perf_counter()
+    warm_up()
+    return time.perf_counter() - began

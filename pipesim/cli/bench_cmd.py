@@ -1,55 +1,111 @@
-"""``pipesim bench``: simulator sweep throughput on this machine."""
+"""``pipesim bench``: engine speed and sweep throughput on this machine (a table, and JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
 from pipesim.cli.parsing import EXIT_OK, positive_int, write_json
+from pipesim.outputs import output_path, write_text_atomically
 
 
 def register(subparsers: Any) -> None:
     """Add ``bench``."""
     parser = subparsers.add_parser(
         "bench",
-        help="measure how many configurations per second the simulator sweeps",
-        description="Build, validate and simulate a grid of configurations one after another "
-        "(every schedule x K in 2,4,8 x M in 4..32) and report the rate.",
+        help="measure the engines' actions per second and sweeps' configurations per second",
+        description="Time both engines on four large schedules (actions per second, build and "
+        "validation apart), a planner-sized synthetic sweep and GPipe's Table 2 "
+        "(configurations per second), and the peak memory of 1F1B at K=64 M=1024. Each "
+        "figure is the best of a few runs.",
     )
     parser.add_argument(
         "--configs",
         type=positive_int,
         default=1000,
         metavar="N",
-        help="synthetic configurations to run (default 1000)",
+        help="configurations of the synthetic sweep (default 1000)",
     )
     parser.add_argument(
-        "--model-configs",
-        type=positive_int,
-        default=100,
-        metavar="N",
-        help="model-on-hardware configurations to run (default 100)",
+        "--no-simpy",
+        action="store_true",
+        help="leave the SimPy engine out (it takes most of the time)",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--out", metavar="FILE", help="also write the JSON to FILE")
     parser.set_defaults(handler=_bench)
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from pipesim.bench import model_benchmark, sweep_benchmark
+    from pipesim import bench
 
-    results = [
-        sweep_benchmark(args.configs).to_json(),
-        model_benchmark(args.model_configs).to_json(),
+    if args.out is not None:
+        output_path(args.out, "--out")
+    memory = bench.peak_memory_bytes()
+    # Interpreted first: nothing has loaded numba yet, so the fast engine runs in Python.
+    sweeps = [
+        bench.sweep_benchmark(args.configs, engine="fast", label="fast, interpreted"),
+        bench.table_2_benchmark("fast", label="fast, interpreted"),
     ]
-    if args.json:
-        write_json(results)
-        return EXIT_OK
-    for r in results:
-        sys.stdout.write(
-            f"{r['benchmark']}: {r['configs']} configurations in {r['total_s']:.2f} s = "
-            f"{r['configs_per_s']:.0f}/s (median {r['median_ms']:.2f} ms, p95 "
-            f"{r['p95_ms']:.2f} ms, max {r['max_ms']:.2f} ms; {r['simulated_actions']} actions)\n"
+    engines = ("interpreted",) if args.no_simpy else ("simpy", "interpreted")
+    rates = bench.engine_rates(engines=engines)
+    if not args.no_simpy:
+        sweeps.append(
+            bench.sweep_benchmark(max(1, args.configs // 10), engine="simpy", label="simpy")
         )
-    sys.stdout.write(f"machine: {results[0]['machine']}, Python {results[0]['python']}\n")
+        sweeps.append(bench.table_2_benchmark("simpy"))
+    warm_up = bench.warm_up_s()
+    if warm_up is not None:
+        compiled = bench.engine_rates(engines=("numba",))
+        for rate, more in zip(rates, compiled, strict=True):
+            rate.simulate_s.update(more.simulate_s)
+        sweeps.insert(1, bench.sweep_benchmark(args.configs, engine="fast", label="fast, numba"))
+        sweeps.insert(3, bench.table_2_benchmark("fast", label="fast, numba"))
+    report = {
+        **bench.machine(),
+        "engines": [r.to_json() for r in rates],
+        "sweeps": [s.to_json() for s in sweeps],
+        "peak_memory_bytes": {"1f1b K=64 M=1024 (build, validate, simulate, JSON)": memory},
+        "numba_warm_up_s": warm_up,
+    }
+    if args.out is not None:
+        write_text_atomically(args.out, json.dumps(report, indent=2) + "\n", field="--out")
+    if args.json:
+        write_json(report)
+        return EXIT_OK
+    sys.stdout.write(_table(report))
     return EXIT_OK
+
+
+def _table(report: dict[str, Any]) -> str:
+    lines = ["engine rates, actions per second (simulation; build+validate apart):"]
+    names = sorted({n for r in report["engines"] for n in r["actions_per_s"]})
+    header = f"  {'case':<32}{'actions':>9}{'build+validate':>16}" + "".join(
+        f"{n:>20}" for n in names
+    )
+    lines.append(header)
+    for r in report["engines"]:
+        cells = "".join(f"{r['actions_per_s'].get(n, float('nan')):>20,.0f}" for n in names)
+        lines.append(
+            f"  {r['case']:<32}{r['actions']:>9,}{r['build_validate_actions_per_s']:>16,.0f}"
+            + cells
+        )
+    lines.append("sweeps:")
+    for s in report["sweeps"]:
+        lines.append(
+            f"  {s['benchmark']}: {s['configs']} configurations in {s['total_s']:.3f} s = "
+            f"{s['configs_per_s']:,.0f}/s (median {s['median_ms']:.2f} ms, p95 "
+            f"{s['p95_ms']:.2f} ms)"
+        )
+    for what, size in report["peak_memory_bytes"].items():
+        lines.append(f"peak memory, {what}: {size / 1e6:.0f} MB")
+    warm = report["numba_warm_up_s"]
+    lines.append(
+        "numba: not installed (pip install 'pipesim[fast]')"
+        if warm is None
+        else f"numba kernels loaded in {warm:.2f} s (import and cache; a first compile: longer)"
+    )
+    lines.append(f"machine: {report['machine']}, {report['cpus']} CPUs, Python {report['python']}")
+    return "\n".join(lines) + "\n"

@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from pipesim.bench import model_benchmark, sweep_benchmark
+from pipesim.bench import (
+    engine_rates,
+    model_benchmark,
+    peak_memory_bytes,
+    sweep_benchmark,
+    table_2_benchmark,
+)
 
 
 @pytest.mark.bench
@@ -21,3 +27,30 @@ def test_model_sweep_throughput() -> None:
     result = model_benchmark(100)
     assert result.configs == 100
     print(json.dumps(result.to_json(), indent=2))
+
+
+@pytest.mark.bench
+def test_engine_rates_and_table_2() -> None:
+    rates = engine_rates(engines=("simpy", "interpreted", "numba"), repeats=1)
+    # Actions really played: ZB-H1 splits every backward, three actions per stage and batch.
+    assert [r.actions for r in rates] == [2 * 8 * 32, 2 * 64 * 1024, 2 * 64 * 256, 3 * 32 * 512]
+    table = table_2_benchmark()
+    assert table.configs == 18
+    print(json.dumps([r.to_json() for r in rates] + [table.to_json()], indent=2))
+
+
+@pytest.mark.bench
+def test_peak_memory() -> None:
+    print(f"peak memory at 1F1B K=64 M=1024: {peak_memory_bytes() / 1e6:.0f} MB")
+
+
+def test_bench_command_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command itself, on a tiny grid (not a benchmark: it only has to run)."""
+    from pipesim import bench
+
+    cases = (("gpipe", 2, 4, 1), ("zb-h1", 2, 2, 1))
+    rates = bench.engine_rates(cases, engines=("simpy", "interpreted"), repeats=1)
+    assert [r.actions for r in rates] == [16, 12]
+    assert set(rates[0].to_json()["actions_per_s"]) == {"simpy", "fast (interpreted)"}
+    sweep = bench.sweep_benchmark(5, engine="fast")
+    assert sweep.configs == 5 and sweep.to_json()["configs_per_s"] > 0
