@@ -138,7 +138,7 @@ def skipped_runs(case: Case) -> list[dict[str, Any]]:
 
 QUICK_MLP = ModelSpec(ModelKind.MLP, width=1024, layers=8, microbatch_size=64)
 QUICK_TRANSFORMER = ModelSpec(
-    ModelKind.TRANSFORMER, width=256, layers=4, microbatch_size=4, sequence=64, heads=4
+    ModelKind.TRANSFORMER, width=256, layers=4, microbatch_size=2, sequence=64, heads=4
 )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim import __version__
-from pipesim.errors import PipesimError
+from pipesim.errors import Interrupted, PipesimError
 from pipesim.outputs import output_directory, write_text_atomically
 from pipesim.progress import progress
 from validation.compare import aggregate, breaches, compare_case, crosscheck_records
@@ -79,7 +79,46 @@ def run_validation(
     """
     out = output_directory(out, "--out")
     chosen, skipped = suite_cases(suite, backend) if cases is None else (cases, [])
-    results = []
+    results: list[CaseResult] = []
+    try:
+        _measure_cases(chosen, out, reuse, resume, stability, show_progress, results)
+    except KeyboardInterrupt:
+        kept = ", ".join(r.name for r in results) or "none"
+        raise Interrupted(
+            f"validate: cases measured and saved in {str(out)!r}: {kept}; run the same command "
+            "with --resume to measure the rest"
+        ) from None
+    records = [r for case in results for r in case.records]
+    summary = aggregate(records)
+    found = breaches(summary, max_median_error, max_error)
+    verdict, reason = conclude(summary, found, results, max_median_error)
+    result = ValidationResult(
+        suite=suite,
+        backend=backend,
+        pipesim=__version__,
+        max_median_error=max_median_error,
+        max_error=max_error,
+        summary=summary,
+        breaches=tuple(found),
+        verdict=verdict,
+        verdict_reason=reason,
+        cases=tuple(results),
+        skipped=tuple(skipped),
+    )
+    write_report(out, result, _figures(out, results))
+    return result
+
+
+def _measure_cases(
+    chosen: Sequence[Case],
+    out: Path,
+    reuse: bool,
+    resume: bool,
+    stability: Stability | None,
+    show_progress: bool,
+    results: list[CaseResult],
+) -> None:
+    """Measure (or read) each case and compare it, appending to ``results`` as each ends."""
     with progress(len(chosen), "validate", enabled=show_progress) as bar:
         for case in chosen:
             saved = measured_path(out, case)
@@ -105,25 +144,6 @@ def run_validation(
                 )
             )
             bar.update()
-    records = [r for case in results for r in case.records]
-    summary = aggregate(records)
-    found = breaches(summary, max_median_error, max_error)
-    verdict, reason = conclude(summary, found, results, max_median_error)
-    result = ValidationResult(
-        suite=suite,
-        backend=backend,
-        pipesim=__version__,
-        max_median_error=max_median_error,
-        max_error=max_error,
-        summary=summary,
-        breaches=tuple(found),
-        verdict=verdict,
-        verdict_reason=reason,
-        cases=tuple(results),
-        skipped=tuple(skipped),
-    )
-    write_report(out, result, _figures(out, results))
-    return result
 
 
 def conclude(

@@ -3,6 +3,7 @@ asserted here), the report files, and exit 1 on a threshold breach."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from executor.backends import DeviceKind
 from pipesim.cli.main import main
-from pipesim.errors import PipesimError
+from pipesim.errors import Interrupted, PipesimError
 from tests.validation.fakes import comparison
 from validation.compare import aggregate, breaches
 from validation.records import Comparison, CrosscheckRecord
@@ -48,7 +49,9 @@ def tiny_case() -> Case:
     )
 
 
-def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(tmp_path: Path) -> None:
+def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()])
     results = json.loads((tmp_path / "results.json").read_text())
     assert results == json.loads(json.dumps(result.to_json()))
@@ -97,6 +100,16 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(tmp_path: Path
         "exceeded",
         "inconclusive",
     )
+    # --resume keeps the measured case; Ctrl-C in the next one says what was kept.
+    import validation.validate as module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "run_case", interrupted)
+    other = dataclasses.replace(tiny_case(), name="other-K2")
+    with pytest.raises(Interrupted, match=r"saved in .*: tiny-K2; run the same command with"):
+        run_validation("quick", "cpu", tmp_path, 0.05, 0.15, [tiny_case(), other], resume=True)
     # A file written before a field existed is refused in one line naming the field.
     saved = tmp_path / "measured-tiny-K2.json"
     data = json.loads(saved.read_text())
