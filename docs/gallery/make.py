@@ -7,10 +7,12 @@ Each figure is made the way a user makes it: ``pipesim simulate --save`` or ``pi
 ``pipesim plot``), drawn by :mod:`plots` and written at a modest resolution so the PNGs stay
 small. It runs in seconds; CI runs it into a temporary folder (tests/plots/test_gallery.py).
 
-The validation figure is drawn from ``data/validation-quick.json``, a real ``pipesim validate
---suite quick`` run kept beside this script (measuring takes minutes, not seconds); it is left
-out if that file is missing. The planner's Pareto figure joins once ``plots.plan`` exists and
-offers ``gallery_figure()``, a zero-argument function returning the figure.
+Validation against a paper: GPipe's Table 2 beside pipesim's numbers (``pipesim reproduce
+gpipe``). Validation against measurements is drawn from ``data/validation-quick.json``, a real
+``pipesim validate --suite quick`` run kept beside this script (measuring takes minutes, not
+seconds, and wants a quiet machine); it is left out while that file is missing. The planner's
+Pareto figure joins once ``plots.plan`` exists and offers ``gallery_figure()``, a zero-argument
+function returning the figure.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import plots
 from pipesim.cli.main import main as pipesim
 from plots import saved
+from validation.reproduce.gpipe import table_2 as gpipe_table_2
 
 HERE = Path(__file__).resolve().parent
 DPI = 80
@@ -149,6 +152,16 @@ def make(out: Path) -> list[Path]:
                 memory.memory, memory.capacity_bytes, title=f"Memory over time: {memory.title}"
             ),
             "memory-over-time.png",
+        )
+        _, table = gpipe_table_2()
+        keep(
+            plots.paper_vs_simulated_figure(
+                [row for row in table if row["model"] == "gpipe-transformer-48"],
+                "normalized throughput",
+                title="GPipe Table 2, Transformer-48 on TPU v3: paper (dashed) and pipesim (solid)",
+                baseline="the same model at K=2, M=1",
+            ),
+            "validation-gpipe-table2.png",
         )
     for name, draw in extras().items():
         keep(draw(), name)
