@@ -1,0 +1,198 @@
+"""The atomic writers: nothing destroyed (special files, symlinks), modes kept, a failed write
+leaves the previous file whole and is one line with exit 1."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+import pipesim.outputs
+from pipesim.errors import OutputError, PipesimError
+from pipesim.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
+
+from .cli.test_schedule_cli import run
+
+EXPORT = ["schedule", "export", "--schedule", "gpipe", "-K", "2", "-M", "2"]
+GPIPE_CSV = "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n"
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask_022() -> object:
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def test_a_new_file_gets_the_umask_mode(tmp_path: Path, umask_022: object) -> None:
+    target = tmp_path / "new.txt"
+    write_text_atomically(target, "x", field="--out")
+    assert target.read_text() == "x" and _mode(target) == 0o644
+    os.umask(0o027)
+    other = tmp_path / "other.txt"
+    write_text_atomically(other, "y", field="--out")
+    assert _mode(other) == 0o640
+
+
+def test_umask_is_read_without_changing_it(umask_022: object) -> None:
+    assert umask() == 0o022
+    assert umask() == 0o022
+
+
+def test_overwriting_keeps_the_existing_mode(tmp_path: Path, umask_022: object) -> None:
+    for mode in (0o644, 0o600, 0o664, 0o755):
+        target = tmp_path / f"f{mode:o}"
+        target.write_text("old")
+        target.chmod(mode)
+        write_text_atomically(target, "new", field="--out")
+        assert target.read_text() == "new" and _mode(target) == mode
+
+
+def test_a_symlink_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
+    real = tmp_path / "real.csv"
+    real.write_text("old")
+    real.chmod(0o644)
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    status = run_export(link)
+    assert status == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_text() == GPIPE_CSV and _mode(real) == 0o644
+
+
+def test_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "link.csv"
+    link.symlink_to(tmp_path / "made.csv")
+    assert run_export(link) == 0
+    assert link.is_symlink() and (tmp_path / "made.csv").read_text() == GPIPE_CSV
+
+
+def test_a_fifo_is_written_through_not_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    status = run_export(fifo)
+    reader.join(timeout=30)
+    assert status == 0
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)  # still a FIFO, not a regular file
+    assert received == [GPIPE_CSV.encode()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a device node needs root")
+def test_a_character_device_is_written_through(tmp_path: Path) -> None:
+    """A node of our own (1, 3: what /dev/null is), never /dev/null itself: a writer that
+    renames over it must not destroy a device the machine needs."""
+    node = tmp_path / "null"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    before = node.stat()
+    write_text_atomically(node, "discarded", field="--out")
+    after = node.lstat()
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    assert after.st_ino == before.st_ino
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_a_socket_or_directory_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        with pytest.raises(PipesimError, match=r"is a block device or socket, not a file"):
+            output_path(path, "--out")
+    finally:
+        server.close()
+    with pytest.raises(PipesimError, match=r"--out: '.*' is a directory"):
+        output_path(tmp_path, "--out")
+
+
+def run_export(path: Path) -> int:
+    from pipesim.cli.main import main
+
+    return main([*EXPORT, "--out", str(path)])
+
+
+def _full_disk(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_leaves_the_previous_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "results.json"
+    target.write_text('{"good": true}')
+    monkeypatch.setattr(pipesim.outputs.os, "fsync", _full_disk)
+    with pytest.raises(OutputError) as caught:
+        write_text_atomically(target, '{"new": 1}', field="--out")
+    assert str(caught.value) == (
+        f"--out: cannot write {str(target)!r} (No space left on device); any previous file "
+        "there is unchanged"
+    )
+    assert target.read_text() == '{"good": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_an_error_inside_the_writer_leaves_the_previous_file(tmp_path: Path) -> None:
+    target = tmp_path / "f.bin"
+    write_bytes_atomically(target, b"old", field="--out")
+
+    def failing(handle: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pipesim.outputs.write_with(target, failing, field="--out")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_a_full_disk_in_the_cli_is_one_line_exit_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    target = tmp_path / "s.csv"
+    monkeypatch.setattr(pipesim.outputs.os, "fsync", _full_disk)
+    status, out, err = run(capsys, *EXPORT, "--out", str(target))
+    assert status == 1 and out == ""
+    assert err == (
+        f"pipesim: failed: --out: cannot write {str(target)!r} (No space left on device); any "
+        "previous file there is unchanged\n"
+    )
+    assert not target.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_folder_without_write_permission_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        status, _, err = run(capsys, *EXPORT, "--out", str(folder / "s.csv"))
+    finally:
+        folder.chmod(0o700)
+    assert status == 2
+    assert err == f"pipesim: error: --out: cannot write into {str(folder)!r} (permission denied)\n"
+
+
+def test_a_read_only_file_system_is_bad_input(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(pipesim.outputs.os, "access", lambda *args: False)
+    monkeypatch.setattr(pipesim.outputs, "_read_only", lambda directory: True)
+    with pytest.raises(PipesimError) as caught:
+        output_path(tmp_path / "x.csv", "--out")
+    assert (
+        str(caught.value) == f"--out: cannot write into {str(tmp_path)!r} (read-only file system)"
+    )
