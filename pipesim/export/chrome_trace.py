@@ -7,7 +7,6 @@ Works on the records of simulated and measured runs alike.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,9 +92,14 @@ def chrome_trace(
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(trace: dict[str, Any], path: str | Path) -> None:
-    """Write ``trace`` as JSON to ``path``."""
-    Path(path).write_text(json.dumps(trace), encoding="utf-8")
+def write_chrome_trace(
+    trace: dict[str, Any], path: str | Path, *, field: str = "trace file"
+) -> None:
+    """Write ``trace`` as strict JSON to ``path`` (atomically, see :mod:`pipesim.outputs`)."""
+    from pipesim.finite import json_text
+    from pipesim.outputs import write_text_atomically
+
+    write_text_atomically(path, json_text(trace), field=field)
 
 
 def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:
