@@ -29,6 +29,7 @@ def work_order(schedule: Schedule, plan: Sequence[Sequence[Work]]) -> list[list[
     Raises :class:`ScheduleError` when the unrolled lists deadlock (steps run back to back that
     cannot go on).
     """
+    needs = schedule.dependency_map()
     done: set[tuple[int, object]] = set()
     keys = [[-1] * len(work) for work in plan]
     pointer = [0] * len(plan)
@@ -44,7 +45,7 @@ def work_order(schedule: Schedule, plan: Sequence[Sequence[Work]]) -> list[list[
                 missing = next(
                     (
                         (item.step, dependency)
-                        for dependency in schedule.dependencies(item.action)
+                        for dependency in needs[item.action]
                         if (item.step, dependency) not in done
                     ),
                     None,

@@ -64,13 +64,26 @@ def run_simpy(
     return run.compute, run.transfers
 
 
+def _one_step_keys(schedule: Schedule) -> list[list[int]]:
+    """Execution order of one step: the validator's dry run, each device's optimizer step right
+    after its last action (what :func:`work_order` finds for one step, without walking)."""
+    position = {a: 2 * i for i, a in enumerate(schedule.execution_order())}
+    keys = []
+    for row in schedule.device_actions:
+        row_keys = [position[a] for a in row]
+        keys.append([*row_keys, row_keys[-1] + 1])  # the optimizer, just after the last action
+    return keys  # only their order matters
+
+
 class _Run:
     """One simulation: a SimPy process per device; transfers reserve their channels.
 
     A transfer is requested when its producing action ends, which SimPy does in time order (and
     in execution order at equal times), so reserving each channel from ``max(now, channel
     free)`` is first come, first served. The consumer waits for the producer's completion event
-    and then for the arrival time.
+    and then for the arrival time. A dependency on the consumer's own device ran earlier in the
+    device's list (the validator proves it), so only dependencies on other devices are waited
+    for.
     """
 
     def __init__(self, schedule: Schedule, costs: PipelineCosts, steps: int) -> None:
@@ -78,7 +91,7 @@ class _Run:
         self.costs = costs
         self.env = simpy.Environment(initial_time=0.0)
         self.plan = unroll(schedule, steps)
-        self.keys = work_order(schedule, self.plan)
+        self.keys = work_order(schedule, self.plan) if steps > 1 else _one_step_keys(schedule)
         self.compute: list[ComputeRecord] = []
         self.transfers: list[TransferRecord] = []
         self.channel_free: dict[str, float] = {}
@@ -95,6 +108,19 @@ class _Run:
             for device in range(schedule.devices)
         ]
         self.durations = {a: action_duration_s(schedule, costs, a) for a in schedule.actions()}
+        device_of = self.device_of
+        needs, feeds = schedule.dependency_map(), schedule.consumer_map()
+        self.remote_needs = {
+            a: tuple(d for d in needs[a] if device_of[d.stage] != device_of[a.stage]) for a in needs
+        }
+        self.remote_consumers = {
+            a: tuple(
+                (c, device_of[c.stage])
+                for c in feeds[a]
+                if device_of[c.stage] != device_of[a.stage]
+            )
+            for a in feeds
+        }
 
     def execute(self) -> None:
         for device, work in enumerate(self.plan):
@@ -118,25 +144,25 @@ class _Run:
                 yield _Finish(env, self.optimizer_s[device], key)
                 self.compute.append(ComputeRecord(device, step, None, start, env.now))
                 continue
-            ready = env.now
-            for dependency in self.schedule.dependencies(action):
+            for dependency in self.remote_needs[action]:
                 event = self._done_event((step, dependency))
                 if not event.processed:
                     yield event
-                if self.device_of[dependency.stage] != device:
-                    ready = max(ready, self.arrival.pop((step, dependency, action)))
-            if ready > env.now:
-                yield env.timeout(ready - env.now)
-            start = env.now
-            yield _Finish(env, self.durations[action], key)
-            self.compute.append(ComputeRecord(device, step, action, start, env.now))
-            for consumer in self.schedule.consumers(action):
-                target = self.device_of[consumer.stage]
-                if target != device:
-                    arrival = self._send(device, target, step, action, consumer)
-                    if self.costs.transfers_use_compute and arrival > env.now:
-                        yield env.timeout(arrival - env.now)
-            self._done_event((step, action)).succeed()
+            # Start when the device is free (now) and every input has arrived; end after the
+            # action's duration. One event: nothing else happens on this device meanwhile.
+            start = max(
+                [env.now, *(self.arrival.pop((step, d, action)) for d in self.remote_needs[action])]
+            )
+            end = start + self.durations[action]
+            yield _Finish(env, end - env.now, key)  # fires at exactly ``end``
+            self.compute.append(ComputeRecord(device, step, action, start, end))
+            consumers = self.remote_consumers[action]
+            for consumer, target in consumers:
+                arrival = self._send(device, target, step, action, consumer)
+                if self.costs.transfers_use_compute and arrival > env.now:
+                    yield env.timeout(arrival - env.now)
+            if consumers:
+                self._done_event((step, action)).succeed()
 
     def _send(
         self, source: int, target: int, step: int, producer: Action, consumer: Action
@@ -145,7 +171,9 @@ class _Run:
         now = self.env.now
         route = self.routes[(source, target)]
         size = self.costs.stages[min(producer.stage, consumer.stage)].output_bytes
-        start = max([now, *(self.channel_free.get(c, 0.0) for c in route.channels)])
+        start = now
+        for channel in route.channels:
+            start = max(start, self.channel_free.get(channel, 0.0))
         for channel in route.channels:
             self.channel_free[channel] = start + route.occupancy_s(size)
         end = start + route.transfer_time_s(size)

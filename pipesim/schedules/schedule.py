@@ -9,18 +9,25 @@ exists is complete, correctly placed and free of deadlock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from types import MappingProxyType
 
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind, UpdateRule
-from pipesim.schedules.encoded import KIND_CODES, KINDS, EncodedSchedule, IntArray
+from pipesim.schedules.encoded import KINDS, EncodedSchedule
 from pipesim.schedules.encoded import I as I_CODE
 from pipesim.schedules.validate import Checked, validate
 
 __all__ = ["Schedule", "UpdateRule"]
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """Each action's dependencies and consumers (see :meth:`Schedule.dependencies`)."""
+
+    dependencies: dict[Action, tuple[Action, ...]]
+    consumers: dict[Action, tuple[Action, ...]]
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,7 @@ class Schedule:
     _checked: Checked | None = field(init=False, repr=False, compare=False, default=None)
     _flat: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
     _order: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
-    _consumers: tuple[IntArray, IntArray] | None = field(
-        init=False, repr=False, compare=False, default=None
-    )
+    _lookup: _Tables | None = field(init=False, repr=False, compare=False, default=None)
     _generator: str | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -114,19 +119,38 @@ class Schedule:
             raise KeyError((stage, microbatch))
         return KINDS[int(table[stage, microbatch])]
 
-    def _flat_index(self, action: Action) -> int:
-        encoded = self.encoded
-        if (
-            isinstance(action, Action)
-            and action.stage < self.stages
-            and action.microbatch < self.microbatches
-        ):
-            index = int(
-                encoded.flat_index[action.stage, action.microbatch, KIND_CODES[action.kind]]
-            )
-            if index >= 0:
-                return index
-        raise ScheduleError(f"{action} is not an action of schedule {self.name!r}")
+    def _tables(self) -> _Tables:
+        """Per action, its dependencies and consumers as tuples; built on first use (the
+        engines read the integer encoding instead, so a sweep never pays for these)."""
+        if self._lookup is None:
+            flat = self._flat_actions()
+            dependencies = self.encoded.dependencies
+            needs: dict[Action, tuple[Action, ...]] = {}
+            feeds: dict[Action, list[Action]] = {a: [] for a in flat}
+            for action, (first, second) in zip(flat, dependencies.tolist(), strict=True):
+                if first < 0:
+                    needs[action] = ()
+                elif second < 0:
+                    needs[action] = (flat[first],)
+                else:
+                    needs[action] = (flat[first], flat[second])
+            for action in flat:  # device by device, each list in order
+                for dependency in needs[action]:
+                    feeds[dependency].append(action)
+            consumers = {a: tuple(c) for a, c in feeds.items()}
+            # One reference swap of a complete pair: threads that race here both build the
+            # same tables, and none ever reads a half-built one.
+            object.__setattr__(self, "_lookup", _Tables(needs, consumers))
+        assert self._lookup is not None
+        return self._lookup
+
+    def dependency_map(self) -> Mapping[Action, tuple[Action, ...]]:
+        """Every action's :meth:`dependencies` at once (one lookup table, built once)."""
+        return MappingProxyType(self._tables().dependencies)
+
+    def consumer_map(self) -> Mapping[Action, tuple[Action, ...]]:
+        """Every action's :meth:`consumers` at once (one lookup table, built once)."""
+        return MappingProxyType(self._tables().consumers)
 
     def dependencies(self, action: Action) -> tuple[Action, ...]:
         """The actions whose results ``action`` consumes.
@@ -136,11 +160,10 @@ class Schedule:
         own F, the loss. W(s,m) needs I(s,m). A dependency between stages on different devices
         is a transfer: activations forward, gradients backward.
         """
-        first, second = self.encoded.dependencies[self._flat_index(action)].tolist()
-        flat = self._flat_actions()
-        if first < 0:
-            return ()
-        return (flat[first],) if second < 0 else (flat[first], flat[second])
+        try:
+            return self._tables().dependencies[action]
+        except (KeyError, TypeError):
+            raise ScheduleError(f"{action} is not an action of schedule {self.name!r}") from None
 
     def consumers(self, action: Action) -> tuple[Action, ...]:
         """The actions that consume ``action``'s result: the inverse of :meth:`dependencies`.
@@ -148,22 +171,10 @@ class Schedule:
         The order is fixed (device by device, each device's list in order), so a sender and a
         receiver that both walk it agree on the order of their messages. Built on first use.
         """
-        index = self._flat_index(action)
-        if self._consumers is None:
-            dependencies = self.encoded.dependencies
-            consumer = np.repeat(np.arange(len(dependencies), dtype=np.int64), 2)
-            producer = dependencies.ravel()
-            keep = producer >= 0
-            producer, consumer = producer[keep], consumer[keep]
-            order = np.lexsort((consumer, producer))
-            starts = np.searchsorted(producer[order], np.arange(len(dependencies) + 1))
-            # One reference swap of a complete pair: threads that race here both build the
-            # same arrays, and none ever reads a half-built one.
-            object.__setattr__(self, "_consumers", (starts, consumer[order]))
-        assert self._consumers is not None
-        starts, consumers = self._consumers
-        flat = self._flat_actions()
-        return tuple(flat[c] for c in consumers[starts[index] : starts[index + 1]].tolist())
+        try:
+            return self._tables().consumers[action]
+        except (KeyError, TypeError):
+            raise ScheduleError(f"{action} is not an action of schedule {self.name!r}") from None
 
     def execution_order(self) -> tuple[Action, ...]:
         """Every action once, in an order that respects each device's list and every dependency.
