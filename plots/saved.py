@@ -25,6 +25,11 @@ from plots.timeline import ComputeBar, TransferBar
 
 # The most devices (rows) a timeline draws, pipesim's own default limit on K.
 MAX_DEVICES = 1024
+# The range a plotted number may take: seconds, bytes, ratios far beyond any real run, yet far
+# enough inside a float's range that no axis, tick or ratio computed from them overflows.
+LARGEST, SMALLEST = 1e15, 1e-12
+# The most micro-batches a row may claim (an axis label, never a loop).
+MAX_MICROBATCHES = 10**9
 # The largest file read: a saved run of K=64, M=1024 is about 10 MB.
 MAX_FILE_BYTES = 256 * 2**20
 RUN_FROM = "pipesim simulate --save"
@@ -55,10 +60,8 @@ class _Checker:
             )
         return data[key]
 
-    def integer(self, value: Any, where: str, low: int, high: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self.fail(where, f"an integer >= {low}", value)
-        if high is not None and value > high:
+    def integer(self, value: Any, where: str, low: int, high: int = MAX_MICROBATCHES) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(where, f"an integer from {low} to {high}", value)
         return value
 
@@ -74,6 +77,10 @@ class _Checker:
             raise self.fail(where, "a number > 0", value)
         if low is not None and number < low:
             raise self.fail(where, f"a number >= {low:g}", value)
+        if abs(number) > LARGEST or (positive and number < SMALLEST):
+            raise self.fail(
+                where, f"a number from {SMALLEST if positive else -LARGEST:g} to {LARGEST:g}", value
+            )
         return number
 
     def optional_number(

@@ -173,7 +173,17 @@ BAD_FILES = {
     "device-bool": (
         "timeline",
         with_(("compute", 1, 0), True),
-        "compute[1] device must be an integer >= 0, got True",
+        "compute[1] device must be an integer from 0 to 1, got True",
+    ),
+    "huge-time": (
+        "timeline",
+        with_(("compute", 2, 3), 1.7e308),
+        "compute[2] end must be a number from -1e+15 to 1e+15, got 1.7e+308",
+    ),
+    "huge-memory": (
+        "memory",
+        with_(("memory", 0, 1), [1.0, 1e300]),
+        "memory[0][1] bytes must be a number from -1e+15 to 1e+15, got 1e+300",
     ),
     "infinite-step": (
         "timeline",

@@ -28,6 +28,7 @@ LEAVES = (
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=6)
     | st.sampled_from(["0F0", "1B0", "opt", "2F0", "gpipe", ""])
+    | st.sampled_from([1.7e308, -1e308, 1e16, 1e-300, 5e-324, 2**70])
 )
 VALUES = st.recursive(
     LEAVES,
