@@ -15,6 +15,7 @@ interpreter otherwise; the numbers are the same.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -189,8 +190,7 @@ def _lay_out(schedule: Schedule, encoded: EncodedSchedule, steps: int) -> _Items
         flat = np.where(position < lengths[device], row_starts[device] + position, -1)
         return _Items(device, step, flat, device_starts)
     lists = [_unroll_no_flush(encoded, d, steps) for d in range(devices)]
-    device_starts = np.zeros(devices + 1, dtype=np.int64)
-    np.cumsum([len(items) for items in lists], out=device_starts[1:])
+    device_starts = np.array([0, *itertools.accumulate(map(len, lists))], dtype=np.int64)
     pairs = np.array([pair for items in lists for pair in items], dtype=np.int64)
     device = np.repeat(np.arange(devices, dtype=np.int64), np.diff(device_starts))
     return _Items(device, pairs[:, 0], pairs[:, 1], device_starts)
@@ -290,8 +290,7 @@ def _transfers(
         routes.append(r.channels)
         for channel in r.channels:
             channel_number.setdefault(channel, len(channel_number))
-    route_starts = np.zeros(len(routes) + 1, dtype=np.int64)
-    np.cumsum([len(r) for r in routes], out=route_starts[1:])
+    route_starts = np.array([0, *itertools.accumulate(map(len, routes))], dtype=np.int64)
     route_channels = np.array([channel_number[c] for r in routes for c in r], dtype=np.int64)
     route = np.full(len(items.device), -1, dtype=np.int64)
     route[has] = np.searchsorted(pairs, sender * devices + receiver)
