@@ -56,6 +56,7 @@ def warm_up() -> bool:
     later run uses them; a planner or sweep calls this once. False when numba is missing."""
     if not numba_available():
         return False
+    dry_run_kernel.compiled()  # the validator's walk, used from now on
     schedule = build("1f1b", 2, 2)
     costs = synthetic_costs(2, 1, 1.0, 1.0)
     run_fast(schedule, costs, 1, compiled=True)
@@ -422,4 +423,6 @@ def _play(
             arrival,
         )
     # Only the start times are needed now; the transfers' times are read when records are.
+    if compiled:
+        return np.asarray(start), sent, arrival
     return np.fromiter(start, dtype=np.float64, count=count), sent, arrival

@@ -131,11 +131,15 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
         (kind != F) & (kind != W) & (stage < stages - 1), next_backward, -1
     )
     upstream = np.where(kind == F, dependencies[:, 0], dependencies[:, 1])
-    walked = [0] * count
-    done = dry_run_kernel.python(row_starts.tolist(), upstream.tolist(), walked)
+    if dry_run_kernel.is_compiled:  # loaded by pipesim.engine.warm_up: use it
+        order = np.empty(count, dtype=np.int64)
+        done = dry_run_kernel.compiled()(row_starts, upstream, order)
+    else:
+        walked = [0] * count
+        done = dry_run_kernel.python(row_starts.tolist(), upstream.tolist(), walked)
+        order = np.array(walked, dtype=np.int64)
     if done < count:
         return None  # deadlock
-    order = np.array(walked, dtype=np.int64)
     return EncodedSchedule(
         row_starts,
         stage,
