@@ -17,6 +17,7 @@ from pipesim.costs.synthetic import synthetic_costs
 
 if TYPE_CHECKING:
     from pipesim.hardware.catalogue import HardwareSpec
+    from pipesim.schedules.schedule import Schedule
     from pipesim.workload.model import Model
 
 
@@ -30,8 +31,15 @@ class SyntheticRequest:
     comm_s: float = 0.0
     activation_bytes: float = 0.0
 
-    def build(self, devices: int, chunks: int, microbatches: int) -> PipelineCosts:
-        """Equal stages for K = ``devices``, v = ``chunks``."""
+    def build(
+        self,
+        devices: int,
+        chunks: int,
+        microbatches: int,
+        schedule: Schedule | None = None,
+        steps: int = 1,
+    ) -> PipelineCosts:
+        """Equal stages for K = ``devices``, v = ``chunks`` (the schedule plays no part)."""
         return synthetic_costs(
             devices,
             chunks,
@@ -45,35 +53,90 @@ class SyntheticRequest:
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """``--model NAME|FILE --hardware NAME|FILE [--batch N] [--partition ...]``."""
+    """``--model NAME|FILE --hardware NAME|FILE [--batch N] [--partition ...]
+    [--optimizer NAME|BYTES] [--master-weights] [--data-parallel N]``.
+
+    ``partition`` is layer counts per stage, or an objective of :mod:`pipesim.partition`
+    (``balanced``, ``memory-aware``, ``even``); ``memory-aware`` needs the schedule at
+    :meth:`build`. ``data_parallel`` replicas add their gradient all-reduce
+    (:mod:`pipesim.costs.data_parallel`).
+    """
 
     model: str
     hardware: str
     batch: int | None = None
-    partition: tuple[int, ...] | None = None
+    partition: tuple[int, ...] | str | None = None
     optimizer: bool = True
     dtype: str | None = None
+    optimizer_state: str | None = None
+    master_weights: bool | None = None
+    data_parallel: int = 1
 
-    def build(self, devices: int, chunks: int, microbatches: int) -> PipelineCosts:
-        """The model cut into K·v stages on K devices, the batch split into M micro-batches."""
+    def build(
+        self,
+        devices: int,
+        chunks: int,
+        microbatches: int,
+        schedule: Schedule | None = None,
+        steps: int = 1,
+    ) -> PipelineCosts:
+        """The model cut into K·v stages on K devices, the batch split into M micro-batches
+        (per replica under data parallelism); ``schedule`` and ``steps`` serve the
+        memory-aware partition."""
         from pipesim.hardware import resolve_hardware
         from pipesim.workload import resolve_model
+        from pipesim.workload.optimizer import with_optimizer
 
-        model = resolve_model(self.model)
+        model = with_optimizer(
+            resolve_model(self.model), self.optimizer_state, self.master_weights
+        )
+        if self.dtype is not None:
+            model = dataclasses.replace(model, dtype=self.dtype)
         batch = model.default_batch if self.batch is None else self.batch
-        if batch < 1 or batch % microbatches:
+        replicas = self.data_parallel
+        if batch < 1 or batch % (microbatches * replicas):
+            replicated = f" x {replicas} data-parallel replicas" if replicas > 1 else ""
             raise SpecError(
-                f"--batch {batch} must be a positive multiple of the {microbatches} micro-batches"
+                f"--batch {batch} must be a positive multiple of the {microbatches} "
+                f"micro-batches{replicated}"
             )
-        return model_on_hardware(
+        hardware = resolve_hardware(self.hardware)
+        microbatch_size = batch / (microbatches * replicas)
+        partition = self.partition
+        if isinstance(partition, str):
+            from pipesim.partition.model import choose_partition, objective
+
+            chosen = choose_partition(
+                objective(partition),
+                model,
+                hardware.cluster(devices),
+                microbatch_size,
+                chunks,
+                schedule,
+                steps,
+                optimizer=self.optimizer,
+            )
+            partition = chosen if isinstance(chosen, tuple) else chosen.counts
+        costs = model_on_hardware(
             model,
-            resolve_hardware(self.hardware),
+            hardware,
             devices,
             chunks,
-            batch / microbatches,
-            self.partition,
+            microbatch_size,
+            partition,
             optimizer=self.optimizer,
-            dtype=self.dtype,
+        )
+        if replicas == 1:
+            return costs
+        from pipesim.costs.data_parallel import with_data_parallel
+
+        placement = (
+            schedule.placement
+            if schedule is not None
+            else tuple(s % devices for s in range(devices * chunks))
+        )
+        return with_data_parallel(
+            costs, placement, hardware.network(devices * replicas), replicas
         )
 
 

@@ -1,0 +1,161 @@
+"""A partitioning problem: per-layer costs, the stage-to-device placement, the devices.
+
+A stage is a contiguous slice of layers; its compute and sizes are the sums over its layers
+(what :func:`pipesim.costs.spec_derived.costs_from_model` does), except its input (the previous
+layer's output, or the model's input) and its output (its last layer's). The *stage time* the
+partitioner balances is, per micro-batch:
+
+    (F + B [+ F again under re-materialization]) / device speed
+      + the transfers at its two boundaries (each: the activation forward and the gradient
+        backward, latency + bytes / bandwidth on the route between the two devices)
+
+Devices may differ (heterogeneous clusters): each has a speed (compute times are divided by
+it) and a memory capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim import checks
+from pipesim.checks import SpecError
+from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.hardware.network import Network
+
+
+@dataclass(frozen=True)
+class PartitionProblem:
+    """What a partition is chosen for.
+
+    Attributes:
+        layers: one :class:`StageCosts` per layer (a one-layer stage), on a speed-1 device.
+        input_bytes: the model's input per micro-batch (the first stage's input).
+        placement: ``placement[s]`` is the device of stage s (S = len(placement)).
+        network: routes between devices; None means transfers are free.
+        device_speeds: per device, compute runs ``speed`` times faster than ``layers`` says.
+        memory_capacity_bytes: per device.
+        rematerialize: the backward re-runs the forward (counted in the stage time).
+    """
+
+    layers: tuple[StageCosts, ...]
+    input_bytes: float
+    placement: tuple[int, ...]
+    network: Network | None = None
+    device_speeds: tuple[float, ...] | None = None
+    memory_capacity_bytes: tuple[float, ...] | None = None
+    rematerialize: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "placement", tuple(self.placement))
+        if not self.layers:
+            raise SpecError("a partition needs at least one layer")
+        if not self.placement:
+            raise SpecError("a partition needs at least one stage")
+        if len(self.placement) > len(self.layers):
+            raise SpecError(
+                f"stages: {len(self.placement)} stages need at least {len(self.placement)} "
+                f"layers, but there are {len(self.layers)}"
+            )
+        devices = max(self.placement) + 1
+        if self.device_speeds is None:
+            object.__setattr__(self, "device_speeds", (1.0,) * devices)
+        if self.memory_capacity_bytes is None:
+            object.__setattr__(self, "memory_capacity_bytes", (math.inf,) * devices)
+        speeds = tuple(self.device_speeds or ())
+        capacities = tuple(self.memory_capacity_bytes or ())
+        for what, values in (("device_speeds", speeds), ("memory_capacity_bytes", capacities)):
+            if len(values) < devices:
+                raise SpecError(
+                    f"{what} has {len(values)} value(s) but the placement uses {devices} devices"
+                )
+        for index, speed in enumerate(speeds):
+            checks.positive(f"device {index} speed", speed)
+        for index, capacity in enumerate(capacities):
+            checks.positive_or_inf(f"device {index} memory_capacity_bytes", capacity)
+        object.__setattr__(self, "device_speeds", speeds)
+        object.__setattr__(self, "memory_capacity_bytes", capacities)
+        if self.network is not None and self.network.devices < devices:
+            raise SpecError(
+                f"the network has {self.network.devices} device(s) but the placement uses {devices}"
+            )
+
+    @property
+    def stages(self) -> int:
+        """S, the number of stages."""
+        return len(self.placement)
+
+    @property
+    def devices(self) -> int:
+        """K, the devices the placement uses."""
+        return max(self.placement) + 1
+
+    def compute_s(self, layer: StageCosts) -> float:
+        """One layer's per-micro-batch compute on a speed-1 device (F + B, F twice under
+        re-materialization)."""
+        recompute = layer.forward_s if self.rematerialize else 0.0
+        return layer.forward_s + recompute + layer.backward_s
+
+    def boundary_s(self, cut: int, stage: int) -> float:
+        """The transfers across the cut before layer ``cut`` between stage ``stage - 1`` and
+        ``stage``: the activation one way and the gradient back (0 on one device)."""
+        if self.network is None or cut <= 0 or cut >= len(self.layers):
+            return 0.0
+        source, target = self.placement[stage - 1], self.placement[stage]
+        if source == target:
+            return 0.0
+        size = self.layers[cut - 1].output_bytes
+        return self.network.route(source, target).transfer_time_s(size) + self.network.route(
+            target, source
+        ).transfer_time_s(size)
+
+    def stage_time_s(self, stage: int, start: int, end: int) -> float:
+        """The balanced objective's time of stage ``stage`` holding layers [start, end)."""
+        speed = self.device_speeds[self.placement[stage]] if self.device_speeds else 1.0
+        compute = sum(self.compute_s(layer) for layer in self.layers[start:end]) / speed
+        incoming = self.boundary_s(start, stage) if stage > 0 else 0.0
+        outgoing = self.boundary_s(end, stage + 1) if stage + 1 < self.stages else 0.0
+        return compute + incoming + outgoing
+
+    def stage_costs(self, start: int, end: int, device: int) -> StageCosts:
+        """The :class:`StageCosts` of layers [start, end) on ``device`` (times / speed)."""
+        return merge_layers(
+            self.layers[start:end],
+            self.input_bytes if start == 0 else self.layers[start - 1].output_bytes,
+            self.device_speeds[device] if self.device_speeds else 1.0,
+        )
+
+
+def merge_layers(
+    layers: Sequence[StageCosts], input_bytes: float, speed: float = 1.0
+) -> StageCosts:
+    """One stage from consecutive one-layer stages: sums, its own input, its last output."""
+    if not layers:
+        raise SpecError("a stage needs at least one layer")
+    full = [layer.full_backward_s for layer in layers]
+    return StageCosts(
+        forward_s=sum(layer.forward_s for layer in layers) / speed,
+        input_grad_s=sum(layer.input_grad_s for layer in layers) / speed,
+        weight_grad_s=sum(layer.weight_grad_s for layer in layers) / speed,
+        activation_bytes=sum(layer.activation_bytes for layer in layers),
+        weight_grad_activation_bytes=sum(layer.weight_grad_activation_bytes for layer in layers),
+        input_bytes=input_bytes,
+        output_bytes=layers[-1].output_bytes,
+        parameter_bytes=sum(layer.parameter_bytes for layer in layers),
+        gradient_bytes=sum(layer.gradient_bytes for layer in layers),
+        optimizer_bytes=sum(layer.optimizer_bytes for layer in layers),
+        optimizer_step_s=sum(layer.optimizer_step_s for layer in layers) / speed,
+        full_backward_s=None
+        if any(f is None for f in full)
+        else sum(f or 0.0 for f in full) / speed,
+    )
+
+
+def counts_to_cuts(counts: Sequence[int]) -> tuple[int, ...]:
+    """Layer counts per stage -> cut positions 0 = c_0 < c_1 < ... < c_S = L."""
+    cuts = [0]
+    for count in counts:
+        cuts.append(cuts[-1] + count)
+    return tuple(cuts)

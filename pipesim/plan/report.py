@@ -1,0 +1,137 @@
+"""A plan report as JSON (``pipesim plan --json``) and as a table."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pipesim.plan.search import Evaluated, PlanReport
+from pipesim.units import format_bytes, format_seconds
+
+GiB = 2**30
+
+
+def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
+    """One configuration as the JSON object ``plan --json`` lists."""
+    c = e.candidate
+    time_s = e.iteration_time_s
+    simulated = e.simulated_peak_bytes
+    peak = simulated if simulated is not None else max(e.peak_memory_bytes)
+    return {
+        "devices": c.devices,
+        "data_parallel": c.data_parallel,
+        "schedule": c.schedule,
+        "chunks": c.chunks,
+        "microbatches": c.microbatches,
+        "microbatch_size": c.microbatch_size,
+        "remat": c.remat,
+        "partition": list(e.partition),
+        "partition_objective": e.partition_objective,
+        "steps": e.steps,
+        "iteration_time": time_s,
+        "throughput": None if time_s is None else settings_batch / time_s,
+        "bubble_fraction": e.bubble_fraction,
+        "lower_bound_time": e.bound_s,
+        "allreduce_time": e.allreduce_s,
+        "peak_memory_bytes": peak,
+        "memory_capacity_bytes": e.capacity_bytes,
+        "headroom_bytes": e.capacity_bytes - peak,
+        "oom": e.oom,
+    }
+
+
+def simulate_command(report: PlanReport, e: Evaluated) -> str:
+    """The ``pipesim simulate`` command line that reproduces ``e``."""
+    s, c = report.settings, e.candidate
+    words = [
+        "pipesim",
+        "simulate",
+        "--model",
+        s.model,
+        "--hardware",
+        s.hardware,
+        "--schedule",
+        c.schedule,
+        "-K",
+        str(c.devices),
+        "-M",
+        str(c.microbatches),
+        "-v",
+        str(c.chunks),
+        "--batch",
+        str(s.batch),
+        "--data-parallel",
+        str(c.data_parallel),
+        "--partition",
+        ",".join(map(str, e.partition)),
+        "--steps",
+        str(e.steps),
+    ]
+    if c.remat:
+        words.append("--remat")
+    if s.optimizer_state is not None:
+        words += ["--optimizer", s.optimizer_state]
+    if s.master_weights is not None:
+        words.append("--master-weights" if s.master_weights else "--no-master-weights")
+    if s.dtype is not None:
+        words += ["--dtype", s.dtype]
+    return shlex.join(words)
+
+
+def report_json(report: PlanReport) -> dict[str, Any]:
+    """``{"plans": [...], "rejected": [...], "evaluated": N, "seconds": S, ...}``."""
+    batch = report.settings.batch
+    plans = []
+    for e in report.plans:
+        item = plan_json(e, batch)
+        item["simulate_command"] = simulate_command(report, e)
+        plans.append(item)
+    return {
+        "plans": plans,
+        "rejected": [{**plan_json(e, batch), "reason": why} for e, why in report.rejected],
+        "evaluated": report.configurations,
+        "examined": len(report.evaluated),
+        "simulated": report.simulated,
+        "out_of_memory": sum(1 for e in report.evaluated if e.oom),
+        "seconds": report.seconds,
+        "configurations_per_second": report.configurations / report.seconds
+        if report.seconds > 0
+        else None,
+        "model": report.settings.model,
+        "hardware": report.settings.hardware,
+        "cluster_devices": report.settings.devices,
+        "batch": batch,
+    }
+
+
+def report_table(report: PlanReport) -> str:
+    """The human table of the top plans and the rejected alternatives."""
+    s = report.settings
+    lines = [
+        f"plans for {s.model} on {s.devices} x {s.hardware}, batch {s.batch} "
+        f"({report.configurations} configurations bounded, {len(report.evaluated)} partitioned "
+        f"and checked for memory, {report.simulated} simulated, {report.seconds:.2f} s)",
+        "",
+        f"{'#':>2} {'K':>3} {'DP':>3} {'schedule':<17}{'v':>2} {'M':>4} {'b':>4} {'remat':>5}  "
+        f"{'iteration':>10} {'samples/s':>10} {'bubble':>7} {'peak mem':>10} {'headroom':>10}"
+        "  partition",
+    ]
+    for rank, e in enumerate(report.plans, 1):
+        c = e.candidate
+        t = e.iteration_time_s or 0.0
+        peak = e.simulated_peak_bytes or 0.0
+        lines.append(
+            f"{rank:>2} {c.devices:>3} {c.data_parallel:>3} {c.schedule:<17}{c.chunks:>2} "
+            f"{c.microbatches:>4} {c.microbatch_size:>4} {'yes' if c.remat else 'no':>5}  "
+            f"{format_seconds(t):>10} {s.batch / t:>10.4g} {e.bubble_fraction or 0.0:>7.1%} "
+            f"{format_bytes(peak):>10} {format_bytes(e.capacity_bytes - peak):>10}  "
+            f"{','.join(map(str, e.partition))}"
+        )
+    if report.plans:
+        best = simulate_command(report, report.plans[0])
+        lines += ["", "re-simulate the best plan:", "  " + best]
+    if report.rejected:
+        lines += ["", "best rejected alternatives:"]
+        for e, why in report.rejected:
+            lines.append(f"  {e.candidate.label()}: {why}")
+    return "\n".join(lines) + "\n"

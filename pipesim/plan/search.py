@@ -1,0 +1,382 @@
+"""``pipesim plan``: the best configurations of a model on N devices, found exactly.
+
+1. Enumerate the space (:mod:`.space`).
+2. For each candidate: the balanced partition of its K·v stages (exact, transfers counted);
+   if that overflows a device under the schedule's peak memory (closed form, exactly the
+   simulator's), the memory-aware partition; if none fits, the candidate is rejected as out
+   of memory with the device and the bytes.
+3. A lower bound on its iteration time (:mod:`.bounds`), all-reduce included.
+4. Candidates in order of their bound are simulated in full until the next bound is slower
+   than the ``top``-th best simulated time: the ranking of the top plans is then exact (no
+   candidate left out could beat them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim.checks import SpecError
+from pipesim.costs.data_parallel import allreduce_times_s, replica_group, ring_allreduce_s
+from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.costs.request import ModelRequest
+from pipesim.hardware import resolve_hardware
+from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.partition import (
+    NoPartitionFits,
+    PartitionProblem,
+    balanced,
+    device_peaks,
+    memory_aware,
+    memory_forms,
+)
+from pipesim.partition.memory import MemoryForm
+from pipesim.partition.model import layer_costs
+from pipesim.partition.search import Partition, partition_stage_costs
+from pipesim.plan.bounds import iteration_lower_bound_s
+from pipesim.plan.evaluate import simulate_plan
+from pipesim.plan.space import DEFAULT_SCHEDULES, Candidate, candidates
+from pipesim.progress import progress
+from pipesim.schedules import UpdateRule, build
+from pipesim.workload import resolve_model
+from pipesim.workload.model import Model
+from pipesim.workload.optimizer import with_optimizer
+
+NO_FLUSH_STEPS = 2  # no-flush schedules are timed in steady state: two steps back to back
+PLAN_NODE_BUDGET = 5_000  # per memory-aware search with several stages per device
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What to plan for. ``model`` and ``hardware`` are names or TOML paths, as on the
+    command line (the re-simulation command repeats them)."""
+
+    model: str
+    hardware: str
+    devices: int
+    batch: int
+    schedules: tuple[str, ...] = DEFAULT_SCHEDULES
+    optimizer_state: str | None = None
+    master_weights: bool | None = None
+    dtype: str | None = None
+    top: int = 5
+    chunk_options: tuple[int, ...] = (2, 4)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One candidate after partitioning and bounding (and simulation for finalists)."""
+
+    candidate: Candidate
+    partition: tuple[int, ...]
+    steps: int
+    bound_s: float
+    peak_memory_bytes: tuple[float, ...]
+    capacity_bytes: float
+    allreduce_s: float
+    partition_objective: str
+    oom_reason: str | None = None
+    iteration_time_s: float | None = None
+    bubble_fraction: float | None = None
+    simulated_peak_bytes: float | None = None
+
+    @property
+    def oom(self) -> bool:
+        """True when no partition fits."""
+        return self.oom_reason is not None
+
+    @property
+    def simulated(self) -> bool:
+        """True when the full simulation ran."""
+        return self.iteration_time_s is not None
+
+
+@dataclass
+class PlanReport:
+    """The search's outcome: ranked plans, the best rejected alternatives, the configurations
+    examined in full (partition, memory, bound; ``simulated`` of them simulated), how many
+    the space held (every one bounded), and the wall time."""
+
+    settings: PlanSettings
+    plans: list[Evaluated]
+    rejected: list[tuple[Evaluated, str]]
+    evaluated: list[Evaluated]
+    seconds: float
+    simulated: int = 0
+    configurations: int = 0
+
+
+def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
+    """Search ``settings``' space; see the module docstring."""
+    started = time.perf_counter()
+    if settings.devices < 1 or settings.batch < 1 or settings.top < 1:
+        raise SpecError(
+            f"--devices, --batch and --top must be integers >= 1, got {settings.devices}, "
+            f"{settings.batch} and {settings.top}"
+        )
+    model = with_optimizer(
+        resolve_model(settings.model), settings.optimizer_state, settings.master_weights
+    )
+    if settings.dtype is not None:
+        model = dataclasses.replace(model, dtype=settings.dtype)
+    hardware = resolve_hardware(settings.hardware)
+    space = list(
+        candidates(
+            settings.devices,
+            settings.batch,
+            len(model.layers),
+            settings.schedules,
+            settings.chunk_options,
+        )
+    )
+    if not space:
+        raise SpecError(
+            f"no configuration: {settings.devices} devices and batch {settings.batch} admit no "
+            f"schedule of {', '.join(settings.schedules)} for {len(model.layers)} layers"
+        )
+    context = _Context(model, hardware, settings)
+    ordered = sorted(((context.quick_bound(c), i, c) for i, c in enumerate(space)))
+    examined: list[Evaluated] = []
+    finished: list[Evaluated] = []
+    limit = math.inf
+    with progress(len(space), "plan: configurations", enabled=show_progress) as bar:
+        for quick, _, candidate in ordered:
+            if quick * (1 - 1e-9) > limit:
+                break  # every configuration left is slower than the top plans
+            item = context.evaluate(candidate)
+            examined.append(item)
+            bar.update()
+            if item.oom or item.bound_s * (1 - 1e-9) > limit:
+                continue
+            finished.append(context.simulate(item))
+            times = sorted(e.iteration_time_s or math.inf for e in finished if not _sim_oom(e))
+            if len(times) >= settings.top:
+                limit = times[settings.top - 1]
+    ranked = sorted(
+        (e for e in finished if not _sim_oom(e)),
+        key=lambda e: e.iteration_time_s or math.inf,
+    )
+    plans = ranked[: settings.top]
+    done = {id(e.candidate): e for e in finished}
+    examined = [done.get(id(e.candidate), e) for e in examined]
+    rejected = _rejected(plans, ranked[settings.top :], examined, settings.top)
+    return PlanReport(
+        settings,
+        plans,
+        rejected,
+        examined,
+        time.perf_counter() - started,
+        len(finished),
+        len(space),
+    )
+
+
+def _sim_oom(e: Evaluated) -> bool:
+    return (e.simulated_peak_bytes or 0.0) > e.capacity_bytes
+
+
+class _Context:
+    """Caches shared across candidates: layer costs per micro-batch size, schedules' memory
+    forms, balanced partitions per shape."""
+
+    def __init__(self, model: Model, hardware: HardwareSpec, settings: PlanSettings) -> None:
+        self.model = model
+        self.hardware = hardware
+        self.settings = settings
+        self.layers: dict[int, tuple[StageCosts, ...]] = {}
+        self.forms: dict[tuple[str, int, int, int, bool, int], tuple[MemoryForm, ...]] = {}
+        self.balanced: dict[tuple[int, tuple[int, ...], int, bool], Partition] = {}
+        self.compute_bottleneck: dict[tuple[int, int, bool], float] = {}
+        self.rings: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def request(self, candidate: Candidate, partition: Sequence[int]) -> ModelRequest:
+        s = self.settings
+        return ModelRequest(
+            s.model,
+            s.hardware,
+            s.batch,
+            tuple(partition),
+            True,
+            s.dtype,
+            s.optimizer_state,
+            s.master_weights,
+            candidate.data_parallel,
+        )
+
+    def problem(self, candidate: Candidate, placement: tuple[int, ...]) -> PartitionProblem:
+        b = candidate.microbatch_size
+        if b not in self.layers:
+            self.layers[b] = layer_costs(self.model, self.hardware.cluster(1), b)
+        network = self.hardware.network(candidate.devices)
+        capacity = self.hardware.accelerator.memory_bytes
+        return PartitionProblem(
+            self.layers[b],
+            self.model.input_bytes * b,
+            placement,
+            network,
+            (1.0,) * candidate.devices,
+            (capacity,) * candidate.devices,
+            candidate.remat,
+        )
+
+    def quick_bound(self, c: Candidate) -> float:
+        """A lower bound on ``c``'s iteration time that holds for every partition: the least
+        possible slowest stage's compute (exact, transfers left out) for M micro-batches, the
+        average device's share of all compute, optimizer steps and all-reduces, and one
+        micro-batch through every stage and back."""
+        b = c.microbatch_size
+        if b not in self.layers:
+            self.layers[b] = layer_costs(self.model, self.hardware.cluster(1), b)
+        layers = self.layers[b]
+        key = (c.stages, b, c.remat)
+        if key not in self.compute_bottleneck:
+            free = PartitionProblem(
+                layers, 0.0, tuple(range(c.stages)), None, rematerialize=c.remat
+            )
+            self.compute_bottleneck[key] = balanced(free).bottleneck_s
+        work = sum(x.forward_s * (2 if c.remat else 1) + x.backward_s for x in layers)
+        optimizer = sum(x.optimizer_step_s for x in layers)
+        gradients = sum(x.gradient_bytes for x in layers)
+        slope, intercept = self.ring_terms(c.devices, c.data_parallel)
+        allreduce = slope * gradients + c.stages * intercept
+        average = (c.microbatches * work + optimizer + allreduce) / c.devices
+        return float(max(c.microbatches * self.compute_bottleneck[key], average, work))
+
+    def ring_terms(self, devices: int, data_parallel: int) -> tuple[float, float]:
+        """The least per-byte and fixed all-reduce costs over the K data-parallel groups."""
+        key = (devices, data_parallel)
+        if key not in self.rings:
+            network = self.hardware.network(devices * data_parallel)
+            slopes, intercepts = [], []
+            for device in range(devices):
+                group = replica_group(device, devices, data_parallel)
+                one = ring_allreduce_s(network, group, 1.0)
+                two = ring_allreduce_s(network, group, 2.0)
+                slopes.append(two - one)
+                intercepts.append(one - (two - one))
+            self.rings[key] = (min(slopes), max(0.0, min(intercepts)))
+        return self.rings[key]
+
+    def evaluate(self, c: Candidate) -> Evaluated:
+        key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
+        schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
+        flush = schedule.update_rule is UpdateRule.FLUSH
+        steps = 1 if flush else NO_FLUSH_STEPS
+        if (*key, steps) not in self.forms:
+            self.forms[(*key, steps)] = memory_forms(schedule, steps)
+        forms = self.forms[(*key, steps)]
+        placement = schedule.placement
+        problem = self.problem(c, placement)
+        shape = (c.devices, placement, c.microbatch_size, c.remat)
+        if shape not in self.balanced:
+            self.balanced[shape] = balanced(problem)
+        chosen, objective, oom_reason = self.balanced[shape], "balanced", None
+        capacity = self.hardware.accelerator.memory_bytes
+        peaks = device_peaks(problem, forms, chosen.counts)
+        if max(peaks) > capacity:
+            try:
+                chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET)
+                objective = "memory-aware"
+                peaks = device_peaks(problem, forms, chosen.counts)
+            except NoPartitionFits as error:
+                oom_reason = str(error)
+        stage_costs = partition_stage_costs(problem, chosen.counts)
+        cluster_network = self.hardware.network(c.devices * c.data_parallel)
+        allreduce = allreduce_times_s(
+            [s.gradient_bytes for s in stage_costs],
+            placement,
+            cluster_network,
+            c.devices,
+            c.data_parallel,
+        )
+        with_allreduce = [
+            _add_optimizer(s, extra) for s, extra in zip(stage_costs, allreduce, strict=True)
+        ]
+        bound = iteration_lower_bound_s(
+            with_allreduce,
+            placement,
+            problem.network,  # type: ignore[arg-type]
+            c.microbatches,
+            remat=c.remat,
+            flush=flush,
+        )
+        per_device = [0.0] * c.devices
+        for stage, extra in enumerate(allreduce):
+            per_device[placement[stage]] += extra
+        return Evaluated(
+            c,
+            chosen.counts,
+            steps,
+            bound,
+            peaks,
+            capacity,
+            max(per_device),
+            objective,
+            oom_reason,
+        )
+
+    def simulate(self, item: Evaluated) -> Evaluated:
+        c = item.candidate
+        _, result = simulate_plan(
+            self.request(c, item.partition),
+            c.schedule,
+            c.devices,
+            c.microbatches,
+            c.chunks,
+            c.remat,
+            item.steps,
+        )
+        return dataclasses.replace(
+            item,
+            iteration_time_s=result.iteration_time_s,
+            bubble_fraction=result.bubble_fraction,
+            simulated_peak_bytes=max(d.peak_memory_bytes for d in result.per_device),
+        )
+
+
+def _add_optimizer(stage: StageCosts, extra: float) -> StageCosts:
+    """``stage`` with ``extra`` seconds added to its optimizer step (its all-reduce)."""
+    return dataclasses.replace(stage, optimizer_step_s=stage.optimizer_step_s + extra)
+
+
+def _rejected(
+    plans: list[Evaluated],
+    slower: list[Evaluated],
+    evaluated: list[Evaluated],
+    top: int,
+) -> list[tuple[Evaluated, str]]:
+    """The best alternatives that lost, each with why: out of memory (by how much), or, for
+    simulated ones, the bubble or communication that made them slower than the best plan."""
+    out: list[tuple[Evaluated, str]] = []
+    oom = sorted((e for e in evaluated if e.oom), key=lambda e: e.bound_s)
+    if plans:
+        best_time = plans[0].iteration_time_s or math.inf
+        oom = [e for e in oom if e.bound_s < best_time] or oom
+    for e in oom[:top]:
+        out.append((e, e.oom_reason or "out of memory"))
+    if plans:
+        best = plans[0]
+        best_time = best.iteration_time_s or math.inf
+        for e in slower[:top]:
+            out.append((e, _why_slower(e, best, best_time)))
+    return out
+
+
+def _why_slower(e: Evaluated, best: Evaluated, best_time: float) -> str:
+    t = e.iteration_time_s or math.inf
+    bubble, best_bubble = e.bubble_fraction or 0.0, best.bubble_fraction or 0.0
+    lost = t - best_time
+    reasons = []
+    if e.allreduce_s > best.allreduce_s and e.allreduce_s - best.allreduce_s >= 0.3 * lost:
+        reasons.append(
+            f"communication: gradient all-reduce {e.allreduce_s:.3g} s per step "
+            f"(best plan {best.allreduce_s:.3g} s)"
+        )
+    if bubble > best_bubble + 0.01:
+        reasons.append(f"bubble {bubble:.1%} (best plan {best_bubble:.1%})")
+    if not reasons:
+        reasons.append("more time in compute and transfers per step")
+    return f"{lost / best_time:.1%} slower: " + "; ".join(reasons)

@@ -1,0 +1,106 @@
+"""The planner's search space: every (K, DP, schedule, v, M, micro-batch size, remat) that
+the schedule can take, for N devices and a global batch B.
+
+K divides N and DP = N / K; each replica takes B / DP samples per step as M micro-batches of
+b samples. Schedules with chunks take v in ``chunk_options`` (interleaved) or their fixed v
+(V-shaped); re-materialization is tried where the schedule supports it. One device (K = 1) is
+plain data parallelism with gradient accumulation: every flush schedule is the same there, so
+only 1F1B is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from pipesim.schedules import schedule_info, unsupported_reason
+
+DEFAULT_SCHEDULES = (
+    "gpipe",
+    "1f1b",
+    "interleaved-1f1b",
+    "zb-h1",
+    "zb-h2",
+    "zbv",
+    "pipedream-2bw",
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration of the search.
+
+    Attributes:
+        devices: K, pipeline depth.
+        data_parallel: DP = N / K replicas.
+        schedule: registered schedule name.
+        chunks: v.
+        microbatches: M per replica and step.
+        microbatch_size: b samples per micro-batch.
+        remat: re-materialization.
+    """
+
+    devices: int
+    data_parallel: int
+    schedule: str
+    chunks: int
+    microbatches: int
+    microbatch_size: int
+    remat: bool
+
+    @property
+    def stages(self) -> int:
+        """S = K·v."""
+        return self.devices * self.chunks
+
+    def label(self) -> str:
+        """A short name: ``1f1b K=8 DP=8 v=1 M=32 b=2``."""
+        remat = " remat" if self.remat else ""
+        return (
+            f"{self.schedule} K={self.devices} DP={self.data_parallel} v={self.chunks} "
+            f"M={self.microbatches} b={self.microbatch_size}{remat}"
+        )
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(
+    devices: int,
+    batch: int,
+    layers: int,
+    schedules: Sequence[str] = DEFAULT_SCHEDULES,
+    chunk_options: Sequence[int] = (2, 4),
+    max_microbatches: int = 512,
+) -> Iterator[Candidate]:
+    """Every buildable configuration (skipping shapes a schedule cannot take, and more stages
+    than layers)."""
+    for name in schedules:
+        schedule_info(name)  # unknown names fail before any work
+    for k in divisors(devices):
+        if k > layers:
+            continue
+        dp = devices // k
+        if batch % dp:
+            continue
+        per_replica = batch // dp
+        for b in divisors(per_replica):
+            m = per_replica // b
+            if m > max_microbatches:
+                continue
+            for name in schedules if k > 1 else ("1f1b",):
+                info = schedule_info(name)
+                if k == 1 or info.default_chunks == 1:
+                    chunk_list: Sequence[int] = [1]
+                elif name in ("zbv", "dualpipev"):
+                    chunk_list = [2]
+                else:
+                    chunk_list = chunk_options
+                for v in chunk_list:
+                    if k * v > layers:
+                        continue
+                    for remat in (False, True) if info.supports_remat else (False,):
+                        if unsupported_reason(name, k, m, v, remat) is None:
+                            yield Candidate(k, dp, name, v, m, b, remat)

@@ -1,0 +1,92 @@
+"""Optimizer state per parameter: the bytes that ``--optimizer`` and master weights add.
+
+A model carries ``optimizer_bytes_per_parameter``: everything the optimizer keeps beside the
+weights and gradients. It is the optimizer's own state (fp32 buffers) plus, under mixed
+precision, the fp32 master copy of the weights:
+
+==========  ==================  ==========================================================
+optimizer   state (fp32 bytes)  what it keeps
+==========  ==================  ==========================================================
+sgd         0                   nothing
+momentum    4                   the momentum buffer
+rmsprop     4                   the running mean square (GPipe: 4 + 4 + 4 = 12 in all)
+adam        8                   first and second moments (with fp16 weights, fp16 grads and
+                                fp32 master weights: 2 + 2 + 4 + 8 = 16, ZeRO's count)
+==========  ==================  ==========================================================
+
+Master weights (4 bytes) are on by default when the weights are narrower than fp32 (mixed
+precision), off otherwise; a number instead of a name gives the optimizer bytes per parameter
+directly (master weights included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from enum import Enum
+
+from pipesim.checks import SpecError
+from pipesim.workload.model import Model
+
+MASTER_WEIGHT_BYTES = 4.0
+
+
+class Optimizer(Enum):
+    """The optimizers users name, by their fp32 state bytes per parameter."""
+
+    SGD = "sgd"
+    MOMENTUM = "momentum"
+    RMSPROP = "rmsprop"
+    ADAM = "adam"
+
+    @property
+    def state_bytes_per_parameter(self) -> float:
+        """Bytes of optimizer state per parameter (fp32 buffers)."""
+        return {"sgd": 0.0, "momentum": 4.0, "rmsprop": 4.0, "adam": 8.0}[self.value]
+
+
+def optimizer_bytes(model: Model, optimizer: str, master_weights: bool | None = None) -> float:
+    """Optimizer bytes per parameter for ``optimizer`` (a name or a number of bytes) on
+    ``model``; ``master_weights`` None means "when the weights are narrower than fp32"."""
+    text = optimizer.strip().lower()
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    if number is not None:
+        if not math.isfinite(number) or number < 0:
+            raise SpecError(f"--optimizer bytes per parameter must be >= 0, got {optimizer!r}")
+        if master_weights:
+            raise SpecError(
+                f"--optimizer {optimizer}: a number of bytes already includes master weights; "
+                "leave --master-weights out"
+            )
+        return number
+    try:
+        kind = Optimizer(text)
+    except ValueError:
+        names = ", ".join(o.value for o in Optimizer)
+        raise SpecError(
+            f"--optimizer must be one of {names} or bytes per parameter, got {optimizer!r}"
+        ) from None
+    if master_weights is None:
+        master_weights = model.weight_bytes_per_parameter < MASTER_WEIGHT_BYTES
+    return kind.state_bytes_per_parameter + (MASTER_WEIGHT_BYTES if master_weights else 0.0)
+
+
+def with_optimizer(
+    model: Model, optimizer: str | None, master_weights: bool | None = None
+) -> Model:
+    """``model`` with the optimizer bytes per parameter that ``optimizer`` asks for (None keeps
+    the model's own; master weights alone adds or removes the 4-byte fp32 copy)."""
+    if optimizer is None:
+        if master_weights is None:
+            return model
+        own = model.optimizer_bytes_per_parameter
+        has_master = model.weight_bytes_per_parameter < MASTER_WEIGHT_BYTES
+        state = own - (MASTER_WEIGHT_BYTES if has_master else 0.0)
+        total = max(0.0, state) + (MASTER_WEIGHT_BYTES if master_weights else 0.0)
+        return dataclasses.replace(model, optimizer_bytes_per_parameter=total)
+    return dataclasses.replace(
+        model, optimizer_bytes_per_parameter=optimizer_bytes(model, optimizer, master_weights)
+    )

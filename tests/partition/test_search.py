@@ -1,0 +1,209 @@
+"""The partitioner against brute force, literal cases, and the simulator's memory."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
+from pipesim.engine import simulate
+from pipesim.hardware.network import Link, Network, Topology
+from pipesim.partition import (
+    NoPartitionFits,
+    PartitionProblem,
+    balanced,
+    device_peaks,
+    memory_aware,
+    memory_forms,
+    partition_stage_costs,
+    stage_times,
+)
+from pipesim.schedules import build, unsupported_reason
+from tests.partition.reference import brute_bottleneck, brute_memory_aware
+
+SCHEDULES = [
+    ("1f1b", 1, False),
+    ("gpipe", 1, True),
+    ("zb-h1", 1, False),
+    ("zb-h2", 1, False),
+    ("pipedream-2bw", 1, False),
+    ("interleaved-1f1b", 2, False),
+    ("zbv", 2, False),
+]
+
+
+@st.composite
+def _layer(draw: st.DrawFn) -> StageCosts:
+    small = st.integers(1, 9)
+    stash = draw(small) * 1.0
+    return StageCosts(
+        forward_s=draw(small) * 1.0,
+        input_grad_s=draw(small) * 1.0,
+        weight_grad_s=draw(st.integers(0, 9)) * 1.0,
+        activation_bytes=stash,
+        weight_grad_activation_bytes=stash * draw(st.sampled_from([0.0, 0.5, 1.0])),
+        output_bytes=draw(small) * 1.0,
+        parameter_bytes=draw(small) * 1.0,
+        gradient_bytes=draw(small) * 1.0,
+        optimizer_bytes=draw(st.integers(0, 9)) * 1.0,
+    )
+
+
+@st.composite
+def problems(draw: st.DrawFn, chunks: int = 1, memory: bool = False) -> PartitionProblem:
+    """Random small layer lists on random (possibly heterogeneous) devices and links."""
+    devices = draw(st.integers(1, 3))
+    stages = devices * chunks
+    layers = tuple(draw(st.lists(_layer(), min_size=stages, max_size=stages + 4)))
+    bandwidth = draw(st.sampled_from([math.inf, 1.0, 4.0]))
+    latency = draw(st.sampled_from([0.0, 0.5]))
+    topology = draw(st.sampled_from([Topology.ALL_TO_ALL, Topology.RING, Topology.SHARED_BUS]))
+    network = Network(devices, topology, Link("l", bandwidth, latency))
+    speeds = tuple(draw(st.sampled_from([1.0, 0.5, 2.0])) for _ in range(devices))
+    capacities = (
+        tuple(draw(st.integers(20, 400)) * 1.0 for _ in range(devices))
+        if memory
+        else (math.inf,) * devices
+    )
+    if chunks == 1:
+        placement = tuple(range(devices))
+    else:
+        placement = tuple(range(devices)) + tuple(range(devices - 1, -1, -1))
+    return PartitionProblem(
+        layers,
+        draw(st.integers(0, 5)) * 1.0,
+        placement,
+        network,
+        speeds,
+        capacities,
+        draw(st.booleans()),
+    )
+
+
+@settings(max_examples=60)
+@given(problems(chunks=1))
+def test_balanced_equals_brute_force(problem: PartitionProblem) -> None:
+    found = balanced(problem)
+    assert sum(found.counts) == len(problem.layers)
+    assert min(found.counts) >= 1
+    assert found.bottleneck_s == pytest.approx(brute_bottleneck(problem), rel=1e-9)
+
+
+@settings(max_examples=40)
+@given(problems(chunks=2))
+def test_balanced_equals_brute_force_with_two_chunks(problem: PartitionProblem) -> None:
+    assert balanced(problem).bottleneck_s == pytest.approx(brute_bottleneck(problem), rel=1e-9)
+
+
+def _memory_case(problem: PartitionProblem, name: str, chunks: int, remat: bool):  # type: ignore[no-untyped-def]
+    placement = build(name, problem.devices, 4, chunks, remat=remat).placement
+    problem = PartitionProblem(
+        problem.layers,
+        problem.input_bytes,
+        placement,
+        problem.network,
+        problem.device_speeds,
+        problem.memory_capacity_bytes,
+        remat,
+    )
+    schedule = build(name, problem.devices, 4, chunks, remat=remat)
+    steps = 2 if name == "pipedream-2bw" else 1
+    return problem, schedule, memory_forms(schedule, steps), steps
+
+
+@settings(max_examples=60)
+@given(problems(chunks=1, memory=True), st.sampled_from(SCHEDULES[:5]))
+def test_memory_aware_one_chunk_equals_brute_force(problem, case) -> None:  # type: ignore[no-untyped-def]
+    name, chunks, remat = case
+    problem, schedule, forms, steps = _memory_case(problem, name, chunks, remat)
+    _check_memory_aware(problem, schedule, forms, steps)
+
+
+@settings(max_examples=40)
+@given(problems(chunks=2, memory=True), st.sampled_from(SCHEDULES[5:]))
+def test_memory_aware_two_chunks_equals_brute_force(problem, case) -> None:  # type: ignore[no-untyped-def]
+    name, chunks, remat = case
+    problem, schedule, forms, steps = _memory_case(problem, name, chunks, remat)
+    _check_memory_aware(problem, schedule, forms, steps)
+
+
+def _check_memory_aware(problem, schedule, forms, steps) -> None:  # type: ignore[no-untyped-def]
+    expected = brute_memory_aware(problem, forms)
+    if expected is None:
+        with pytest.raises(NoPartitionFits, match="overflows device"):
+            memory_aware(problem, forms)
+        return
+    found = memory_aware(problem, forms)
+    assert found.exact
+    assert found.bottleneck_s == pytest.approx(expected, rel=1e-9)
+    # the simulator agrees that it fits
+    costs = PipelineCosts(
+        tuple(partition_stage_costs(problem, found.counts)),
+        problem.network,  # type: ignore[arg-type]
+    )
+    result = simulate(schedule, costs, steps=steps)
+    capacities = problem.memory_capacity_bytes
+    for device in result.per_device:
+        assert device.peak_memory_bytes <= capacities[device.device] * (1 + 1e-12)
+
+
+@settings(max_examples=40)
+@given(problems(chunks=1), st.sampled_from(SCHEDULES), st.integers(1, 6))
+def test_closed_form_peaks_equal_the_simulator(problem, case, microbatches) -> None:  # type: ignore[no-untyped-def]
+    name, chunks, remat = case
+    devices = problem.devices
+    if unsupported_reason(name, devices, microbatches, chunks, remat) is not None:
+        microbatches = 2 * devices
+    schedule = build(name, devices, microbatches, chunks, remat=remat)
+    layers = problem.layers * (chunks + 1)
+    problem = PartitionProblem(layers, problem.input_bytes, schedule.placement, problem.network)
+    counts = balanced(problem).counts
+    steps = 2 if schedule.update_rule.value != "flush" else 1
+    costs = PipelineCosts(tuple(partition_stage_costs(problem, counts)), problem.network)  # type: ignore[arg-type]
+    result = simulate(schedule, costs, steps=steps)
+    peaks = device_peaks(problem, memory_forms(schedule, steps), counts)
+    assert peaks == pytest.approx([d.peak_memory_bytes for d in result.per_device], rel=1e-12)
+
+
+def test_literal_balanced_case() -> None:
+    """Layer costs 1,2,3,4,5,6 on 3 equal devices, free transfers: 6,4|5|... best is 1+2+3+4
+    =10? No: the optimum is (1,2,3,4 | 5 | 6)=10 or (1,2,3|4,5|6)=9: the answer is 9."""
+    layers = tuple(StageCosts(float(t), 0.0, 0.0) for t in (1, 2, 3, 4, 5, 6))
+    problem = PartitionProblem(layers, 0.0, (0, 1, 2))
+    found = balanced(problem)
+    assert found.counts == (3, 2, 1)
+    assert found.stage_times_s == (6.0, 9.0, 6.0)
+
+
+def test_slow_link_moves_the_cut_to_the_small_boundary() -> None:
+    """Four equal layers whose outputs are 8, 1, 8 bytes: on a slow link the cut goes where
+    only 1 byte crosses, even though the compute is then as balanced as anywhere."""
+    sizes = (8.0, 1.0, 8.0, 0.0)
+    layers = tuple(StageCosts(1.0, 0.0, 0.0, output_bytes=size) for size in sizes)
+    network = Network(2, Topology.ALL_TO_ALL, Link("slow", 1.0, 0.0))
+    found = balanced(PartitionProblem(layers, 0.0, (0, 1), network))
+    assert found.counts == (2, 2)
+    assert found.stage_times_s == (4.0, 4.0)  # 2 compute + 1 byte each way
+
+
+def test_heterogeneous_devices_get_work_by_speed() -> None:
+    """Six unit layers on a device twice as fast as the other: 4 layers and 2."""
+    layers = tuple(StageCosts(1.0, 0.0, 0.0) for _ in range(6))
+    found = balanced(PartitionProblem(layers, 0.0, (0, 1), device_speeds=(2.0, 1.0)))
+    assert found.counts == (4, 2)
+    assert found.stage_times_s == (2.0, 2.0)
+
+
+def test_memory_aware_names_the_overflowing_device() -> None:
+    layers = tuple(StageCosts(1.0, 1.0, 0.0, parameter_bytes=10.0) for _ in range(4))
+    problem = PartitionProblem(layers, 0.0, (0, 1), memory_capacity_bytes=(5.0, 100.0))
+    forms = memory_forms(build("1f1b", 2, 2))
+    with pytest.raises(NoPartitionFits, match="device 0 by 5 B"):
+        memory_aware(problem, forms)
+    roomy = PartitionProblem(layers, 0.0, (0, 1), memory_capacity_bytes=(10.0, 100.0))
+    found = memory_aware(roomy, forms)
+    assert found.counts == (1, 3)
+    assert stage_times(roomy, found.counts) == (2.0, 6.0)
