@@ -77,8 +77,8 @@ def run_validation(
     takes the cases found there and measures the others. ``stability`` keeps measuring noisy
     cases (see :class:`~validation.session.Stability`).
     """
-    out = output_directory(out, "--out")
     chosen, skipped = suite_cases(suite, backend) if cases is None else (cases, [])
+    out = output_directory(out, "--out")
     results: list[CaseResult] = []
     try:
         _measure_cases(chosen, out, reuse, resume, stability, show_progress, results)
