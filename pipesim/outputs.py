@@ -11,14 +11,16 @@ file, and never destroying what the path is.
   sockets and directories are refused.
 
 Errors: a path that cannot be an output (a directory, a missing folder, no permission to
-write, a read-only file system, a wrong suffix) is bad input, :class:`PipesimError`, found
-before the command computes anything (exit 2). A failure while writing (disk full, I/O error)
-is an :class:`OutputError` (exit 1). Both are one line naming the option and the path.
+write, a read-only file system, a wrong suffix) is bad input, :class:`PipesimError` (exit 2),
+found where possible before the command computes anything. A failure of the machine while
+writing (disk full, quota, I/O error) is an :class:`OutputError` (exit 1). Both are one line
+naming the option and the path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -181,8 +183,27 @@ def _read_only(directory: Path) -> bool:
         return False
 
 
-def _failure(field: str, target: Path, error: OSError) -> OutputError:
+# Errors that say the path cannot be written at all (bad input, exit 2), as opposed to a
+# failure of the machine while writing (disk full, I/O error: exit 1).
+_PATH_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOENT,
+        errno.EROFS,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+        errno.EXDEV,
+    }
+)
+
+
+def _failure(field: str, target: Path, error: OSError) -> PipesimError | OutputError:
     reason = error.strerror or str(error)
+    if error.errno in _PATH_ERRNOS:
+        return PipesimError(f"{field}: cannot write {str(target)!r} ({reason})")
     return OutputError(
         f"{field}: cannot write {str(target)!r} ({reason}); any previous file there is unchanged"
     )

@@ -17,7 +17,7 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
 from pipesim.errors import PipesimError
-from pipesim.outputs import output_path
+from pipesim.outputs import output_path, write_with
 
 KIND_COLOURS = {
     "F": "#4c72b0",  # forward
@@ -124,9 +124,14 @@ def save(figure: Any, path: str | Path, *, field: str = "figure file", dpi: int 
     option the path came from in errors."""
     try:
         target = figure_path(path, field)
-        figure.savefig(target, dpi=dpi, bbox_inches="tight")
-    except OSError as error:
-        raise PipesimError(f"{field}: cannot write {str(path)!r} ({error.strerror})") from None
+        kind = target.suffix.lower().lstrip(".")
+        # Atomically, by pipesim.outputs' rules: a full disk is an OutputError (exit 1) that
+        # leaves any previous figure whole; symlinks and special files are written through.
+        write_with(
+            target,
+            lambda handle: figure.savefig(handle, format=kind, dpi=dpi, bbox_inches="tight"),
+            field=field,
+        )
     finally:
         _release(figure)
     return target

@@ -133,7 +133,7 @@ def test_a_full_disk_leaves_the_previous_file_and_no_temporary(
 ) -> None:
     target = tmp_path / "results.json"
     target.write_text('{"good": true}')
-    monkeypatch.setattr(pipesim.outputs.os, "fsync", _full_disk)
+    monkeypatch.setattr(os, "fsync", _full_disk)
     with pytest.raises(OutputError) as caught:
         write_text_atomically(target, '{"new": 1}', field="--out")
     assert str(caught.value) == (
@@ -161,7 +161,7 @@ def test_a_full_disk_in_the_cli_is_one_line_exit_1(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     target = tmp_path / "s.csv"
-    monkeypatch.setattr(pipesim.outputs.os, "fsync", _full_disk)
+    monkeypatch.setattr(os, "fsync", _full_disk)
     status, out, err = run(capsys, *EXPORT, "--out", str(target))
     assert status == 1 and out == ""
     assert err == (
@@ -189,7 +189,7 @@ def test_a_folder_without_write_permission_is_bad_input(
 def test_a_read_only_file_system_is_bad_input(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(pipesim.outputs.os, "access", lambda *args: False)
+    monkeypatch.setattr(os, "access", lambda *args: False)
     monkeypatch.setattr(pipesim.outputs, "_read_only", lambda directory: True)
     with pytest.raises(PipesimError) as caught:
         output_path(tmp_path / "x.csv", "--out")

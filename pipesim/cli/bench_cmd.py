@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from pipesim.cli.parsing import EXIT_OK, positive_int, write_json
+from pipesim.limits import Limit, check
 from pipesim.outputs import output_path, write_text_atomically
 
 
@@ -41,6 +42,7 @@ def register(subparsers: Any) -> None:
 def _bench(args: argparse.Namespace) -> int:
     from pipesim import bench
 
+    check(Limit.CONFIGS, args.configs, f"--configs {args.configs:,}")
     if args.out is not None:
         output_path(args.out, "--out")
     memory = bench.peak_memory_bytes()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from pipesim.cli.parsing import EXIT_CHECK_FAILED, EXIT_OK, write_json
 from pipesim.errors import PipesimError
+from pipesim.outputs import output_directory
 
 DEFAULT_MAX_MEDIAN_ERROR = 0.05
 DEFAULT_MAX_ERROR = 0.25
@@ -102,9 +102,7 @@ def _validate(args: argparse.Namespace) -> int:
             f"pipesim validate needs the executor extra (torch): {error}; install with "
             "pip install torch==2.13.0 '.[executor]'"
         ) from None
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise PipesimError(f"--out: {str(out)!r} exists and is not a directory")
+    out = output_directory(args.out, "--out")  # not a folder, read-only: refused before work
     stability = (
         None
         if args.repeat_until_stable is None

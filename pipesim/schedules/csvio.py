@@ -64,14 +64,17 @@ def from_csv(
     _check_implied_size(rows, source)
     placement = _infer_placement(rows, source)
     microbatches = 1 + max(a.microbatch for row in rows for a in row)
-    return Schedule(
-        name,
-        microbatches,
-        placement,
-        tuple(tuple(row) for row in rows),
-        update_rule,
-        rematerialize,
-    )
+    try:
+        return Schedule(
+            name,
+            microbatches,
+            placement,
+            tuple(tuple(row) for row in rows),
+            update_rule,
+            rematerialize,
+        )
+    except ScheduleError as error:  # the first line names the file; the grid stays after it
+        raise ScheduleError(f"{source}: {error}") from None
 
 
 # The longest cell that can be an action within the limits; longer ones are refused unparsed.

@@ -110,8 +110,8 @@ def test_check_rejects_a_deadlocked_file_with_the_grid(
     status, out, err = run(capsys, "schedule", "check", str(path))
     assert status == 2 and out == ""
     assert err == (
-        "pipesim: error: deadlock: no device can go on; device 0 waits at step 1 (0B0) for 1B0 "
-        "(device 1 step 3); device 1 waits at step 0 (1F1) for 0F1 (device 0 step 2)\n"
+        f"pipesim: error: {path}: deadlock: no device can go on; device 0 waits at step 1 (0B0) "
+        "for 1B0 (device 1 step 3); device 1 waits at step 0 (1F1) for 0F1 (device 0 step 2)\n"
         "step          0     1     2     3\n"
         "device 0    0F0 >0B0<   0F1   0B1\n"
         "device 1  >1F1<   1B1   1F0   1B0\n"

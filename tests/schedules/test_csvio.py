@@ -97,7 +97,7 @@ def test_invalid_schedule_in_a_csv_renders_the_grid() -> None:
     with pytest.raises(ScheduleError) as error:
         from_csv("0F0,0F1,0B1,0B0\n1F0,1B0,1F1\n")
     assert str(error.value).splitlines()[0] == (
-        "stage 1 micro-batch 1 has no backward: 1B1 is missing (or 1I1 and 1W1)"
+        "schedule CSV: stage 1 micro-batch 1 has no backward: 1B1 is missing (or 1I1 and 1W1)"
     )
 
 
