@@ -73,21 +73,29 @@ def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> P
     return target
 
 
-def output_directory(path: str | Path, field: str) -> Path:
-    """``path`` as a folder to write into, created with its parents where missing."""
+def output_directory(path: str | Path, field: str, *, create: bool = True) -> Path:
+    """``path`` as a folder to write into, created with its parents where missing; with
+    ``create`` False only checked (it, or the nearest folder above it that exists, must be
+    writable), so a command can refuse a bad one before work without leaving a folder."""
     text = str(path)
     if not text.strip():
         raise PipesimError(f"{field} must name a directory, got {text!r}")
     target = Path(text)
     if target.exists() and not target.is_dir():
         raise PipesimError(f"{field}: {text!r} exists and is not a directory")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PipesimError(f"{field}: cannot create {text!r} ({error.strerror})") from None
-    if not os.access(target, os.W_OK | os.X_OK):
-        reason = "read-only file system" if _read_only(target) else "permission denied"
-        raise PipesimError(f"{field}: cannot write into {text!r} ({reason})")
+    if create:
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise PipesimError(f"{field}: cannot create {text!r} ({error.strerror})") from None
+    existing = target.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PipesimError(f"{field}: {str(existing)!r} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only(existing) else "permission denied"
+        raise PipesimError(f"{field}: cannot write into {str(existing)!r} ({reason})")
     return target
 
 

@@ -196,3 +196,15 @@ def test_a_read_only_file_system_is_bad_input(
     assert (
         str(caught.value) == f"--out: cannot write into {str(tmp_path)!r} (read-only file system)"
     )
+
+
+def test_an_output_directory_can_be_checked_without_creating_it(tmp_path: Path) -> None:
+    from pipesim.outputs import output_directory
+
+    target = tmp_path / "a" / "b"
+    assert output_directory(target, "--out", create=False) == target
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PipesimError, match=r"^--out: '.*file' is not a directory$"):
+        output_directory(tmp_path / "file" / "sub", "--out", create=False)
+    assert output_directory(target, "--out") == target and target.is_dir()

@@ -102,7 +102,8 @@ def _validate(args: argparse.Namespace) -> int:
             f"pipesim validate needs the executor extra (torch): {error}; install with "
             "pip install torch==2.13.0 '.[executor]'"
         ) from None
-    out = output_directory(args.out, "--out")  # not a folder, read-only: refused before work
+    # Not a folder, read-only: refused before any work (and without creating it here).
+    out = output_directory(args.out, "--out", create=False)
     stability = (
         None
         if args.repeat_until_stable is None
