@@ -114,7 +114,7 @@ def run_point(
         point.schedule, point.devices, point.microbatches, point.chunks, remat=point.remat
     )
     try:
-        pipeline = costs.build(point.devices, point.chunks, point.microbatches)
+        pipeline = costs.build(point.devices, point.chunks, point.microbatches, schedule, steps)
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
     result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()

@@ -9,6 +9,8 @@ from pipesim import __version__
 from pipesim.cli import (
     bench_cmd,
     catalogue_cmd,
+    partition_cmd,
+    plan_cmd,
     plot_cmd,
     reproduce_cmd,
     schedule_cmd,
@@ -42,6 +44,8 @@ def build_parser() -> ArgumentParser:
     validate_cmd.register(commands)
     reproduce_cmd.register(commands)
     plot_cmd.register(commands)
+    partition_cmd.register(commands)
+    plan_cmd.register(commands)
     return parser
 
 

@@ -56,12 +56,16 @@ def _parse_costs(text: str) -> tuple[float, float, float]:
     return values[0], values[1], values[2] if len(values) == 3 else 0.0
 
 
-def _parse_partition(text: str) -> list[int]:
+def _parse_partition(text: str) -> tuple[int, ...] | str:
+    """Layer counts per stage, or an objective: balanced, memory-aware, even."""
+    if text in ("balanced", "memory-aware", "even"):
+        return text
     try:
-        return [int(p) for p in text.split(",")]
+        return tuple(int(p) for p in text.split(","))
     except ValueError:
         raise PipesimError(
-            f"--partition must be layer counts per stage, e.g. 3,4,4,3, got {text!r}"
+            "--partition must be balanced, memory-aware, even or layer counts per stage, "
+            f"e.g. 3,4,4,3, got {text!r}"
         ) from None
 
 
@@ -79,6 +83,8 @@ def cost_request(args: argparse.Namespace) -> Any:
             ("--batch", args.batch),
             ("--partition", args.partition),
             ("--dtype", args.dtype),
+            ("--optimizer", args.optimizer),
+            ("--master-weights", args.master_weights),
         ):
             if value is not None:
                 raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")
@@ -88,9 +94,19 @@ def cost_request(args: argparse.Namespace) -> Any:
         raise PipesimError("--hardware is required with --model")
     if args.comm or args.activation_bytes:
         raise PipesimError("--comm and --activation-bytes go with --costs, not with --model")
-    partition = None if args.partition is None else tuple(_parse_partition(args.partition))
+    partition = None if args.partition is None else _parse_partition(args.partition)
+    if args.data_parallel < 1:
+        raise PipesimError(f"--data-parallel must be an integer >= 1, got {args.data_parallel}")
     return ModelRequest(
-        args.model, args.hardware, args.batch, partition, not args.no_optimizer, args.dtype
+        args.model,
+        args.hardware,
+        args.batch,
+        partition,
+        not args.no_optimizer,
+        args.dtype,
+        args.optimizer,
+        args.master_weights,
+        args.data_parallel,
     )
 
 
@@ -151,7 +167,31 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         help="samples per optimizer step (default: the model's); split into M micro-batches",
     )
     spec.add_argument(
-        "--partition", metavar="N,N,...", help="layers per stage (default: even split by FLOPs)"
+        "--partition",
+        metavar="OBJECTIVE|N,N,...",
+        help="layers per stage, or balanced (least slowest stage, transfers counted), "
+        "memory-aware (fastest that fits the schedule's peak memory) or even (by FLOPs, the "
+        "default)",
+    )
+    spec.add_argument(
+        "--optimizer",
+        metavar="NAME|BYTES",
+        help="optimizer state per parameter: sgd, momentum, rmsprop, adam, or bytes "
+        "(default: the model's own)",
+    )
+    spec.add_argument(
+        "--master-weights",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fp32 master weights (4 bytes per parameter; default: when weights are < fp32)",
+    )
+    spec.add_argument(
+        "--data-parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N replicas of the pipeline, --batch split among them; each device's gradient "
+        "all-reduce (ring) joins its optimizer step (default 1)",
     )
     spec.add_argument(
         "--dtype", metavar="NAME", help="compute dtype, e.g. fp16 or fp32 (default: the model's)"
@@ -166,7 +206,9 @@ def _simulate(args: argparse.Namespace) -> int:
     from pipesim.export import chrome_trace, timeline_csv
 
     schedule = load_schedule(args)
-    costs = cost_request(args).build(schedule.devices, schedule.chunks, schedule.microbatches)
+    costs = cost_request(args).build(
+        schedule.devices, schedule.chunks, schedule.microbatches, schedule, args.steps
+    )
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
     check_steps(schedule, args.steps)

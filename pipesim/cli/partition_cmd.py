@@ -1,0 +1,211 @@
+"""``pipesim partition``: cut a model (or a list of layer times) into pipeline stages, exactly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pipesim.cli.parsing import EXIT_OK, write_json
+from pipesim.errors import PipesimError
+from pipesim.units import format_bytes, format_seconds
+
+
+def register(subparsers: Any) -> None:
+    """Add ``partition``."""
+    parser = subparsers.add_parser(
+        "partition",
+        help="the best contiguous partition of a model's layers into pipeline stages",
+        description=(
+            "Cut a model's layers into K·v contiguous stages: balanced (the least slowest-stage "
+            "time per micro-batch, F+B plus the boundary transfers on the actual links) or "
+            "memory-aware (the fastest whose every device fits its memory under the schedule). "
+            "--costs takes a plain list of per-layer times instead of a model."
+        ),
+    )
+    parser.add_argument("--model", metavar="NAME|FILE", help="a model (pipesim models list)")
+    parser.add_argument("--hardware", metavar="NAME|FILE", help="a hardware spec or TOML")
+    parser.add_argument(
+        "--costs", metavar="T1,T2,...", help="per-layer times in seconds instead of a model"
+    )
+    parser.add_argument("-K", "--devices", type=int, required=True, metavar="N", help="devices")
+    parser.add_argument(
+        "-v", "--chunks", type=int, default=None, metavar="N", help="stages per device"
+    )
+    parser.add_argument("--schedule", metavar="NAME", help="schedule (placement and memory)")
+    parser.add_argument("-M", "--microbatches", type=int, metavar="N", help="micro-batches")
+    parser.add_argument(
+        "--batch", type=int, metavar="N", help="samples per step (default: the model's)"
+    )
+    parser.add_argument("--remat", action="store_true", help="re-materialization")
+    parser.add_argument(
+        "--objective",
+        choices=["balanced", "memory-aware"],
+        default="balanced",
+        help="what to optimize (default balanced)",
+    )
+    parser.add_argument("--optimizer", metavar="NAME|BYTES", help="optimizer state per parameter")
+    parser.add_argument(
+        "--master-weights",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fp32 master weights (default: when weights are narrower than fp32)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=_partition)
+
+
+def _partition(args: argparse.Namespace) -> int:
+    from pipesim.partition import (
+        balanced,
+        memory_aware,
+        memory_forms,
+        partition_stage_costs,
+    )
+
+    if args.devices < 1:
+        raise PipesimError(f"-K/--devices must be an integer >= 1, got {args.devices}")
+    if (args.costs is None) == (args.model is None):
+        raise PipesimError("give either --model NAME with --hardware NAME or --costs T1,T2,...")
+    schedule = _schedule(args)
+    chunks = schedule.chunks if schedule is not None else (args.chunks or 1)
+    if chunks < 1:
+        raise PipesimError(f"-v/--chunks must be an integer >= 1, got {chunks}")
+    placement = (
+        schedule.placement
+        if schedule is not None
+        else tuple(s % args.devices for s in range(args.devices * chunks))
+    )
+    if args.objective == "memory-aware" and (schedule is None or args.costs is not None):
+        raise PipesimError(
+            "--objective memory-aware needs --model, --hardware and --schedule NAME with -M "
+            "(the peak depends on the schedule)"
+        )
+    names: list[str]
+    if args.costs is not None:
+        problem, names = _costs_problem(args.costs, placement), []
+    else:
+        problem, names = _model_problem(args, placement)
+    found = (
+        memory_aware(problem, memory_forms(schedule, _steps(schedule)))
+        if args.objective == "memory-aware" and schedule is not None
+        else balanced(problem)
+    )
+    stage_costs = partition_stage_costs(problem, found.counts)
+    if schedule is not None:
+        forms = memory_forms(schedule, _steps(schedule))
+        device_peak = [form.peak_bytes(stage_costs) for form in forms]
+        memory = [device_peak[placement[s]] for s in range(len(stage_costs))]
+    else:
+        memory = [
+            c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes + c.activation_bytes
+            for c in stage_costs
+        ]
+    stages = []
+    start = 0
+    for s, count in enumerate(found.counts):
+        stages.append(
+            {
+                "stage": s,
+                "device": placement[s],
+                "layers": count,
+                "first_layer": start,
+                "last_layer": start + count - 1,
+                "time": found.stage_times_s[s],
+                "memory_bytes": memory[s],
+            }
+        )
+        start += count
+    payload = {
+        "objective": args.objective,
+        "devices": args.devices,
+        "chunks": chunks,
+        "schedule": None if schedule is None else schedule.name,
+        "partition": list(found.counts),
+        "stages": stages,
+        "bottleneck_time": found.bottleneck_s,
+        "imbalance": found.imbalance,
+        "exact": found.exact,
+    }
+    if args.json:
+        write_json(payload)
+        return EXIT_OK
+    sys.stdout.write(_table(payload, names))
+    return EXIT_OK
+
+
+def _steps(schedule: Any) -> int:
+    from pipesim.schedules import UpdateRule
+
+    return 1 if schedule.update_rule is UpdateRule.FLUSH else 2
+
+
+def _schedule(args: argparse.Namespace) -> Any:
+    from pipesim.schedules import build
+
+    if args.schedule is None:
+        if args.microbatches is not None and args.model is None:
+            raise PipesimError("-M goes with --schedule")
+        return None
+    if args.microbatches is None:
+        raise PipesimError(f"-M/--microbatches is required with --schedule {args.schedule}")
+    return build(args.schedule, args.devices, args.microbatches, args.chunks, remat=args.remat)
+
+
+def _costs_problem(text: str, placement: tuple[int, ...]) -> Any:
+    from pipesim.costs.pipeline_costs import StageCosts
+    from pipesim.partition import PartitionProblem
+
+    try:
+        times = [float(t) for t in text.split(",")]
+    except ValueError:
+        times = []
+    if not times or any(not t >= 0 or t == float("inf") for t in times):
+        raise PipesimError(f"--costs must be per-layer seconds >= 0, e.g. 1,2,3, got {text!r}")
+    return PartitionProblem(tuple(StageCosts(t, 0.0, 0.0) for t in times), 0.0, placement)
+
+
+def _model_problem(args: argparse.Namespace, placement: tuple[int, ...]) -> tuple[Any, list[str]]:
+    from pipesim.hardware import resolve_hardware
+    from pipesim.partition.model import model_problem
+    from pipesim.workload import resolve_model
+    from pipesim.workload.optimizer import with_optimizer
+
+    if args.hardware is None:
+        raise PipesimError("--hardware is required with --model")
+    model = with_optimizer(resolve_model(args.model), args.optimizer, args.master_weights)
+    batch = model.default_batch if args.batch is None else args.batch
+    microbatches = args.microbatches or args.devices
+    if batch < 1 or batch % microbatches:
+        raise PipesimError(
+            f"--batch {batch} must be a positive multiple of the {microbatches} micro-batches"
+        )
+    cluster = resolve_hardware(args.hardware).cluster(args.devices)
+    problem = model_problem(
+        model,
+        cluster,
+        batch / microbatches,
+        placement,
+        rematerialize=bool(args.remat),
+    )
+    return problem, [layer.name for layer in model.layers]
+
+
+def _table(payload: dict[str, Any], names: list[str]) -> str:
+    lines = [
+        f"{payload['objective']} partition: {','.join(map(str, payload['partition']))}",
+        f"{'stage':>5} {'device':>6} {'layers':>6}  {'range':<24} {'time':>11} {'memory':>10}",
+    ]
+    for s in payload["stages"]:
+        first, last = s["first_layer"], s["last_layer"]
+        span = f"{names[first]}..{names[last]}" if names else f"{first}..{last}"
+        lines.append(
+            f"{s['stage']:>5} {s['device']:>6} {s['layers']:>6}  {span:<24} "
+            f"{format_seconds(s['time']):>11} {format_bytes(s['memory_bytes']):>10}"
+        )
+    lines.append(
+        f"bottleneck {format_seconds(payload['bottleneck_time'])} per micro-batch, imbalance "
+        f"{payload['imbalance']:.3f} (slowest / mean stage)"
+        + ("" if payload["exact"] else "; search budget ran out: best found, not proven")
+    )
+    return "\n".join(lines) + "\n"
