@@ -205,6 +205,86 @@ _H200 = HardwareSpec(
     Link("nvlink", bandwidth_bytes_per_s=450 * GB, latency_s=4e-6),
 )
 
+# NVIDIA A100 SXM 40 GB: the 80 GB part's compute and NVSwitch, 40 GB HBM2 at 1555 GB/s
+# (NVIDIA A100 datasheet, the 40 GB column).
+_A100_40GB = dataclasses.replace(
+    _A100,
+    name="a100-40gb",
+    description="NVIDIA A100 SXM 40 GB: 312 TFLOP/s bf16, 1.56 TB/s; NVSwitch, 300 GB/s per "
+    "direction",
+    accelerator=dataclasses.replace(
+        _A100.accelerator,
+        name="a100-40gb",
+        memory_bytes=40 * GiB,  # as the 80 GB entry: HBM sizes are binary (40960 MiB)
+        memory_bandwidth_bytes_per_s=1555 * GB,
+    ),
+)
+
+# NVIDIA H100 PCIe 80 GB: 756 TFLOP/s bf16 dense (1513 with sparsity), 378 tf32, 51 fp32, 1513
+# fp8 dense; 80 GB HBM2e at 2.0 TB/s; PCIe Gen5 x16 128 GB/s (64 per direction); NVLink bridges
+# join pairs only (NVIDIA H100 PCIe product brief PB-11133-001; H100 datasheet, PCIe column).
+# Modelled as every pair over PCIe Gen5 at 64 GB/s per direction (one switch, no NVLink),
+# 10 us per transfer (assumed, as for the P100's PCIe).
+_H100_PCIE = HardwareSpec(
+    "h100-pcie",
+    "NVIDIA H100 PCIe 80 GB: 756 TFLOP/s bf16 dense, 2.0 TB/s; PCIe Gen5 64 GB/s per direction",
+    Accelerator(
+        "h100-pcie",
+        {
+            "bf16": 756 * TERA,
+            "fp16": 756 * TERA,
+            "fp8": 1513 * TERA,
+            "tf32": 378 * TERA,
+            "fp32": 51 * TERA,
+        },
+        efficiency=0.45,
+        memory_bytes=80 * GiB,
+        memory_bandwidth_bytes_per_s=2000 * GB,
+        kernel_overhead_s=4e-6,
+        source="NVIDIA H100 PCIe product brief PB-11133-001; H100 datasheet",
+    ),
+    Topology.ALL_TO_ALL,
+    Link("pcie5", bandwidth_bytes_per_s=64 * GB, latency_s=10e-6),
+)
+
+# Google TPU v4, one chip (two TensorCores seen as one device): 275 TFLOP/s bf16, 32 GiB HBM2
+# at 1200 GB/s, a 3-D mesh/torus of ICI links (cloud.google.com/tpu/docs/v4). Per ICI link
+# about 45-50 GB/s per direction (Jouppi et al., "TPU v4", ISCA 2023; the JAX scaling book's
+# 4.5e10 B/s one way): 45 GB/s used. The simulator has no 3-D torus: a 2-D torus stands in,
+# which gives pipeline neighbours the same single hop.
+_TPU_V4 = HardwareSpec(
+    "tpu-v4",
+    "Google TPU v4 chip: 275 TFLOP/s bf16, 32 GiB HBM2; ICI torus (2-D model of the 3-D one)",
+    Accelerator(
+        "tpu-v4",
+        {"bf16": 275 * TERA},
+        efficiency=0.5,
+        memory_bytes=32 * GiB,
+        memory_bandwidth_bytes_per_s=1200 * GB,
+        source="cloud.google.com/tpu/docs/v4 (system architecture table)",
+    ),
+    Topology.TORUS_2D,
+    Link("ici", bandwidth_bytes_per_s=45 * GB, latency_s=2e-6),
+)
+
+# Google TPU v5e, one chip: 197 TFLOP/s bf16, 16 GB HBM2 at 819 GB/s, 2-D torus with four ICI
+# ports and 400 GB/s bidirectional ICI per chip, i.e. 50 GB/s per port and direction
+# (cloud.google.com/tpu/docs/v5e, key chip specifications).
+_TPU_V5E = HardwareSpec(
+    "tpu-v5e",
+    "Google TPU v5e chip: 197 TFLOP/s bf16, 16 GB HBM2; 2-D torus ICI, 50 GB/s per link",
+    Accelerator(
+        "tpu-v5e",
+        {"bf16": 197 * TERA},
+        efficiency=0.5,
+        memory_bytes=16 * GiB,
+        memory_bandwidth_bytes_per_s=819 * GB,
+        source="cloud.google.com/tpu/docs/v5e (key chip specifications)",
+    ),
+    Topology.TORUS_2D,
+    Link("ici", bandwidth_bytes_per_s=50 * GB, latency_s=2e-6),
+)
+
 # A CPU core running one pipeline stage, as the executor's CPU tests and the quick validation
 # suite use it. Rough starting figures (one AVX2 core at ~3 GHz, gloo over loopback); a
 # calibrated run replaces every number here with measurements.
@@ -251,11 +331,15 @@ CATALOGUE: dict[str, HardwareSpec] = {
     for spec in (
         _TPU_V2,
         _TPU_V3,
+        _TPU_V4,
+        _TPU_V5E,
         _P100,
         _V100,
         _V100_16GB,
         _A100,
+        _A100_40GB,
         _H100,
+        _H100_PCIE,
         _H200,
         _A100_IB,
         _H100_IB,
