@@ -123,8 +123,9 @@ def test_oom_is_reported_in_the_summary(capsys: pytest.CaptureFixture[str]) -> N
         (["--model", "uniform-8"], "--hardware is required with --model"),
         (
             ["--model", "uniform-8", "--hardware", "tpu-v9"],
-            "unknown hardware 'tpu-v9'; choose one of: tpu-v2, tpu-v3, p100-pcie, v100-nvlink, "
-            "v100-16gb-nvlink, a100, h100, h200, a100-ib, h100-ib, cpu (or a .toml file)",
+            "unknown hardware 'tpu-v9'; choose one of: tpu-v2, tpu-v3, tpu-v4, tpu-v5e, "
+            "p100-pcie, v100-nvlink, v100-16gb-nvlink, a100, a100-40gb, h100, h100-pcie, h200, "
+            "a100-ib, h100-ib, cpu (or a .toml file)",
         ),
         (
             ["--model", "uniform-2", "--hardware", "a100"],
@@ -136,7 +137,8 @@ def test_oom_is_reported_in_the_summary(capsys: pytest.CaptureFixture[str]) -> N
         ),
         (
             ["--model", "uniform-8", "--hardware", "a100", "--partition", "1,x"],
-            "--partition must be layer counts per stage, e.g. 3,4,4,3, got '1,x'",
+            "--partition must be balanced, memory-aware, even or layer counts per stage, "
+            "e.g. 3,4,4,3, got '1,x'",
         ),
         (["--costs", "1,2", "--steps", "0"], "--steps must be an integer >= 1, got 0"),
         (["--costs", "1,2", "--batch", "4"], "--batch goes with --model, not with --costs, got 4"),
