@@ -8,8 +8,9 @@ all-reduce under data parallelism):
 
     T >= max over d of  head(d) + M * work(d) + optimizer(d)
 
-and T is at least one micro-batch's forward through every stage and backward back, plus the
-first stage's optimizer step. For no-flush schedules in steady state only the per-step work
+and T is at least one micro-batch's forward through every stage and its input-gradient
+backward back (W may leave the path under the I/W split), plus the first stage's optimizer
+step. For no-flush schedules in steady state only the per-step work
 bound holds: T >= max over d of M * work(d) + optimizer(d). Every term is a time the
 simulator must spend, so the bound never exceeds the simulated time; candidates whose bound is
 already slower than the best plans found are never simulated.
@@ -54,7 +55,8 @@ def iteration_lower_bound_s(
             arrival += network.route(device, target).transfer_time_s(costs.output_bytes)
             returning += network.route(target, device).transfer_time_s(costs.output_bytes)
     path = arrival + returning
-    path += sum(c.backward_s + (c.forward_s if remat else 0.0) for c in stages)
+    # the gradient chain needs only the input-gradient part: W may run off the path (I/W split)
+    path += sum(c.input_grad_s + (c.forward_s if remat else 0.0) for c in stages)
     path += optimizer[placement[0]]
     per_device = max(head[d] + microbatches * work[d] + optimizer[d] for d in range(devices))
     return max(per_device, path)

@@ -12,6 +12,7 @@ from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.engine import simulate
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.partition import (
+    MemoryForm,
     NoPartitionFits,
     PartitionProblem,
     balanced,
@@ -21,7 +22,7 @@ from pipesim.partition import (
     partition_stage_costs,
     stage_times,
 )
-from pipesim.schedules import build, unsupported_reason
+from pipesim.schedules import Schedule, build, unsupported_reason
 from tests.partition.reference import brute_bottleneck, brute_memory_aware
 
 SCHEDULES = [
@@ -83,6 +84,11 @@ def problems(draw: st.DrawFn, chunks: int = 1, memory: bool = False) -> Partitio
     )
 
 
+def _network(problem: PartitionProblem) -> Network:
+    assert problem.network is not None
+    return problem.network
+
+
 @settings(max_examples=60)
 @given(problems(chunks=1))
 def test_balanced_equals_brute_force(problem: PartitionProblem) -> None:
@@ -98,7 +104,9 @@ def test_balanced_equals_brute_force_with_two_chunks(problem: PartitionProblem) 
     assert balanced(problem).bottleneck_s == pytest.approx(brute_bottleneck(problem), rel=1e-9)
 
 
-def _memory_case(problem: PartitionProblem, name: str, chunks: int, remat: bool):  # type: ignore[no-untyped-def]
+def _memory_case(
+    problem: PartitionProblem, name: str, chunks: int, remat: bool
+) -> tuple[PartitionProblem, Schedule, tuple[MemoryForm, ...], int]:
     placement = build(name, problem.devices, 4, chunks, remat=remat).placement
     problem = PartitionProblem(
         problem.layers,
@@ -116,7 +124,9 @@ def _memory_case(problem: PartitionProblem, name: str, chunks: int, remat: bool)
 
 @settings(max_examples=60)
 @given(problems(chunks=1, memory=True), st.sampled_from(SCHEDULES[:5]))
-def test_memory_aware_one_chunk_equals_brute_force(problem, case) -> None:  # type: ignore[no-untyped-def]
+def test_memory_aware_one_chunk_equals_brute_force(
+    problem: PartitionProblem, case: tuple[str, int, bool]
+) -> None:
     name, chunks, remat = case
     problem, schedule, forms, steps = _memory_case(problem, name, chunks, remat)
     _check_memory_aware(problem, schedule, forms, steps)
@@ -124,13 +134,17 @@ def test_memory_aware_one_chunk_equals_brute_force(problem, case) -> None:  # ty
 
 @settings(max_examples=40)
 @given(problems(chunks=2, memory=True), st.sampled_from(SCHEDULES[5:]))
-def test_memory_aware_two_chunks_equals_brute_force(problem, case) -> None:  # type: ignore[no-untyped-def]
+def test_memory_aware_two_chunks_equals_brute_force(
+    problem: PartitionProblem, case: tuple[str, int, bool]
+) -> None:
     name, chunks, remat = case
     problem, schedule, forms, steps = _memory_case(problem, name, chunks, remat)
     _check_memory_aware(problem, schedule, forms, steps)
 
 
-def _check_memory_aware(problem, schedule, forms, steps) -> None:  # type: ignore[no-untyped-def]
+def _check_memory_aware(
+    problem: PartitionProblem, schedule: Schedule, forms: tuple[MemoryForm, ...], steps: int
+) -> None:
     expected = brute_memory_aware(problem, forms)
     if expected is None:
         with pytest.raises(NoPartitionFits, match="overflows device"):
@@ -142,17 +156,19 @@ def _check_memory_aware(problem, schedule, forms, steps) -> None:  # type: ignor
     # the simulator agrees that it fits
     costs = PipelineCosts(
         tuple(partition_stage_costs(problem, found.counts)),
-        problem.network,  # type: ignore[arg-type]
+        _network(problem),
     )
     result = simulate(schedule, costs, steps=steps)
-    capacities = problem.memory_capacity_bytes
+    capacities = problem.memory_capacity_bytes or ()
     for device in result.per_device:
         assert device.peak_memory_bytes <= capacities[device.device] * (1 + 1e-12)
 
 
 @settings(max_examples=40)
 @given(problems(chunks=1), st.sampled_from(SCHEDULES), st.integers(1, 6))
-def test_closed_form_peaks_equal_the_simulator(problem, case, microbatches) -> None:  # type: ignore[no-untyped-def]
+def test_closed_form_peaks_equal_the_simulator(
+    problem: PartitionProblem, case: tuple[str, int, bool], microbatches: int
+) -> None:
     name, chunks, remat = case
     devices = problem.devices
     if unsupported_reason(name, devices, microbatches, chunks, remat) is not None:
@@ -162,7 +178,7 @@ def test_closed_form_peaks_equal_the_simulator(problem, case, microbatches) -> N
     problem = PartitionProblem(layers, problem.input_bytes, schedule.placement, problem.network)
     counts = balanced(problem).counts
     steps = 2 if schedule.update_rule.value != "flush" else 1
-    costs = PipelineCosts(tuple(partition_stage_costs(problem, counts)), problem.network)  # type: ignore[arg-type]
+    costs = PipelineCosts(tuple(partition_stage_costs(problem, counts)), _network(problem))
     result = simulate(schedule, costs, steps=steps)
     peaks = device_peaks(problem, memory_forms(schedule, steps), counts)
     assert peaks == pytest.approx([d.peak_memory_bytes for d in result.per_device], rel=1e-12)

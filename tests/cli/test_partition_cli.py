@@ -1,0 +1,76 @@
+"""``pipesim partition`` and ``--partition`` objectives on simulate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipesim.cli.main import main
+
+
+def test_costs_list_literal(capsys: pytest.CaptureFixture[str]) -> None:
+    """1..6 into 3 stages: (1+2+3 | 4+5 | 6) = 6, 9, 6 is the least bottleneck, 9."""
+    assert main(["partition", "--costs", "1,2,3,4,5,6", "-K", "3", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["partition"] == [3, 2, 1]
+    assert [s["layers"] for s in payload["stages"]] == [3, 2, 1]
+    assert [s["time"] for s in payload["stages"]] == [6.0, 9.0, 6.0]
+    assert payload["bottleneck_time"] == 9.0
+    assert set(payload["stages"][0]) >= {"layers", "time", "memory_bytes"}
+
+
+def test_model_memory_aware_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["partition", "--model", "gpt-3.8b", "--hardware", "v100-16gb-nvlink", "-K", "8"]
+    argv += ["--schedule", "1f1b", "-M", "32", "--batch", "32", "--objective", "memory-aware"]
+    assert main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert sum(payload["partition"]) == 34
+    assert all(s["memory_bytes"] <= 16 * 2**30 for s in payload["stages"])
+    assert main(argv) == 0
+    assert "bottleneck" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--costs", "1,2", "-K", "2", "--objective", "memory-aware"], "needs --model"),
+        (["--costs", "1,x", "-K", "2"], "--costs must be per-layer seconds"),
+        (["--costs", "1,2", "-K", "3"], "3 stages need at least 3 layers"),
+        (
+            [
+                "--model",
+                "gpt-3.8b",
+                "--hardware",
+                "v100-16gb-nvlink",
+                "-K",
+                "8",
+                "--schedule",
+                "1f1b",
+                "-M",
+                "8",
+                "--batch",
+                "512",
+                "--objective",
+                "memory-aware",
+            ],
+            "no partition fits memory",
+        ),
+    ],
+)
+def test_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["partition", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_simulate_takes_partition_objectives(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--model", "gpt-355m", "--hardware", "v100-16gb-nvlink", "--schedule"]
+    base += ["1f1b", "-K", "4", "-M", "8", "--batch", "8", "--json"]
+    times = {}
+    for objective in ("even", "balanced", "memory-aware"):
+        assert main([*base, "--partition", objective]) == 0
+        times[objective] = json.loads(capsys.readouterr().out)["iteration_time"]
+    assert times["balanced"] <= times["even"] * (1 + 1e-9)
+    assert main([*base, "--partition", "lopsided"]) == 2
+    assert "--partition must be balanced, memory-aware, even" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""The planner: constructed cases with known answers, exact pruning, bounds that hold, and
+plans that ``pipesim simulate`` reproduces number for number."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+import pytest
+
+from pipesim.cli.main import main
+from pipesim.hardware import resolve_hardware
+from pipesim.plan import PlanSettings, candidates, plan
+from pipesim.plan.report import report_json
+from pipesim.plan.search import _Context
+from pipesim.workload import resolve_model
+
+
+def _context(settings: PlanSettings) -> _Context:
+    return _Context(resolve_model(settings.model), resolve_hardware(settings.hardware), settings)
+
+
+def test_slow_interconnect_picks_the_shallowest_pipeline_that_fits(
+    model_file: Callable[..., str], hardware_file: Callable[..., str]
+) -> None:
+    """Optimizer state makes one device too small (8 x 100 MB > 600 MB) but two enough; small
+    gradients make the all-reduce cheap and large activations make pipeline transfers dear: on
+    a 100 MB/s link K=2 with two replicas wins, on a fast one the deeper pipeline does."""
+    model = model_file(optimizer_bytes=1000, parameters=1e5)
+    slow = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e8)
+    best = plan(PlanSettings(model, slow, 4, 16), show_progress=False).plans[0]
+    assert (best.candidate.devices, best.candidate.data_parallel) == (2, 2)
+    fast = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e12)
+    best = plan(PlanSettings(model, fast, 4, 16), show_progress=False).plans[0]
+    assert best.candidate.devices == 4
+
+
+def test_tight_memory_leaves_only_rematerialization(
+    model_file: Callable[..., str], hardware_file: Callable[..., str]
+) -> None:
+    """40 MB of activations per layer and sample on 250 MB devices: every configuration that
+    fits re-materializes, and so does every plan."""
+    settings = PlanSettings(
+        model_file(activation_bytes=40e6),
+        hardware_file(memory_bytes=250e6, bandwidth_bytes_per_s=1e11),
+        2,
+        8,
+        top=3,
+    )
+    context = _context(settings)
+    fitting = [e for e in map(context.evaluate, candidates(2, 8, 8)) if not e.oom]
+    assert fitting and all(e.candidate.remat for e in fitting)
+    report = plan(settings, show_progress=False)
+    assert report.plans and all(e.candidate.remat for e in report.plans)
+
+
+def test_a_model_that_fits_one_device_runs_pure_data_parallel() -> None:
+    """uniform-8 fits one A100 many times over: with flush schedules, four replicas without
+    a pipeline beat every pipeline (no bubble)."""
+    settings = PlanSettings(
+        "uniform-8", "a100", 4, 16, schedules=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
+    )
+    best = plan(settings, show_progress=False).plans[0]
+    assert (best.candidate.devices, best.candidate.data_parallel) == (1, 4)
+
+
+@pytest.mark.parametrize("bandwidth", [1e8, 1e10])
+def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
+    model_file: Callable[..., str], hardware_file: Callable[..., str], bandwidth: float
+) -> None:
+    """Simulate every configuration that fits: each bound is below its simulated time, and the
+    planner's top plans are the exhaustive search's, in order."""
+    settings = PlanSettings(
+        model_file(),
+        hardware_file(memory_bytes=400e6, bandwidth_bytes_per_s=bandwidth),
+        4,
+        8,
+        top=4,
+    )
+    context = _context(settings)
+    times = []
+    for candidate in candidates(4, 8, 8):
+        quick = context.quick_bound(candidate)
+        item = context.evaluate(candidate)
+        if item.oom:
+            continue
+        done = context.simulate(item)
+        assert done.iteration_time_s is not None
+        assert quick <= done.iteration_time_s * (1 + 1e-9), candidate.label()
+        assert item.bound_s <= done.iteration_time_s * (1 + 1e-9), candidate.label()
+        # the closed-form peak the planner filters by is the simulator's
+        assert max(item.peak_memory_bytes) == pytest.approx(done.simulated_peak_bytes, rel=1e-9)
+        times.append(done.iteration_time_s)
+    report = plan(settings, show_progress=False)
+    found = [e.iteration_time_s for e in report.plans]
+    assert found == pytest.approx(sorted(times)[: settings.top], rel=1e-12)
+    assert report.simulated < len(times)  # the bounds pruned something
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "uniform-8", "--hardware", "a100", "--devices", "4", "--batch", "16"],
+        [
+            "--model",
+            "gpt-355m",
+            "--hardware",
+            "v100-16gb-nvlink",
+            "--devices",
+            "8",
+            "--batch",
+            "64",
+            "--optimizer",
+            "adam",
+            "--top",
+            "3",
+        ],
+    ],
+)
+def test_every_printed_plan_resimulates_to_the_same_numbers(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["plans"]
+    for item in payload["plans"]:
+        command = item["simulate_command"].split()
+        assert command[:2] == ["pipesim", "simulate"]
+        assert main([*command[1:], "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["iteration_time"] == item["iteration_time"]
+        assert result["throughput"] == pytest.approx(item["throughput"], rel=1e-12)
+        peak = max(d["peak_memory_bytes"] for d in result["per_device"])
+        assert peak == item["peak_memory_bytes"]
+        assert result["oom"] is False and item["oom"] is False
+        assert [result[k] for k in ("devices", "microbatches", "chunks")] == [
+            item["devices"],
+            item["microbatches"],
+            item["chunks"],
+        ]
+
+
+def test_report_json_has_the_documented_fields() -> None:
+    report = plan(PlanSettings("uniform-8", "a100", 4, 16, top=2), show_progress=False)
+    payload = report_json(report)
+    assert set(payload) >= {"plans", "rejected", "evaluated", "seconds"}
+    for item in payload["plans"]:
+        assert set(item) >= {
+            "devices",
+            "data_parallel",
+            "schedule",
+            "chunks",
+            "microbatches",
+            "remat",
+            "partition",
+            "iteration_time",
+            "throughput",
+            "peak_memory_bytes",
+            "oom",
+        }
+        assert item["oom"] is False
+        assert sum(item["partition"]) == 8
+        assert item["devices"] * item["data_parallel"] == 4
+        assert math.isfinite(item["throughput"])
+    assert payload["evaluated"] >= len(payload["plans"])
