@@ -160,6 +160,24 @@ def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -
         f"- verdict: **{result.verdict.value}**: {result.verdict_reason}",
         "",
     ]
+    if result.by_statistic:
+        lines += [
+            "## The statistic",
+            "",
+            "The same measurements predicted and compared with each way of reducing repeats to "
+            "one time (every time of calibration and measurement alike): |error| median / max.",
+            "",
+            "| statistic | step time | speedup |",
+            "| --- | --- | --- |",
+        ]
+        for name, errors in result.by_statistic.items():
+            chosen = " (used)" if name == statistic.value else ""
+            lines.append(
+                f"| {name}{chosen} | {errors.median_time_error:.2%} / "
+                f"{errors.max_time_error:.2%} | {errors.median_speedup_error:.2%} / "
+                f"{errors.max_speedup_error:.2%} |"
+            )
+        lines.append("")
     for case in result.cases:
         lines += _case_lines(case)
     if figures:

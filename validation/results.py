@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -91,6 +92,9 @@ class ValidationResult:
         breaches: which thresholds the errors exceed ("median time error 6.1% > 5.0%").
         verdict_reason: one line saying why the verdict is what it is.
         skipped: what the suite could not run here, with the reasons.
+        by_statistic: the same measurements predicted and compared with every
+            :class:`~validation.estimate.Statistic`, by its value: the data behind the choice
+            of one.
     """
 
     suite: str
@@ -104,6 +108,7 @@ class ValidationResult:
     verdict_reason: str
     cases: tuple[CaseResult, ...]
     skipped: tuple[dict[str, Any], ...]
+    by_statistic: dict[str, Summary] = dataclasses.field(default_factory=dict)
 
     @property
     def records(self) -> tuple[Comparison, ...]:
@@ -133,4 +138,7 @@ class ValidationResult:
             "records": [r.to_json() for r in self.records],
             "cases": [case.to_json() for case in self.cases],
             "skipped": list(self.skipped),
+            "by_statistic": {
+                name: summary.to_json() for name, summary in self.by_statistic.items()
+            },
         }

@@ -18,6 +18,7 @@ from pipesim.errors import Interrupted, PipesimError
 from pipesim.outputs import output_directory, write_text_atomically
 from pipesim.progress import progress
 from validation.compare import aggregate, breaches, compare_case, crosscheck_records
+from validation.estimate import Statistic
 from validation.predict import predict
 from validation.records import CaseMeasurement, Summary
 from validation.report import write_report
@@ -104,6 +105,12 @@ def run_validation(
         verdict_reason=reason,
         cases=tuple(results),
         skipped=tuple(skipped),
+        by_statistic={
+            statistic.value: aggregate(
+                [r for case in results for r in compare_case(case.measurement, statistic)]
+            )
+            for statistic in Statistic
+        },
     )
     write_report(out, result, _figures(out, results))
     return result

@@ -76,6 +76,8 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     report = (tmp_path / "report.md").read_text()
     for heading in (
         "## Summary",
+        "## The statistic",
+        "| low-quantile (used) |",
         "## Case `tiny-K2`",
         "torch.distributed.pipelining",
         "## Figures",
@@ -95,6 +97,8 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     for check in case["crosscheck"]:
         assert check["torch_wall_time"] > 0 and check["predicted_time"] > 0
         assert check["error_vs_torch"] is not None
+    assert set(results["by_statistic"]) == {"min", "low-quantile", "median", "mean"}
+    assert results["by_statistic"]["low-quantile"] == results["summary"]
     assert case["host"]["cores"] >= 1 and results["verdict"] in (
         "within",
         "exceeded",
