@@ -44,20 +44,27 @@ def plan_figure(report: PlanReport) -> Any:
             label=name,
             zorder=3,
         )
+    capacity = report.evaluated[0].capacity_bytes if report.evaluated else None
+    edge = None
+    if capacity is not None and capacity != float("inf"):
+        fitting = [(e.simulated_peak_bytes or 0.0) / GiB for e in simulated]
+        edge = max([1.6 * capacity / GiB, *fitting])
     oom = [e for e in report.evaluated if e.oom]
     if oom:
+        peaks = [max(e.peak_memory_bytes) / GiB for e in oom]
+        clipped = edge is not None and any(p > edge for p in peaks)
         axes.scatter(
-            [max(e.peak_memory_bytes) / GiB for e in oom],
+            [p if edge is None else min(p, edge) for p in peaks],
             [batch / e.bound_s for e in oom],
             color="#999999",
             marker="x",
             s=18,
-            label="out of memory (at most this fast)",
+            label="out of memory, at most this fast"
+            + (" (needing more: at the right edge)" if clipped else ""),
             zorder=2,
         )
-    capacity = report.plans[0].capacity_bytes if report.plans else None
-    if capacity is None and report.evaluated:
-        capacity = report.evaluated[0].capacity_bytes
+    if edge is not None:
+        axes.set_xlim(0, edge * 1.03)
     if capacity is not None and capacity != float("inf"):
         axes.axvline(
             capacity / GiB,

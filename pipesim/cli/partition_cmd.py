@@ -51,6 +51,17 @@ def register(subparsers: Any) -> None:
         default=None,
         help="fp32 master weights (default: when weights are narrower than fp32)",
     )
+    parser.add_argument(
+        "--device-speeds",
+        metavar="S0,S1,...",
+        help="heterogeneous devices: each device's speed relative to the hardware's (2 = twice "
+        "as fast), one per device",
+    )
+    parser.add_argument(
+        "--device-memory",
+        metavar="B0,B1,...",
+        help="heterogeneous devices: each device's memory in bytes, one per device",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_partition)
 
@@ -86,6 +97,7 @@ def _partition(args: argparse.Namespace) -> int:
         problem, names = _costs_problem(args.costs, placement), []
     else:
         problem, names = _model_problem(args, placement)
+    problem = _heterogeneous(problem, args)
     found = (
         memory_aware(problem, memory_forms(schedule, _steps(schedule)))
         if args.objective == "memory-aware" and schedule is not None
@@ -132,6 +144,35 @@ def _partition(args: argparse.Namespace) -> int:
         return EXIT_OK
     sys.stdout.write(_table(payload, names))
     return EXIT_OK
+
+
+def _per_device(text: str | None, field: str, devices: int) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != devices or any(not 0 < v < float("inf") for v in values):
+        raise PipesimError(
+            f"{field} must be {devices} positive numbers (one per device), got {text!r}"
+        )
+    return values
+
+
+def _heterogeneous(problem: Any, args: argparse.Namespace) -> Any:
+    """``problem`` with the per-device speeds and memories the options give."""
+    import dataclasses
+
+    speeds = _per_device(args.device_speeds, "--device-speeds", args.devices)
+    memory = _per_device(args.device_memory, "--device-memory", args.devices)
+    if speeds is None and memory is None:
+        return problem
+    return dataclasses.replace(
+        problem,
+        device_speeds=speeds or problem.device_speeds,
+        memory_capacity_bytes=memory or problem.memory_capacity_bytes,
+    )
 
 
 def _steps(schedule: Any) -> int:

@@ -74,3 +74,21 @@ def test_simulate_takes_partition_objectives(capsys: pytest.CaptureFixture[str])
     assert times["balanced"] <= times["even"] * (1 + 1e-9)
     assert main([*base, "--partition", "lopsided"]) == 2
     assert "--partition must be balanced, memory-aware, even" in capsys.readouterr().err
+
+
+def test_heterogeneous_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    """A device twice as fast takes twice the layers; a device with less memory takes fewer."""
+    argv = ["partition", "--costs", "1,1,1,1,1,1", "-K", "2", "--device-speeds", "2,1", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["partition"] == [4, 2]
+    base = ["partition", "--model", "gpt-355m", "--hardware", "v100-16gb-nvlink", "-K", "2"]
+    base += ["--schedule", "1f1b", "-M", "4", "--batch", "4", "--objective", "memory-aware"]
+    assert main([*base, "--json"]) == 0
+    even = json.loads(capsys.readouterr().out)["stages"]
+    small = even[0]["memory_bytes"] * 0.8
+    assert main([*base, "--device-memory", f"{small},16e9", "--json"]) == 0
+    tight = json.loads(capsys.readouterr().out)["stages"]
+    assert tight[0]["layers"] < even[0]["layers"]
+    assert tight[0]["memory_bytes"] <= small
+    assert main([*base, "--device-speeds", "1"]) == 2
+    assert "--device-speeds must be 2 positive numbers" in capsys.readouterr().err
