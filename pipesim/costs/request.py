@@ -87,9 +87,7 @@ class ModelRequest:
         from pipesim.workload import resolve_model
         from pipesim.workload.optimizer import with_optimizer
 
-        model = with_optimizer(
-            resolve_model(self.model), self.optimizer_state, self.master_weights
-        )
+        model = with_optimizer(resolve_model(self.model), self.optimizer_state, self.master_weights)
         if self.dtype is not None:
             model = dataclasses.replace(model, dtype=self.dtype)
         batch = model.default_batch if self.batch is None else self.batch
@@ -135,9 +133,7 @@ class ModelRequest:
             if schedule is not None
             else tuple(s % devices for s in range(devices * chunks))
         )
-        return with_data_parallel(
-            costs, placement, hardware.network(devices * replicas), replicas
-        )
+        return with_data_parallel(costs, placement, hardware.network(devices * replicas), replicas)
 
 
 def model_on_hardware(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -34,10 +35,15 @@ def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
         "lower_bound_time": e.bound_s,
         "allreduce_time": e.allreduce_s,
         "peak_memory_bytes": peak,
-        "memory_capacity_bytes": e.capacity_bytes,
-        "headroom_bytes": e.capacity_bytes - peak,
+        "memory_capacity_bytes": _finite(e.capacity_bytes),
+        "headroom_bytes": _finite(e.capacity_bytes - peak),
         "oom": e.oom,
     }
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: unlimited memory (and its headroom) is null."""
+    return None if math.isinf(value) else value
 
 
 def simulate_command(report: PlanReport, e: Evaluated) -> str:
