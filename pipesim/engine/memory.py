@@ -73,18 +73,21 @@ def device_memory(
     kind, start, end = run.kind, run.start_s, run.end_s
     remat = schedule.rematerialize
     is_f, is_b = kind == F, kind == B
+    # First change of each record: F and (under remat) B at their start, the rest at the end.
     first_time = np.where(is_f | (is_b & remat), start, end)
-    first_delta = np.select(
-        [is_f, is_b & remat, is_b, kind == I, kind == W],
-        [a, a, -a, -(a - w), -w],
-        default=0.0,
+    first_delta = np.where(
+        is_f | (is_b & remat),
+        a,
+        np.where(is_b, -a, np.where(kind == I, -(a - w), np.where(kind == W, -w, 0.0))),
     )
-    first_valid = kind >= 0
+    # Second change, under remat only: F swaps its stash for the input; B frees both.
     second_delta = np.where(is_f, x - a, -a - x)
-    second_valid = (is_f | is_b) & remat
-    times = np.stack([first_time, end], axis=1).ravel()
-    deltas = np.stack([first_delta, second_delta], axis=1).ravel()
-    valid = np.stack([first_valid, second_valid], axis=1).ravel()
+    count = len(kind)
+    times, deltas = np.empty(2 * count), np.empty(2 * count)
+    valid = np.empty(2 * count, dtype=bool)
+    times[0::2], times[1::2] = first_time, end
+    deltas[0::2], deltas[1::2] = first_delta, second_delta
+    valid[0::2], valid[1::2] = kind >= 0, (is_f | is_b) & remat
     devices = np.repeat(run.device, 2)[valid]
     times, deltas = times[valid], deltas[valid]
     # Stable: by device, then time, frees (and zero changes) before allocations, then as made.

@@ -137,38 +137,47 @@ class _Run:
         self, device: int, work: tuple[Work, ...], keys: list[int]
     ) -> Generator[Any, Any, None]:
         env = self.env
+        free = 0.0  # when this device's compute is free: kept exactly, not read off the clock
         for item, key in zip(work, keys, strict=True):
             action, step = item.action, item.step
             if action is None:
-                start = env.now
-                yield _Finish(env, self.optimizer_s[device], key)
-                self.compute.append(ComputeRecord(device, step, None, start, env.now))
+                start, end = free, free + self.optimizer_s[device]
+                yield _Finish(env, max(0.0, end - env.now), key)
+                self.compute.append(ComputeRecord(device, step, None, start, end))
+                free = end
                 continue
             for dependency in self.remote_needs[action]:
                 event = self._done_event((step, dependency))
                 if not event.processed:
                     yield event
-            # Start when the device is free (now) and every input has arrived; end after the
+            # Start when the device is free and every input has arrived; end after the
             # action's duration. One event: nothing else happens on this device meanwhile.
             start = max(
-                [env.now, *(self.arrival.pop((step, d, action)) for d in self.remote_needs[action])]
+                [free, *(self.arrival.pop((step, d, action)) for d in self.remote_needs[action])]
             )
-            end = start + self.durations[action]
-            yield _Finish(env, end - env.now, key)  # fires at exactly ``end``
+            end = free = start + self.durations[action]
+            yield _Finish(env, max(0.0, end - env.now), key)  # fires at ``end``
             self.compute.append(ComputeRecord(device, step, action, start, end))
             consumers = self.remote_consumers[action]
             for consumer, target in consumers:
-                arrival = self._send(device, target, step, action, consumer)
-                if self.costs.transfers_use_compute and arrival > env.now:
-                    yield env.timeout(arrival - env.now)
+                arrival = self._send(device, target, step, action, consumer, end)
+                if self.costs.transfers_use_compute and arrival > free:
+                    free = arrival
+                    yield env.timeout(max(0.0, arrival - env.now))
             if consumers:
                 self._done_event((step, action)).succeed()
 
     def _send(
-        self, source: int, target: int, step: int, producer: Action, consumer: Action
+        self,
+        source: int,
+        target: int,
+        step: int,
+        producer: Action,
+        consumer: Action,
+        now: float,
     ) -> float:
-        """Reserve the route's channels first come, first served; return the arrival time."""
-        now = self.env.now
+        """Reserve the route's channels first come, first served from ``now`` (the producer's
+        end); return the arrival time."""
         route = self.routes[(source, target)]
         size = self.costs.stages[min(producer.stage, consumer.stage)].output_bytes
         start = now
