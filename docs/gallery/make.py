@@ -11,8 +11,7 @@ Validation against a paper: GPipe's Table 2 beside pipesim's numbers (``pipesim 
 gpipe``). Validation against measurements is drawn from ``data/validation-quick.json``, a real
 ``pipesim validate --suite quick`` run kept beside this script (measuring takes minutes, not
 seconds, and wants a quiet machine); it is left out while that file is missing. The planner's
-Pareto figure joins once ``plots.plan`` exists and offers ``gallery_figure()``, a zero-argument
-function returning the figure.
+Pareto figure is the README's ``pipesim plan`` example, drawn by ``plots.plan``.
 """
 
 from __future__ import annotations
@@ -169,8 +168,8 @@ def make(out: Path) -> list[Path]:
 
 
 def extras() -> dict[str, Callable[[], Any]]:
-    """Figures that need more than seconds of simulation or another engineer's module: the
-    validation plot from a kept real run, the planner's Pareto figure once it exists."""
+    """Figures that need a kept real run or another engineer's module: the measured validation
+    plot, the planner's Pareto figure."""
     found: dict[str, Callable[[], Any]] = {}
     validation = HERE / "data" / "validation-quick.json"
     if validation.exists():
@@ -180,11 +179,17 @@ def extras() -> dict[str, Callable[[], Any]]:
         )
         found["validation-speedup.png"] = lambda: plots.speedup_figure(records)
     if importlib.util.find_spec("plots.plan") is not None:
-        plan = importlib.import_module("plots.plan")  # another engineer's, when it lands
-        figure = getattr(plan, "gallery_figure", None)
-        if callable(figure):
-            found["plan-pareto.png"] = figure
+        found["plan-pareto.png"] = plan_figure
     return found
+
+
+def plan_figure() -> Any:
+    """The README's planner example: every configuration of Transformer-48 on 8 A100s at batch
+    32, throughput against peak memory, the Pareto front marked (``pipesim plan --plot``)."""
+    plan_plots = importlib.import_module("plots.plan")
+    search = importlib.import_module("pipesim.plan")
+    settings = search.PlanSettings("gpipe-transformer-48", "a100", 8, 32)
+    return plan_plots.plan_figure(search.plan(settings, show_progress=False))
 
 
 def cli() -> None:
