@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pipesim.errors import PipesimError
 from plots.facets import (
     SHORT_NAMES,
     Row,
@@ -166,8 +167,6 @@ def speedup_figure(rows: Sequence[Row], *, against: str = "M", title: str = "") 
     K, a line per schedule, the closed form dashed) or validation records
     (``predicted_speedup`` and ``measured_speedup``: one panel per schedule, see
     :func:`plots.validation.speedup_figure`)."""
-    from pipesim.errors import PipesimError
-
     if rows and all("predicted_speedup" in r and "measured_speedup" in r for r in rows):
         from plots.validation import speedup_figure as validation_speedup_figure
 
