@@ -20,7 +20,10 @@ def register(subparsers: Any) -> None:
             "Cut a model's layers into K·v contiguous stages: balanced (the least slowest-stage "
             "time per micro-batch, F+B plus the boundary transfers on the actual links) or "
             "memory-aware (the fastest whose every device fits its memory under the schedule). "
-            "--costs takes a plain list of per-layer times instead of a model."
+            "--costs takes a plain list of per-layer times instead of a model. Memory per stage "
+            "is its device's peak under --schedule; without one, the stage's weights, gradients, "
+            "optimizer state and one micro-batch's activations. The micro-batch is --batch / -M "
+            "(-M defaults to K)."
         ),
     )
     parser.add_argument("--model", metavar="NAME|FILE", help="a model (pipesim models list)")
