@@ -147,9 +147,10 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     finished: list[Evaluated] = []
     limit = math.inf
     with progress(len(space), "plan: configurations", enabled=show_progress) as bar:
-        for quick, _, candidate in ordered:
+        for position, (quick, _, candidate) in enumerate(ordered):
             if quick * (1 - 1e-9) > limit:
-                break  # every configuration left is slower than the top plans
+                bar.update(len(ordered) - position)  # the rest: slower than the top plans
+                break
             item = context.evaluate(candidate)
             examined.append(item)
             bar.update()
@@ -159,6 +160,8 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             times = sorted(e.iteration_time_s or math.inf for e in finished if not _sim_oom(e))
             if len(times) >= settings.top:
                 limit = times[settings.top - 1]
+            if times:
+                bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
     ranked = sorted(
         (e for e in finished if not _sim_oom(e)),
         key=lambda e: e.iteration_time_s or math.inf,
