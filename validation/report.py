@@ -157,7 +157,8 @@ def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -
         "",
         *[f"- {line}" for line in summary_lines(result.summary)],
         f"- thresholds: median {result.max_median_error:.1%}, max {result.max_error:.1%}",
-        f"- verdict: **{result.verdict.value}**: {result.verdict_reason}",
+        f"- verdict: **{result.verdict.value}**: "
+        + result.verdict_reason.removeprefix(f"{result.verdict.value}: "),
         "",
     ]
     if result.by_statistic:
