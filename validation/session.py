@@ -78,6 +78,14 @@ class Stability:
     budget_s: float
 
 
+def keep_measuring(spans: list[list[float]], stability: Stability, elapsed_s: float) -> bool:
+    """Whether another round is worth it: the median of the runs' spreads is above the target
+    and the time spent measuring is within the budget."""
+    if not spans or not all(spans) or elapsed_s >= stability.budget_s:
+        return False
+    return statistics.median(spread(s) for s in spans) > stability.target_spread
+
+
 @contextlib.contextmanager
 def _worker_environment(backend: str) -> Iterator[None]:
     """Environment variables the spawned workers start with (restored afterwards)."""
@@ -447,9 +455,7 @@ class _Rounds:
         """Whether to measure another round (rank 0 decides, every rank follows)."""
         decision = [False]
         if self.rank == 0 and self.stability is not None and started is not None:
-            noisy = statistics.median(spread(s) for s in self.spans) > self.stability.target_spread
-            within = time.monotonic() - started < self.stability.budget_s
-            decision = [noisy and within]
+            decision = [keep_measuring(self.spans, self.stability, time.monotonic() - started)]
         dist.broadcast_object_list(decision, src=0)
         return bool(decision[0])
 

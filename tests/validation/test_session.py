@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from executor.backends import DeviceKind
-from validation.session import probe_runs, rss_rise
+from validation.session import Stability, keep_measuring, probe_runs, rss_rise
 from validation.suites import Case, ModelKind, ModelSpec
 
 MiB = 2**20
@@ -46,3 +46,13 @@ def test_rss_rise_sees_what_a_block_allocates_and_not_more() -> None:
         del transient
     measured = rise()
     assert measured is not None and measured >= 19 * MiB
+
+
+def test_measuring_goes_on_while_noisy_and_within_budget() -> None:
+    stability = Stability(target_spread=0.025, budget_s=60.0)
+    quiet = [[1.0, 1.01, 1.02], [2.0, 2.02, 2.01], [3.0, 3.0, 3.3]]
+    noisy = [[1.0, 1.2, 1.3], [2.0, 2.5, 2.2], [3.0, 3.0, 3.01]]
+    assert not keep_measuring(quiet, stability, 10.0)
+    assert keep_measuring(noisy, stability, 10.0)
+    assert not keep_measuring(noisy, stability, 60.0)
+    assert not keep_measuring([], stability, 0.0)
