@@ -46,10 +46,15 @@ from pipesim.workload.model import Model
 from pipesim.workload.optimizer import with_optimizer
 
 # No-flush schedules are timed in steady state over this many steps back to back. The
-# simulator's per-step interval over S steps reads low by up to about one step / (S - 1) (the
-# last step has no successor to interleave with), so their bounds are relaxed by that much.
+# simulator's per-step interval over S steps reads low (the last step has no successor to
+# interleave with): for 2BW by up to about one step / (S - 1), so its bounds are relaxed by that
+# much; PipeDream's weight stashing keeps up to K steps in flight, so its bounds are not used.
 NO_FLUSH_STEPS = 6
-_NO_FLUSH_RELAXATION = 1.0 - 1.0 / (NO_FLUSH_STEPS - 1)
+_RELAXATION = {
+    UpdateRule.FLUSH: 1.0,
+    UpdateRule.TWO_BW: 1.0 - 1.0 / (NO_FLUSH_STEPS - 1),
+    UpdateRule.ASYNC: 0.0,
+}
 PLAN_NODE_BUDGET = 5_000  # per memory-aware search with several stages per device
 
 
@@ -198,7 +203,7 @@ class _Context:
         self.balanced: dict[tuple[int, tuple[int, ...], int, bool], Partition] = {}
         self.compute_bottleneck: dict[tuple[int, int, bool], float] = {}
         self.rings: dict[tuple[int, int], tuple[float, float]] = {}
-        self.flush: dict[str, bool] = {}
+        self.rules: dict[str, UpdateRule] = {}
 
     def request(self, candidate: Candidate, partition: Sequence[int]) -> ModelRequest:
         s = self.settings
@@ -233,8 +238,8 @@ class _Context:
     def quick_bound(self, c: Candidate) -> float:
         """A lower bound on ``c``'s iteration time that holds for every partition: the least
         possible slowest stage's compute (exact, transfers left out) for M micro-batches, the
-        average device's share of all compute, optimizer steps and all-reduces, and one
-        micro-batch through every stage and back (forward and input gradient)."""
+        average device's share of all compute, optimizer steps and all-reduces, and (flush
+        schedules) one micro-batch through every stage and back (forward and input gradient)."""
         b = c.microbatch_size
         if b not in self.layers:
             self.layers[b] = layer_costs(self.model, self.hardware.cluster(1), b)
@@ -252,12 +257,14 @@ class _Context:
         slope, intercept = self.ring_terms(c.devices, c.data_parallel)
         allreduce = slope * gradients + c.stages * intercept
         average = (c.microbatches * work + optimizer + allreduce) / c.devices
-        bound = max(c.microbatches * self.compute_bottleneck[key], average, path)
-        if c.schedule not in self.flush:
+        if c.schedule not in self.rules:
             shape = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-            self.flush[c.schedule] = shape.update_rule is UpdateRule.FLUSH
-        flush = self.flush[c.schedule]
-        return float(bound) * (1.0 if flush else _NO_FLUSH_RELAXATION)
+            self.rules[c.schedule] = shape.update_rule
+        rule = self.rules[c.schedule]
+        if rule is not UpdateRule.FLUSH:  # steady state: steps overlap, no one-batch path
+            bound = max(c.microbatches * self.compute_bottleneck[key], average)
+            return float(bound) * _RELAXATION[rule]
+        return float(max(c.microbatches * self.compute_bottleneck[key], average, path))
 
     def ring_terms(self, devices: int, data_parallel: int) -> tuple[float, float]:
         """The least per-byte and fixed all-reduce costs over the K data-parallel groups."""
@@ -309,14 +316,17 @@ class _Context:
         with_allreduce = [
             _add_optimizer(s, extra) for s, extra in zip(stage_costs, allreduce, strict=True)
         ]
-        bound = iteration_lower_bound_s(
-            with_allreduce,
-            placement,
-            problem.network,  # type: ignore[arg-type]
-            c.microbatches,
-            remat=c.remat,
-            flush=flush,
-        ) * (1.0 if flush else _NO_FLUSH_RELAXATION)
+        bound = (
+            iteration_lower_bound_s(
+                with_allreduce,
+                placement,
+                problem.network,  # type: ignore[arg-type]
+                c.microbatches,
+                remat=c.remat,
+                flush=flush,
+            )
+            * _RELAXATION[schedule.update_rule]
+        )
         per_device = [0.0] * c.devices
         for stage, extra in enumerate(allreduce):
             per_device[placement[stage]] += extra

@@ -11,9 +11,10 @@ import pytest
 
 from pipesim.cli.main import main
 from pipesim.hardware import resolve_hardware
-from pipesim.plan import PlanSettings, candidates, plan
+from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
 from pipesim.plan.report import report_json
 from pipesim.plan.search import _Context
+from pipesim.schedules import schedule_names
 from pipesim.workload import resolve_model
 
 
@@ -65,9 +66,15 @@ def test_a_model_that_fits_one_device_runs_pure_data_parallel() -> None:
     assert (best.candidate.devices, best.candidate.data_parallel) == (1, 4)
 
 
-@pytest.mark.parametrize("bandwidth", [1e8, 1e10])
+@pytest.mark.parametrize(
+    ("bandwidth", "schedules"),
+    [(1e8, DEFAULT_SCHEDULES), (1e10, DEFAULT_SCHEDULES), (1e10, schedule_names())],
+)
 def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
-    model_file: Callable[..., str], hardware_file: Callable[..., str], bandwidth: float
+    model_file: Callable[..., str],
+    hardware_file: Callable[..., str],
+    bandwidth: float,
+    schedules: tuple[str, ...],
 ) -> None:
     """Simulate every configuration that fits: each bound is below its simulated time, and the
     planner's top plans are the exhaustive search's, in order."""
@@ -76,11 +83,12 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
         hardware_file(memory_bytes=400e6, bandwidth_bytes_per_s=bandwidth),
         4,
         8,
+        schedules=schedules,
         top=4,
     )
     context = _context(settings)
     times = []
-    for candidate in candidates(4, 8, 8):
+    for candidate in candidates(4, 8, 8, schedules):
         quick = context.quick_bound(candidate)
         item = context.evaluate(candidate)
         if item.oom:
