@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from hypothesis import given, settings
+from hypothesis import given
 
 from pipesim.errors import PipesimError
 from pipesim.hardware.catalogue import HardwareSpec
@@ -116,13 +116,11 @@ def _use_model(model: Model) -> None:
     assert len(model.layers) >= 1
 
 
-@settings(max_examples=150)
 @given(documents(*HARDWARE))
 def test_hardware_files_load_or_raise_the_documented_error(data: bytes) -> None:
     _load(load_hardware, data, _use_hardware)
 
 
-@settings(max_examples=150)
 @given(documents(*MODELS))
 def test_model_files_load_or_raise_the_documented_error(data: bytes) -> None:
     _load(load_model, data, _use_model)
