@@ -54,9 +54,9 @@ class Interrupted(Exception):
     how to go on (``--resume``). The CLI prints it in one line with exit status 130."""
 
 
-def few(items: Iterable[object], limit: int = NAMED_ITEMS) -> str:
-    """``items`` joined by commas, naming at most ``limit`` and then "and N more", so a message
-    about millions of offending items stays one short line."""
+def few(items: Iterable[object], limit: int = NAMED_ITEMS, separator: str = ", ") -> str:
+    """``items`` joined by ``separator``, naming at most ``limit`` and then "and N more", so a
+    message about millions of offending items stays one short line."""
     named: list[str] = []
     more = 0
     for item in items:
@@ -64,8 +64,8 @@ def few(items: Iterable[object], limit: int = NAMED_ITEMS) -> str:
             named.append(str(item))
         else:
             more += 1
-    text = ", ".join(named)
-    return f"{text} and {more} more" if more else text
+    text = separator.join(named)
+    return f"{text} and {more:,} more" if more else text
 
 
 def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:

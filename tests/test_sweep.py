@@ -71,4 +71,7 @@ def test_sweep_cli_bad_list(capsys: pytest.CaptureFixture[str]) -> None:
         capsys, "sweep", "--schedules", "1f1b", "-K", "2,x", "-M", "2", "--costs", "1,2"
     )
     assert status == 2
-    assert err == "pipesim: error: expected a comma-separated list of integers >= 1, got '2,x'\n"
+    assert err == (
+        "pipesim: error: -K/--devices: expected a comma-separated list of integers >= 1, "
+        "got '2,x'\n"
+    )

@@ -14,20 +14,22 @@ from pipesim.cli.simulate_cmd import (
     add_steps_argument,
     cost_request,
 )
-from pipesim.errors import Interrupted, PipesimError
+from pipesim.errors import Interrupted, PipesimError, shown
 from pipesim.outputs import output_path
 from pipesim.progress import progress
 from pipesim.sweep_file import SweepFile, row_of
 from pipesim.units import format_bytes, format_percent, format_seconds
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(flag: str, text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",")]
     except ValueError:
         values = []
     if not values or any(v < 1 for v in values):
-        raise PipesimError(f"expected a comma-separated list of integers >= 1, got {text!r}")
+        raise PipesimError(
+            f"{flag}: expected a comma-separated list of integers >= 1, got {shown(text)}"
+        )
     return values
 
 
@@ -86,11 +88,11 @@ def _sweep(args: argparse.Namespace) -> int:
         raise PipesimError(f"--jobs must be an integer >= 1, got {args.jobs}")
     if args.resume and args.out is None:
         raise PipesimError("--resume needs --out FILE: the file of the sweep to finish")
-    chunks = None if args.chunks is None else _int_list(args.chunks)
+    chunks = None if args.chunks is None else _int_list("-v/--chunks", args.chunks)
     points, skipped = sweep_points(
         [s.strip() for s in args.schedules.split(",")],
-        _int_list(args.devices),
-        _int_list(args.microbatches),
+        _int_list("-K/--devices", args.devices),
+        _int_list("-M/--microbatches", args.microbatches),
         chunks,
         args.remat,
         args.steps,

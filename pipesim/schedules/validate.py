@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipesim.errors import ScheduleError
+from pipesim.errors import ScheduleError, few
 from pipesim.jit import kernel
 from pipesim.schedules.action import Action, Kind, UpdateRule
 from pipesim.schedules.dependencies import action_dependencies
@@ -237,7 +237,7 @@ def _check_shape(schedule: Schedule) -> None:
     for device in schedule.placement:
         counts[device] += 1
     if len(set(counts)) != 1:
-        detail = ", ".join(f"device {d}: {c}" for d, c in enumerate(counts))
+        detail = few(f"device {d}: {c}" for d, c in enumerate(counts))
         raise ScheduleError(
             f"placement: every device must hold the same number of stages, got {detail}"
         )
@@ -423,7 +423,7 @@ def _dry_run(
                 f"(device {need_device} step {need_step})"
             )
         raise fail(
-            "deadlock: no device can go on; " + "; ".join(waits),
+            "deadlock: no device can go on; " + few(waits, separator="; "),
             rows,
             [(d, pointer[d]) for d in stuck],
         )
