@@ -14,13 +14,16 @@ the peers it just lost.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from executor.options import PROG, parser
 from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 from pipesim.errors import PipesimError, RunFailed
+from pipesim.outputs import write_text_atomically
 
 NO_TORCH = (
     "PyTorch is not installed; the executor needs it: install the executor extra "
@@ -66,7 +69,27 @@ def _main(argv: Sequence[str] | None) -> int:
 def _fail(kind: str, message: str, status: int) -> int:
     first = message.splitlines()[0] if message else kind
     sys.stderr.write(f"{PROG}: {kind}: {first}\n")
+    _tell_torchrun(f"{kind}: {first}")
     return status
+
+
+def _tell_torchrun(line: str) -> None:
+    """Under torchrun, leave ``line`` in the rank's error file, so torchrun's summary (its
+    "root cause") shows the failure instead of "error_file: <N/A>": a stalled rank is then
+    named there too. Best effort: the run's own line is already on stderr."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    record = {
+        "message": {
+            "message": line,
+            "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))},
+        }
+    }
+    try:
+        write_text_atomically(path, json.dumps(record), field="TORCHELASTIC_ERROR_FILE")
+    except (PipesimError, RunFailed, OSError):
+        return
 
 
 def _leave(status: int) -> None:

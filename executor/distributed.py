@@ -18,6 +18,7 @@ with a hang (see :mod:`executor.watch`).
 from __future__ import annotations
 
 import math
+import pickle
 import queue
 import socket
 import threading
@@ -267,7 +268,7 @@ def run_distributed_step(
             timeout_s,
             watch,
         )
-        dist.barrier()
+        _barrier(watch, timeout_s, "waiting for every device to start the step")
         record = DeviceRecord(device, Clock(tensor_device))
         worker = DeviceWorker(
             device, schedule, runners, transport, record, step, xs, ys, check_finite=check_finite
@@ -294,11 +295,7 @@ def run_distributed_step(
             "stash": meters[device].peak_bytes,
             "cuda": peak_cuda,
         }
-        gathered: list[Any] = [None] * schedule.devices
-        try:
-            dist.all_gather_object(gathered, mine)
-        except RuntimeError as error:  # a peer failed after this rank's last action
-            raise watch.peer_failed("exchanging the step's records", timeout_s, error) from error
+        gathered = _gather_objects(mine, watch, timeout_s)
     loss = next(g["loss"] for g in gathered if g["loss"] is not None)
     records = [
         _restore(g["record"], _offset_s(g["record"], gathered[0]["record"])) for g in gathered
@@ -309,6 +306,56 @@ def run_distributed_step(
         tuple(g["stash"] for g in gathered),
         tuple(g["cuda"] for g in gathered),
     )
+
+
+def _gather_objects(mine: dict[str, Any], watch: StepWatch, timeout_s: float) -> list[Any]:
+    """Every rank's ``mine``, by rank. With gloo each of the two collectives (sizes, then the
+    pickled records) waits at most ``timeout_s`` and a missing rank is named; NCCL uses
+    ``all_gather_object``."""
+    world = dist.get_world_size()
+    what = "exchanging the step's records"
+    if dist.get_backend() != "gloo":
+        gathered: list[Any] = [None] * world
+        try:
+            dist.all_gather_object(gathered, mine)
+        except RuntimeError as error:  # a peer failed after this rank's last action
+            raise watch.peer_failed(what, timeout_s, error) from error
+        return gathered
+    data = torch.frombuffer(bytearray(pickle.dumps(mine)), dtype=torch.uint8)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    size = torch.tensor([data.numel()], dtype=torch.int64)
+    _bounded(dist.all_gather(sizes, size, async_op=True), watch, timeout_s, what)
+    longest = max(int(s) for s in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: data.numel()] = data
+    buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
+    _bounded(dist.all_gather(buffers, padded, async_op=True), watch, timeout_s, what)
+    return [
+        pickle.loads(buffer[: int(n)].numpy().tobytes())  # our ranks' records, as all_gather_object
+        for buffer, n in zip(buffers, sizes, strict=True)
+    ]
+
+
+def _bounded(work: Any, watch: StepWatch, timeout_s: float, what: str) -> None:
+    """Wait for a collective at most ``timeout_s``; a failure is diagnosed (see
+    :meth:`StepWatch.peer_failed`)."""
+    try:
+        completed = work.wait(timedelta(seconds=timeout_s))
+    except RuntimeError as error:
+        raise watch.peer_failed(what, timeout_s, error) from error
+    if completed is False:
+        raise watch.peer_failed(what, timeout_s, "timed out")
+
+
+def _barrier(watch: StepWatch, timeout_s: float, what: str) -> None:
+    """Every rank at this point, waiting at most ``timeout_s`` (gloo; the process group's own
+    barrier waits for its much longer timeout, 30 minutes under torchrun, and cannot say who
+    is missing). A rank that failed or stopped is named as for any other wait. NCCL keeps its
+    plain barrier, bounded by its own watchdog."""
+    if dist.get_backend() != "gloo":
+        dist.barrier()
+        return
+    _bounded(dist.barrier(async_op=True), watch, timeout_s, what)
 
 
 class _FixedSpan:

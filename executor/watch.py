@@ -22,10 +22,16 @@ TCP store), under keys fresh for every step call:
   1's action, not with "device 1 stopped answering".
 
 Nothing here runs while steps go well, beyond the heartbeat's one store update per interval:
-the store is read only after a wait failed. Without a store (a process group set up some
-other way) the watch stays silent and failures name only the peer waited on. With a
-``env://`` group outside torchrun, rank 0 hosts the store; if rank 0 is the one that died,
-the diagnosis is unavailable and says so.
+the store is read only after a wait failed. The step's own barriers (at its start and end)
+are bounded by the same timeout and diagnosed the same way (see
+:mod:`executor.distributed`). Without a store (a process group set up some other way) the
+watch stays silent and failures name only the peer waited on. With an ``env://`` group
+outside torchrun rank 0 hosts the store; if rank 0 is the one that died, the diagnosis is
+unavailable and the message says so.
+
+The heartbeat has a store client to share: TCP store clients run one operation at a time, so
+nothing here ever blocks on the store (no ``store.wait``), or the heartbeat would stall with
+it and a waiting rank would look stopped.
 
 After a failure the process group is unusable (receives may still be posted): end the
 process, as the launcher does; that also releases the peers, whose waits then fail at once.

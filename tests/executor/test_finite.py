@@ -71,3 +71,13 @@ def test_the_check_is_off_by_default_in_run_step() -> None:
     x[0, 0] = float("nan")
     result = run_step(schedule, split_model(mlp(4, 2), schedule), x, y, nn.MSELoss())
     assert result.loss != result.loss
+
+
+def test_finite_values_whose_sum_overflows_are_finite() -> None:
+    """The fast path sums; an overflowing sum of finite values is confirmed element-wise."""
+    huge = torch.full((4,), torch.finfo(torch.float32).max)
+    assert not bool(torch.isfinite(huge.sum()))
+    assert non_finite([huge]) is None
+    assert non_finite([torch.full((3,), 60000.0, dtype=torch.float16)]) is None
+    assert non_finite([torch.tensor([1.0, float("nan")], dtype=torch.bfloat16)]) == "nan"
+    assert non_finite([torch.empty(0)]) is None
