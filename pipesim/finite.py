@@ -8,8 +8,10 @@ first offending field named.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,3 +45,17 @@ def json_text(payload: Any, indent: int | None = None) -> str:
     :class:`PipesimError` naming the field, never ``NaN``/``Infinity`` in a file."""
     require_finite(payload, "JSON output")
     return json.dumps(payload, indent=indent, allow_nan=False)
+
+
+@contextlib.contextmanager
+def overflow_checked() -> Iterator[None]:
+    """Silence numpy's overflow and invalid-value warnings inside the block, for a caller that
+    checks the result itself (:func:`require_finite`) and reports it in one line: the warnings
+    would only add lines of source code above that error."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="(overflow|invalid value) encountered",
+            category=RuntimeWarning,
+        )
+        yield

@@ -20,7 +20,7 @@ from typing import Any
 from pipesim import checks
 from pipesim.costs.request import CostRequest, ModelRequest
 from pipesim.errors import LimitError, PipesimError
-from pipesim.finite import non_finite_fields
+from pipesim.finite import non_finite_fields, overflow_checked
 from pipesim.limits import Limit, cap_jobs, check
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import check_size
@@ -117,7 +117,8 @@ def run_point(
         pipeline = costs.build(point.devices, point.chunks, point.microbatches, schedule, steps)
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
-    result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()
+    with overflow_checked():  # a non-finite result becomes an error row just below
+        result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()
     for field, value in non_finite_fields(result):
         return {**_identity(point), "error": f"{field} is {value} (the costs overflow a float)"}
     return result

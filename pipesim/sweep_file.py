@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -93,7 +95,9 @@ class SweepFile:
         self._entries: dict[Key, dict[str, Any]] = {}
         self._last_save = time.monotonic()
         self._save_cost_s = 0.0
-        self._dirty = False
+        # A FIFO or a device (/dev/stdout) takes the file once, at the end: it cannot be
+        # rewritten as rows complete, nor read back.
+        self._stream = _special(path)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -110,6 +114,8 @@ class SweepFile:
         """Take the rows already in the file (none if it does not exist); return how many.
         A file that is not this sweep's (another format, rows of other points) is refused."""
         path = Path(self._path)
+        if self._stream:
+            raise PipesimError(f"--resume: {str(path)!r} is not a regular file to read back")
         if not path.exists():
             return 0
         text = decode_text(read_input(path, "--resume"), f"--resume file {str(path)!r}")
@@ -127,9 +133,9 @@ class SweepFile:
     def add(self, result: dict[str, Any]) -> None:
         """Record a finished point; save when the last save is old enough."""
         self._entries[key_of(result)] = result
-        self._dirty = True
         now = time.monotonic()
-        if now - self._last_save >= max(SAVE_INTERVAL_S, SAVE_COST_FACTOR * self._save_cost_s):
+        due = max(SAVE_INTERVAL_S, SAVE_COST_FACTOR * self._save_cost_s)
+        if not self._stream and now - self._last_save >= due:
             self.save()
 
     def save(self) -> None:
@@ -138,7 +144,6 @@ class SweepFile:
         write_text_atomically(self._path, self.text(), field=self._field)
         self._last_save = time.monotonic()
         self._save_cost_s = self._last_save - started
-        self._dirty = False
 
     def text(self) -> str:
         """The file's content now."""
@@ -146,6 +151,14 @@ class SweepFile:
         if is_json(self._path):
             return json_text({"results": entries, "skipped": self._skipped}, indent=2)
         return csv_text(row_of(e) for e in entries)
+
+
+def _special(path: str | Path) -> bool:
+    """Whether ``path`` is an existing FIFO or device (written through, not replaced)."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _read_csv(text: str, path: Path) -> dict[Key, dict[str, Any]]:

@@ -52,6 +52,7 @@ def test_binary_toml_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: P
         )
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no warning lines above the error
 def test_non_finite_results_are_refused_and_nothing_is_written(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -54,6 +55,7 @@ def test_a_bad_global_input_is_exit_2_before_any_work(
     assert err.startswith("pipesim: error: ") and message in err and err.count("\n") == 1
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no warning lines above the error
 def test_costs_that_overflow_are_an_error_row_and_exit_2_when_every_row_fails(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -245,3 +247,21 @@ def test_ctrl_c_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_the_rows(
     rows = list(csv.reader(out.open()))
     assert rows[0][:4] == ["schedule", "devices", "microbatches", "chunks"]
     assert len(rows) >= 3 and all(len(r) == 12 for r in rows)
+
+
+def test_a_fifo_out_gets_the_file_once_at_the_end(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    regular, fifo = tmp_path / "s.csv", tmp_path / "pipe"
+    run(capsys, "sweep", *GRID, "--out", str(regular))
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    monkeypatch.setattr("pipesim.sweep_file.SAVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("pipesim.sweep_file.SAVE_COST_FACTOR", 0.0)
+    status, _, _ = run(capsys, "sweep", *GRID, "--out", str(fifo))
+    reader.join(timeout=30)
+    assert status == 0 and received == [regular.read_bytes()]
+    status, _, err = run(capsys, "sweep", *GRID, "--out", str(fifo), "--resume")
+    assert status == 2 and "is not a regular file to read back" in err
