@@ -53,8 +53,8 @@ from torch.distributed.distributed_c10d import Store
 
 from executor.errors import ExecutorError, NonFiniteError, PeerError
 
-HEARTBEAT_INTERVAL_S = 0.2
-DIAGNOSIS_WINDOW_S = 1.2
+HEARTBEAT_INTERVAL_S = 0.25
+DIAGNOSIS_WINDOW_S = 2.0  # 8 heartbeats: a busy 2-core machine still lets one through
 
 T = TypeVar("T")
 

@@ -16,6 +16,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
+from executor.watch import DIAGNOSIS_WINDOW_S
 from pipesim.schedules import build, schedule_names
 
 from . import distributed_workers as workers
@@ -122,7 +123,8 @@ def test_a_rank_that_died_is_named_by_the_survivor() -> None:
     message = survivor["message"]
     assert message.startswith("device 0: ") and "from device 1 failed" in message
     assert message.endswith(
-        "the peer may have died or stalled: device 1 stopped responding (no heartbeat for 1.2 s)"
+        "the peer may have died or stalled: device 1 stopped responding "
+        f"(no heartbeat for {DIAGNOSIS_WINDOW_S:g} s)"
     )
     assert "timed out" not in message.lower()  # learned from the closed connection, not a timeout
 
