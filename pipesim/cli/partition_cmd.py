@@ -27,7 +27,13 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--model", metavar="NAME|FILE", help="a model (pipesim models list)")
-    parser.add_argument("--hardware", metavar="NAME|FILE", help="a hardware spec or TOML")
+    parser.add_argument(
+        "--hardware",
+        metavar="NAME|FILE[,...]",
+        help="a hardware spec or TOML; or one per device (K of them) for a mixed cluster: each "
+        "device computes on its own accelerator and holds its own memory, the first one's "
+        "links join them",
+    )
     parser.add_argument(
         "--costs", metavar="T1,T2,...", help="per-layer times in seconds instead of a model"
     )
@@ -211,7 +217,7 @@ def _costs_problem(text: str, placement: tuple[int, ...]) -> Any:
 
 def _model_problem(args: argparse.Namespace, placement: tuple[int, ...]) -> tuple[Any, list[str]]:
     from pipesim.hardware import resolve_hardware
-    from pipesim.partition.model import model_problem
+    from pipesim.partition.model import mixed_problem, model_problem
     from pipesim.workload import resolve_model
     from pipesim.workload.optimizer import with_optimizer
 
@@ -224,6 +230,21 @@ def _model_problem(args: argparse.Namespace, placement: tuple[int, ...]) -> tupl
         raise PipesimError(
             f"--batch {batch} must be a positive multiple of the {microbatches} micro-batches"
         )
+    names = [name.strip() for name in args.hardware.split(",")]
+    if len(names) > 1:
+        if len(names) != args.devices:
+            raise PipesimError(
+                f"--hardware lists {len(names)} kinds but -K is {args.devices}: give one "
+                f"per device, got {args.hardware!r}"
+            )
+        problem = mixed_problem(
+            model,
+            [resolve_hardware(name) for name in names],
+            batch / microbatches,
+            placement,
+            rematerialize=bool(args.remat),
+        )
+        return problem, [layer.name for layer in model.layers]
     cluster = resolve_hardware(args.hardware).cluster(args.devices)
     problem = model_problem(
         model,

@@ -14,6 +14,7 @@ from enum import Enum
 from pipesim.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.costs.spec_derived import costs_from_model
+from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Cluster, Link, Network, Topology
 from pipesim.partition.memory import memory_forms
 from pipesim.partition.problem import PartitionProblem
@@ -84,6 +85,34 @@ def model_problem(
         (1.0,) * devices,
         (cluster.accelerator.memory_bytes,) * devices,
         rematerialize,
+    )
+
+
+def mixed_problem(
+    model: Model,
+    specs: Sequence[HardwareSpec],
+    microbatch_size: float,
+    placement: Sequence[int],
+    *,
+    rematerialize: bool = False,
+) -> PartitionProblem:
+    """Devices of different kinds, ``specs[d]`` for device d: each device's layer times on its
+    own accelerator (the roofline, not a scaled copy), its own memory; the links are the first
+    spec's network."""
+    tables: dict[str, tuple[StageCosts, ...]] = {}
+    for spec in specs:
+        if spec.name not in tables:
+            tables[spec.name] = layer_costs(model, spec.cluster(1), microbatch_size)
+    device_layers = tuple(tables[spec.name] for spec in specs)
+    return PartitionProblem(
+        device_layers[0],
+        model.input_bytes * microbatch_size,
+        tuple(placement),
+        specs[0].network(len(specs)),
+        (1.0,) * len(specs),
+        tuple(spec.accelerator.memory_bytes for spec in specs),
+        rematerialize,
+        device_layers,
     )
 
 

@@ -37,6 +37,8 @@ class PartitionProblem:
         device_speeds: per device, compute runs ``speed`` times faster than ``layers`` says.
         memory_capacity_bytes: per device.
         rematerialize: the backward re-runs the forward (counted in the stage time).
+        device_layers: per device, its own per-layer costs (devices of different kinds: times
+            differ, sizes must not); None means every device has ``layers``.
     """
 
     layers: tuple[StageCosts, ...]
@@ -46,6 +48,7 @@ class PartitionProblem:
     device_speeds: tuple[float, ...] | None = None
     memory_capacity_bytes: tuple[float, ...] | None = None
     rematerialize: bool = False
+    device_layers: tuple[tuple[StageCosts, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -77,6 +80,14 @@ class PartitionProblem:
             checks.positive_or_inf(f"device {index} memory_capacity_bytes", capacity)
         object.__setattr__(self, "device_speeds", speeds)
         object.__setattr__(self, "memory_capacity_bytes", capacities)
+        if self.device_layers is not None:
+            tables = tuple(tuple(table) for table in self.device_layers)
+            if len(tables) < devices or any(len(t) != len(self.layers) for t in tables):
+                raise SpecError(
+                    f"device_layers must give {len(self.layers)} layers for each of the "
+                    f"{devices} devices"
+                )
+            object.__setattr__(self, "device_layers", tables)
         if self.network is not None and self.network.devices < devices:
             raise SpecError(
                 f"the network has {self.network.devices} device(s) but the placement uses {devices}"
@@ -111,10 +122,16 @@ class PartitionProblem:
             target, source
         ).transfer_time_s(size)
 
+    def layers_on(self, device: int) -> tuple[StageCosts, ...]:
+        """The per-layer costs on ``device`` (its own table, or the shared one)."""
+        return self.device_layers[device] if self.device_layers is not None else self.layers
+
     def stage_time_s(self, stage: int, start: int, end: int) -> float:
         """The balanced objective's time of stage ``stage`` holding layers [start, end)."""
-        speed = self.device_speeds[self.placement[stage]] if self.device_speeds else 1.0
-        compute = sum(self.compute_s(layer) for layer in self.layers[start:end]) / speed
+        device = self.placement[stage]
+        speed = self.device_speeds[device] if self.device_speeds else 1.0
+        layers = self.layers_on(device)[start:end]
+        compute = sum(self.compute_s(layer) for layer in layers) / speed
         incoming = self.boundary_s(start, stage) if stage > 0 else 0.0
         outgoing = self.boundary_s(end, stage + 1) if stage + 1 < self.stages else 0.0
         return compute + incoming + outgoing
@@ -122,7 +139,7 @@ class PartitionProblem:
     def stage_costs(self, start: int, end: int, device: int) -> StageCosts:
         """The :class:`StageCosts` of layers [start, end) on ``device`` (times / speed)."""
         return merge_layers(
-            self.layers[start:end],
+            self.layers_on(device)[start:end],
             self.input_bytes if start == 0 else self.layers[start - 1].output_bytes,
             self.device_speeds[device] if self.device_speeds else 1.0,
         )

@@ -156,7 +156,10 @@ def _no_fit(
 def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
     """Per stage s, T[i, j] = time of stage s holding layers [i, j) (inf where not allowed)."""
     layers, stages = len(problem.layers), problem.stages
-    prefix = np.concatenate(([0.0], np.cumsum([problem.compute_s(x) for x in problem.layers])))
+    prefixes: dict[int, np.ndarray] = {}
+    for device in set(problem.placement):
+        times = [problem.compute_s(x) for x in problem.layers_on(device)]
+        prefixes[device] = np.concatenate(([0.0], np.cumsum(times)))
     speeds = problem.device_speeds or ()
     sizes = np.array([0.0] + [x.output_bytes for x in problem.layers])  # crossing cut c
     boundary: dict[int, np.ndarray] = {}
@@ -171,6 +174,7 @@ def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
     matrices = []
     for s in range(stages):
         speed = speeds[problem.placement[s]]
+        prefix = prefixes[problem.placement[s]]
         times = (prefix[None, :] - prefix[:, None]) / speed
         if s > 0:
             times = times + cuts_between(s)[:, None]

@@ -92,3 +92,15 @@ def test_heterogeneous_devices(capsys: pytest.CaptureFixture[str]) -> None:
     assert tight[0]["memory_bytes"] <= small
     assert main([*base, "--device-speeds", "1"]) == 2
     assert "--device-speeds must be 2 positive numbers" in capsys.readouterr().err
+
+
+def test_mixed_hardware_one_kind_per_device(capsys: pytest.CaptureFixture[str]) -> None:
+    """An H100 beside an A100: the H100's stage takes more of the layers, whichever side."""
+    base = ["partition", "--model", "gpt-355m", "-K", "2", "--batch", "8", "--json"]
+    assert main([*base, "--hardware", "h100,a100"]) == 0
+    fast_first = json.loads(capsys.readouterr().out)["partition"]
+    assert main([*base, "--hardware", "a100,h100"]) == 0
+    fast_last = json.loads(capsys.readouterr().out)["partition"]
+    assert fast_first[0] > fast_first[1] and fast_last[1] > fast_last[0]
+    assert main([*base, "--hardware", "h100,a100,a100"]) == 2
+    assert "--hardware lists 3 kinds but -K is 2" in capsys.readouterr().err

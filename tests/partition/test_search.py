@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -73,6 +74,21 @@ def problems(draw: st.DrawFn, chunks: int = 1, memory: bool = False) -> Partitio
         placement = tuple(range(devices))
     else:
         placement = tuple(range(devices)) + tuple(range(devices - 1, -1, -1))
+    device_layers = None
+    if draw(st.booleans()):  # devices of different kinds: each its own layer times
+        factor = st.sampled_from([0.5, 1.0, 3.0])
+        device_layers = tuple(
+            tuple(
+                dataclasses.replace(
+                    layer,
+                    forward_s=layer.forward_s * draw(factor),
+                    input_grad_s=layer.input_grad_s * draw(factor),
+                    weight_grad_s=layer.weight_grad_s * draw(factor),
+                )
+                for layer in layers
+            )
+            for _ in range(devices)
+        )
     return PartitionProblem(
         layers,
         draw(st.integers(0, 5)) * 1.0,
@@ -81,6 +97,7 @@ def problems(draw: st.DrawFn, chunks: int = 1, memory: bool = False) -> Partitio
         speeds,
         capacities,
         draw(st.booleans()),
+        device_layers,
     )
 
 
@@ -116,6 +133,7 @@ def _memory_case(
         problem.device_speeds,
         problem.memory_capacity_bytes,
         remat,
+        problem.device_layers,
     )
     schedule = build(name, problem.devices, 4, chunks, remat=remat)
     steps = 2 if name == "pipedream-2bw" else 1
