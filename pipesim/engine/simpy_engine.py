@@ -35,7 +35,8 @@ from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.engine.durations import action_duration_s
 from pipesim.engine.order import work_order
 from pipesim.engine.records import ComputeRecord, TransferRecord
-from pipesim.schedules.action import Action
+from pipesim.hardware.network import Route
+from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.unroll import Work, unroll
 
@@ -98,29 +99,20 @@ class _Run:
         self.done: dict[_Key, simpy.Event] = {}
         self.arrival: dict[tuple[int, Action, Action], float] = {}
         self.device_of = schedule.placement
-        self.routes = {
-            (s, d): costs.network.route(s, d)
-            for s in range(schedule.devices)
-            for d in range(schedule.devices)
-        }
+        self.routes: dict[tuple[int, int], Route] = {}  # filled as device pairs exchange data
         self.optimizer_s = [
             sum(costs.stages[s].optimizer_step_s for s in schedule.stages_on(device))
             for device in range(schedule.devices)
         ]
-        self.durations = {a: action_duration_s(schedule, costs, a) for a in schedule.actions()}
-        device_of = self.device_of
-        needs, feeds = schedule.dependency_map(), schedule.consumer_map()
-        self.remote_needs = {
-            a: tuple(d for d in needs[a] if device_of[d.stage] != device_of[a.stage]) for a in needs
-        }
-        self.remote_consumers = {
-            a: tuple(
-                (c, device_of[c.stage])
-                for c in feeds[a]
-                if device_of[c.stage] != device_of[a.stage]
-            )
-            for a in feeds
-        }
+        self.duration_of: dict[tuple[int, Kind], float] = {}  # by (stage, kind), on first use
+        self.needs, self.feeds = schedule.dependency_map(), schedule.consumer_map()
+
+    def _duration(self, action: Action) -> float:
+        key = (action.stage, action.kind)
+        duration = self.duration_of.get(key)
+        if duration is None:
+            duration = self.duration_of[key] = action_duration_s(self.schedule, self.costs, action)
+        return duration
 
     def execute(self) -> None:
         for device, work in enumerate(self.plan):
@@ -136,7 +128,7 @@ class _Run:
     def _device(
         self, device: int, work: tuple[Work, ...], keys: list[int]
     ) -> Generator[Any, Any, None]:
-        env = self.env
+        env, device_of = self.env, self.device_of
         free = 0.0  # when this device's compute is free: kept exactly, not read off the clock
         for item, key in zip(work, keys, strict=True):
             action, step = item.action, item.step
@@ -146,25 +138,28 @@ class _Run:
                 self.compute.append(ComputeRecord(device, step, None, start, end))
                 free = end
                 continue
-            for dependency in self.remote_needs[action]:
+            remote = [d for d in self.needs[action] if device_of[d.stage] != device]
+            for dependency in remote:
                 event = self._done_event((step, dependency))
                 if not event.processed:
                     yield event
             # Start when the device is free and every input has arrived; end after the
             # action's duration. One event: nothing else happens on this device meanwhile.
-            start = max(
-                [free, *(self.arrival.pop((step, d, action)) for d in self.remote_needs[action])]
-            )
-            end = free = start + self.durations[action]
+            start = max([free, *(self.arrival.pop((step, d, action)) for d in remote)])
+            end = free = start + self._duration(action)
             yield _Finish(env, max(0.0, end - env.now), key)  # fires at ``end``
             self.compute.append(ComputeRecord(device, step, action, start, end))
-            consumers = self.remote_consumers[action]
-            for consumer, target in consumers:
+            sent = False
+            for consumer in self.feeds[action]:
+                target = device_of[consumer.stage]
+                if target == device:
+                    continue
+                sent = True
                 arrival = self._send(device, target, step, action, consumer, end)
                 if self.costs.transfers_use_compute and arrival > free:
                     free = arrival
                     yield env.timeout(max(0.0, arrival - env.now))
-            if consumers:
+            if sent:
                 self._done_event((step, action)).succeed()
 
     def _send(
@@ -178,7 +173,9 @@ class _Run:
     ) -> float:
         """Reserve the route's channels first come, first served from ``now`` (the producer's
         end); return the arrival time."""
-        route = self.routes[(source, target)]
+        route = self.routes.get((source, target))
+        if route is None:
+            route = self.routes[(source, target)] = self.costs.network.route(source, target)
         size = self.costs.stages[min(producer.stage, consumer.stage)].output_bytes
         start = now
         for channel in route.channels:
