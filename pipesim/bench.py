@@ -173,7 +173,7 @@ def sweep_benchmark(
         costs = request.build(point.devices, point.chunks, point.microbatches)
         simulate(schedule, costs, steps=steps, engine=engine).to_json()
         timings.append((time.perf_counter() - began) * 1e3)
-        actions += len(schedule.actions()) * steps
+        actions += schedule.encoded.actions * steps
     total = time.perf_counter() - start
     name = f"planner-sized synthetic sweep ({label or engine})"
     return SweepRate(name, len(timings), total, timings, actions)
@@ -192,7 +192,7 @@ def table_2_benchmark(engine: str = "auto", label: str = "") -> SweepRate:
                 costs = model_on_hardware(target, spec, k, 1, batch / m)
                 simulate(schedule, costs, engine=engine).to_json()
                 timings.append((time.perf_counter() - began) * 1e3)
-                actions += len(schedule.actions())
+                actions += schedule.encoded.actions
     total = time.perf_counter() - start
     name = f"GPipe Table 2, 18 configurations ({label or engine})"
     return SweepRate(name, len(timings), total, timings, actions)
@@ -212,7 +212,7 @@ def model_benchmark(configs: int = 100, engine: str = "auto") -> SweepRate:
         costs = request.build(point.devices, point.chunks, point.microbatches)
         simulate(schedule, costs, engine=engine).to_json()
         timings.append((time.perf_counter() - began) * 1e3)
-        actions += len(schedule.actions())
+        actions += schedule.encoded.actions
     total = time.perf_counter() - start
     return SweepRate(
         f"model sweep, gpipe-transformer-48 on tpu-v3 ({engine})",

@@ -92,3 +92,21 @@ def arrays_from_records(records: Sequence[ComputeRecord]) -> RunArrays:
         np.array(starts, dtype=np.float64),
         np.array(ends, dtype=np.float64),
     )
+
+
+def running_totals(values: FloatArray, owner: IntArray, groups: int) -> FloatArray:
+    """Per group, the running total of its values, added one by one in order.
+
+    ``owner`` must be sorted (stably, so each group keeps its values' order). Row g of the
+    result holds group g's running totals, then its final total repeated to the common width:
+    so the row's last entry is the group's total and the row's maximum its largest running
+    total. The additions run left to right along each row, in the order a loop makes them, so
+    the totals are bit for bit a loop's.
+    """
+    counts = np.bincount(owner, minlength=groups)
+    width = int(counts.max()) if len(owner) else 0
+    starts = np.zeros(groups, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    matrix = np.zeros((groups, max(width, 1)))
+    matrix[owner, np.arange(len(owner)) - starts[owner]] = values
+    return np.add.accumulate(matrix, axis=1)

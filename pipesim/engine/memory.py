@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.engine.arrays import FloatArray, RunArrays
+from pipesim.engine.arrays import FloatArray, RunArrays, running_totals
 from pipesim.schedules.encoded import B, F, I, W
 from pipesim.schedules.schedule import Schedule
 
@@ -44,6 +44,11 @@ class DeviceMemory:
         """``(time_s, total bytes after the change)``, starting with ``(0, static)``."""
         totals = (self.static_bytes + self.activation_levels_bytes).tolist()
         return ((0.0, self.static_bytes), *zip(self.change_times_s.tolist(), totals, strict=True))
+
+
+def static_bytes_by_device(schedule: Schedule, costs: PipelineCosts) -> list[float]:
+    """:func:`static_bytes` of every device."""
+    return [static_bytes(schedule, costs, device) for device in range(schedule.devices)]
 
 
 def static_bytes(schedule: Schedule, costs: PipelineCosts, device: int) -> float:
@@ -93,13 +98,16 @@ def device_memory(
     # Stable: by device, then time, frees (and zero changes) before allocations, then as made.
     order = np.lexsort((deltas > 0, times, devices))
     times, deltas, devices = times[order], deltas[order], devices[order]
-    bounds = np.searchsorted(devices, np.arange(schedule.devices + 1))
-    result = []
-    for device in range(schedule.devices):
-        lo, hi = bounds[device], bounds[device + 1]
-        levels = np.cumsum(deltas[lo:hi])  # sequential, as a running total is
-        peak = max(0.0, float(levels.max())) if hi > lo else 0.0
-        result.append(
-            DeviceMemory(static_bytes(schedule, costs, device), peak, times[lo:hi], levels)
+    totals = running_totals(deltas, devices, schedule.devices)
+    peaks = np.maximum(totals.max(axis=1), 0.0).tolist()
+    bounds = np.searchsorted(devices, np.arange(schedule.devices + 1)).tolist()
+    statics = static_bytes_by_device(schedule, costs)
+    return tuple(
+        DeviceMemory(
+            statics[device],
+            peaks[device],
+            times[bounds[device] : bounds[device + 1]],
+            totals[device, : bounds[device + 1] - bounds[device]],
         )
-    return tuple(result)
+        for device in range(schedule.devices)
+    )

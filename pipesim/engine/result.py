@@ -10,7 +10,7 @@ import numpy as np
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.engine.arrays import RunArrays
+from pipesim.engine.arrays import RunArrays, running_totals
 from pipesim.engine.memory import DeviceMemory, device_memory
 from pipesim.engine.records import ComputeRecord, Timeline, TransferRecord
 from pipesim.schedules.schedule import Schedule
@@ -212,10 +212,5 @@ def _last_step_busy_s(run: RunArrays, steps: int, devices: int) -> list[float]:
     durations = (run.end_s - run.start_s)[last]
     owner = run.device[last]
     order = np.argsort(owner, kind="stable")
-    durations, owner = durations[order], owner[order]
-    bounds = np.searchsorted(owner, np.arange(devices + 1))
-    busy = []
-    for device in range(devices):
-        lo, hi = bounds[device], bounds[device + 1]
-        busy.append(float(np.cumsum(durations[lo:hi])[-1]) if hi > lo else 0.0)
-    return busy
+    totals = running_totals(durations[order], owner[order], devices)
+    return [float(total) for total in totals[:, -1]]
