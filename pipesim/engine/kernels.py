@@ -55,13 +55,14 @@ def play_in_order(
     device_free = [0.0] * devices
     channel_free = [0.0] * channels
     last_request = [0.0] * channels
-    for position in range(len(order)):
-        item = order[position]
+    for position, item in enumerate(order):
         here = device[item]
         ready = device_free[here]
         producer = source[item]
-        if producer >= 0 and arrival[producer] > ready:
-            ready = arrival[producer]
+        if producer >= 0:
+            came = arrival[producer]
+            if came > ready:
+                ready = came
         finish = ready + duration[item]
         start[item] = ready
         path = route[item]
