@@ -134,3 +134,21 @@ def test_an_unknown_engine_is_refused_with_the_choices() -> None:
 
     with pytest.raises(SpecError, match=r"^engine must be one of simpy, fast, auto, got 'jet'$"):
         simulate(build("1f1b", 2, 2), synthetic_costs(2, 1, 1.0, 1.0), engine="jet")
+
+
+@pytest.mark.parametrize("hardware_name", ["tpu-v3", "p100-pcie", "h100-ib", "a100"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zbv"])
+def test_spec_derived_costs_give_the_same_json(hardware_name: str, name: str) -> None:
+    """A catalogue model on catalogue hardware (torus, shared bus, nodes over InfiniBand,
+    NVSwitch): the same JSON from both engines, over two steps."""
+    from pipesim.costs.request import ModelRequest
+    from pipesim.schedules import build
+
+    schedule = build(name, 4, 8)
+    costs = ModelRequest("gpipe-transformer-24", hardware_name, batch=32).build(
+        4, schedule.chunks, 8
+    )
+    reference = simulate(schedule, costs, 2, engine="simpy").to_json()
+    fast = simulate(schedule, costs, 2, engine="fast").to_json()
+    assert (reference.pop("engine"), fast.pop("engine")) == ("simpy", "fast")
+    assert reference == fast
