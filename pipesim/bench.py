@@ -156,9 +156,17 @@ class SweepRate:
 
 
 def sweep_benchmark(
-    configs: int = 1000, steps: int = 1, engine: str = "auto", label: str = ""
+    configs: int = 1000,
+    steps: int = 1,
+    engine: str = "auto",
+    label: str = "",
+    *,
+    reuse_schedules: bool = False,
 ) -> SweepRate:
-    """A planner-sized synthetic sweep: ``configs`` configurations with varied costs."""
+    """A planner-sized synthetic sweep: ``configs`` configurations with varied costs, each
+    schedule built from scratch, or (``reuse_schedules``) built once per shape and simulated
+    under every cost, as a planner that keeps its schedules does (the engine keeps each
+    schedule's cost-independent layout, so only the costs' part is redone)."""
     points, _ = sweep_points(list(schedule_names()), [2, 4, 8], [4, 8, 16, 32])
     requests = [
         SyntheticRequest(f, b, w, comm_s=c)
@@ -166,16 +174,23 @@ def sweep_benchmark(
     ]
     timings, actions = [], 0
     work = itertools.islice(zip(itertools.cycle(points), itertools.cycle(requests)), configs)
+    built: dict[tuple[str, int, int, int], Schedule] = {}
+    if reuse_schedules:
+        for point in points:
+            shape = (point.schedule, point.devices, point.microbatches, point.chunks)
+            built[shape] = build(*shape)
     start = time.perf_counter()
     for point, request in work:
         began = time.perf_counter()
-        schedule = build(point.schedule, point.devices, point.microbatches, point.chunks)
+        shape = (point.schedule, point.devices, point.microbatches, point.chunks)
+        schedule = built[shape] if reuse_schedules else build(*shape)
         costs = request.build(point.devices, point.chunks, point.microbatches)
         simulate(schedule, costs, steps=steps, engine=engine).to_json()
         timings.append((time.perf_counter() - began) * 1e3)
         actions += schedule.encoded.actions * steps
     total = time.perf_counter() - start
-    name = f"planner-sized synthetic sweep ({label or engine})"
+    reused = ", schedules built once per shape" if reuse_schedules else ""
+    name = f"planner-sized synthetic sweep ({label or engine}{reused})"
     return SweepRate(name, len(timings), total, timings, actions)
 
 

@@ -49,6 +49,9 @@ def _bench(args: argparse.Namespace) -> int:
     # Interpreted first: nothing has loaded numba yet, so the fast engine runs in Python.
     sweeps = [
         bench.sweep_benchmark(args.configs, engine="fast", label="fast, interpreted"),
+        bench.sweep_benchmark(
+            args.configs, engine="fast", label="fast, interpreted", reuse_schedules=True
+        ),
         bench.table_2_benchmark("fast", label="fast, interpreted"),
     ]
     engines = ("interpreted",) if args.no_simpy else ("simpy", "interpreted")
@@ -64,7 +67,13 @@ def _bench(args: argparse.Namespace) -> int:
         for rate, more in zip(rates, compiled, strict=True):
             rate.simulate_s.update(more.simulate_s)
         sweeps.insert(1, bench.sweep_benchmark(args.configs, engine="fast", label="fast, numba"))
-        sweeps.insert(3, bench.table_2_benchmark("fast", label="fast, numba"))
+        sweeps.insert(
+            3,
+            bench.sweep_benchmark(
+                args.configs, engine="fast", label="fast, numba", reuse_schedules=True
+            ),
+        )
+        sweeps.insert(5, bench.table_2_benchmark("fast", label="fast, numba"))
     report = {
         **bench.machine(),
         "engines": [r.to_json() for r in rates],

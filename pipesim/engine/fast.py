@@ -87,30 +87,16 @@ def run_fast(
     ``force_events`` skips the in-order walk and plays with the event loop alone (for tests:
     both must agree).
     """
-    encoded = schedule.encoded
-    items = _lay_out(schedule, encoded, steps)
+    plan = schedule.derived(("fast engine plan", steps), lambda: _plan(schedule, steps))
+    items, stage, kind, microbatch = plan.items, plan.stage, plan.kind, plan.microbatch
+    source, consumer, order, key = plan.source, plan.consumer, plan.order, plan.key
     count = len(items.device)
     if compiled is None:
         compiled = should_compile(count)
-    is_action = items.flat >= 0
-    flat = np.where(is_action, items.flat, 0)
-    stage = np.where(is_action, encoded.stage[flat], OPTIMIZER)
-    kind = np.where(is_action, encoded.kind[flat], OPTIMIZER)
-    microbatch = np.where(is_action, encoded.microbatch[flat], 0)
-
     duration = _durations(schedule, costs, stage, kind, items.device)
-    upstream = _upstream(encoded, items, steps)
-    crosses = upstream >= 0
-    crosses[crosses] = items.device[upstream[crosses]] != items.device[crosses]
-    source = np.where(crosses, upstream, -1)
-    consumer = np.full(count, -1, dtype=np.int64)
-    consumer[source[crosses]] = np.flatnonzero(crosses)
     route, occupancy, transfer, route_starts, route_channels, channel_names, routes = _transfers(
         costs, items, stage, source, consumer
     )
-    order = _execution_order(schedule, encoded, items, steps, upstream)
-    key = np.empty(count, dtype=np.int64)
-    key[order] = np.arange(count, dtype=np.int64)
 
     arguments: dict[str, Any] = {
         "device": items.device,
@@ -173,6 +159,43 @@ def run_fast(
         return tuple(records)
 
     return run, transfer_records
+
+
+@dataclass(frozen=True, eq=False)
+class _Plan:
+    """What a run of a schedule over ``steps`` steps is, whatever the costs: the items, what
+    each is, which item on another device it waits for (``source``) and which waits for it
+    (``consumer``), and the execution order (``order``; ``key`` is each item's position)."""
+
+    items: _Items
+    stage: IntArray
+    kind: IntArray
+    microbatch: IntArray
+    source: IntArray
+    consumer: IntArray
+    order: IntArray
+    key: IntArray
+
+
+def _plan(schedule: Schedule, steps: int) -> _Plan:
+    encoded = schedule.encoded
+    items = _lay_out(schedule, encoded, steps)
+    count = len(items.device)
+    is_action = items.flat >= 0
+    flat = np.where(is_action, items.flat, 0)
+    stage = np.where(is_action, encoded.stage[flat], OPTIMIZER)
+    kind = np.where(is_action, encoded.kind[flat], OPTIMIZER)
+    microbatch = np.where(is_action, encoded.microbatch[flat], 0)
+    upstream = _upstream(encoded, items, steps)
+    crosses = upstream >= 0
+    crosses[crosses] = items.device[upstream[crosses]] != items.device[crosses]
+    source = np.where(crosses, upstream, -1)
+    consumer = np.full(count, -1, dtype=np.int64)
+    consumer[source[crosses]] = np.flatnonzero(crosses)
+    order = _execution_order(schedule, encoded, items, steps, upstream)
+    key = np.empty(count, dtype=np.int64)
+    key[order] = np.arange(count, dtype=np.int64)
+    return _Plan(items, stage, kind, microbatch, source, consumer, order, key)
 
 
 def _lay_out(schedule: Schedule, encoded: EncodedSchedule, steps: int) -> _Items:

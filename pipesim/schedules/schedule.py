@@ -9,9 +9,10 @@ exists is complete, correctly placed and free of deadlock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar, cast
 
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind, UpdateRule
@@ -20,6 +21,8 @@ from pipesim.schedules.encoded import I as I_CODE
 from pipesim.schedules.validate import Checked, validate
 
 __all__ = ["Schedule", "UpdateRule"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class Schedule:
     _order: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
     _lookup: _Tables | None = field(init=False, repr=False, compare=False, default=None)
     _generator: str | None = field(init=False, repr=False, compare=False, default=None)
+    _derived: dict[Hashable, object] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         # Accept any sequences; store tuples so the schedule is immutable and hashable-equal.
@@ -79,6 +85,16 @@ class Schedule:
         if not self._flat:
             object.__setattr__(self, "_flat", self.actions())
         return self._flat
+
+    def derived(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """A value computed from this schedule alone, made on first request and kept: engines
+        keep their cost-independent layouts here, so a schedule simulated under many costs
+        (a planner's, a sweep's) is laid out once."""
+        try:
+            return cast(_T, self._derived[key])
+        except KeyError:
+            value = self._derived[key] = make()
+            return value
 
     @property
     def generator(self) -> str | None:

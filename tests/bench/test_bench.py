@@ -54,3 +54,5 @@ def test_bench_command_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(rates[0].to_json()["actions_per_s"]) == {"simpy", "fast (interpreted)"}
     sweep = bench.sweep_benchmark(5, engine="fast")
     assert sweep.configs == 5 and sweep.to_json()["configs_per_s"] > 0
+    reused = bench.sweep_benchmark(5, engine="fast", reuse_schedules=True)
+    assert reused.actions == sweep.actions and "built once per shape" in reused.name
