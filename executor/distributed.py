@@ -268,18 +268,27 @@ def run_distributed_step(
             timeout_s,
             watch,
         )
-        _barrier(watch, timeout_s, "waiting for every device to start the step")
-        record = DeviceRecord(device, Clock(tensor_device))
-        worker = DeviceWorker(
-            device, schedule, runners, transport, record, step, xs, ys, check_finite=check_finite
-        )
         try:
+            _barrier(watch, timeout_s, "waiting for every device to start the step")
+            record = DeviceRecord(device, Clock(tensor_device))
+            worker = DeviceWorker(
+                device,
+                schedule,
+                runners,
+                transport,
+                record,
+                step,
+                xs,
+                ys,
+                check_finite=check_finite,
+            )
             if dist.get_backend() == "gloo":
                 transport.post_known()
             worker.run_all()
             transport.finish()
-        except ExecutorError as error:
-            watch.publish(error)  # a no-op when another rank's failure came first
+        except BaseException as error:
+            if isinstance(error, Exception):
+                watch.publish(error)  # a no-op when another rank's failure came first
             transport.abandon()
             raise
         last = schedule.stages - 1
