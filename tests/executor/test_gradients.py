@@ -38,7 +38,7 @@ def check_step(
     x, y = batch_for(kind, schedule.microbatches * per_microbatch, width, seed)
     loss_fn = nn.MSELoss()
     stages = split_model(model, schedule)
-    result = run_step(schedule, stages, x, y, loss_fn)
+    result = run_step(schedule, stages, x, y, loss_fn, check_finite=True)  # and no false alarm
     expected_loss, expected = reference_step(reference, x, y, loss_fn, schedule.microbatches)
     assert abs(result.loss - expected_loss) <= 1e-10 * abs(expected_loss)
     for name, parameter in model.named_parameters():
