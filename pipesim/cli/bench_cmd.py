@@ -107,8 +107,8 @@ def _table(report: dict[str, Any]) -> str:
     for s in report["sweeps"]:
         lines.append(
             f"  {s['benchmark']}: {s['configs']} configurations in {s['total_s']:.3f} s = "
-            f"{s['configs_per_s']:,.0f}/s (median {s['median_ms']:.2f} ms, p95 "
-            f"{s['p95_ms']:.2f} ms)"
+            f"{s['configs_per_s']:,.0f}/s, {s['configs_per_cpu_s']:,.0f} per CPU second "
+            f"(median {s['median_ms']:.2f} ms, p95 {s['p95_ms']:.2f} ms)"
         )
     for what, size in report["peak_memory_bytes"].items():
         lines.append(f"peak memory, {what}: {size / 1e6:.0f} MB")
