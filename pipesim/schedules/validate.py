@@ -122,11 +122,9 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
     next_stage = np.minimum(stage + 1, stages - 1)
     upstream_kind = backward_kind[next_stage, microbatch]
     next_backward = flat_index[next_stage, microbatch, upstream_kind]
-    dependencies[:, 0] = np.select(
-        [kind == F, kind == W],
-        [np.where(stage > 0, flat_index[previous_stage, microbatch, F], -1), earlier],
-        default=earlier,
-    )
+    # F needs the previous stage's F; B and I their own F; W its I (``earlier`` holds both).
+    previous_forward = np.where(stage > 0, flat_index[previous_stage, microbatch, F], -1)
+    dependencies[:, 0] = np.where(kind == F, previous_forward, earlier)
     dependencies[:, 1] = np.where(
         (kind != F) & (kind != W) & (stage < stages - 1), next_backward, -1
     )
