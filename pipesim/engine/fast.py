@@ -7,10 +7,11 @@ step, device by device as :mod:`pipesim.schedules.unroll` orders them), their du
 dependencies and transfers, and plays them with :mod:`pipesim.engine.kernels`. For one step the
 execution order is the validator's dry run (with each optimizer step right after its device's
 last action): the validator's walk serves the engine too; for several steps one more dry run
-orders the unrolled lists.
+orders the unrolled lists. All of that depends on the schedule alone and is kept on it
+(:meth:`Schedule.derived`), so a schedule simulated under many costs is laid out once.
 
 Kernels run compiled by numba when ``compiled`` is true (the ``fast`` extra), in the
-interpreter otherwise; the numbers are the same.
+interpreter otherwise (:func:`should_compile` chooses by default); the numbers are the same.
 """
 
 from __future__ import annotations
