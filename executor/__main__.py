@@ -62,7 +62,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if "WORLD_SIZE" in os.environ and status == 0:
         from executor.teardown import end_rank
 
-        end_rank(status)
+        end_rank(status, args.timeout)
     return status
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from typing import NoReturn
 
 import torch.distributed as dist
 
 
-def end_rank(status: int) -> NoReturn:
-    """Wait for every rank, destroy the process group, and leave with ``status`` without the
-    interpreter's finalization.
+def end_rank(status: int, timeout_s: float = 60.0) -> NoReturn:
+    """Wait for every rank (at most ``timeout_s``: a peer that stalled after its last step
+    does not hold this one; it then leaves without destroying the group), destroy the process
+    group, and leave with ``status`` without the interpreter's finalization.
 
     The barrier keeps any rank from tearing down while another still talks to it. Skipping
     finalization avoids an abort in torch's own teardown: with gloo, the C++ objects of the
@@ -21,8 +23,11 @@ def end_rank(status: int) -> NoReturn:
     of 36 with this exit (under a 2-core CPU burn). Output is flushed first; nothing else is
     left to clean up.
     """
-    dist.barrier()
-    dist.destroy_process_group()
+    try:
+        dist.barrier(async_op=True).wait(timedelta(seconds=timeout_s))
+        dist.destroy_process_group()
+    except RuntimeError:
+        pass  # every step is done and reported: leave without the lost peer
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
