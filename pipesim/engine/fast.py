@@ -34,6 +34,7 @@ from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import EncodedSchedule, F
 from pipesim.schedules.registry import build
 from pipesim.schedules.schedule import Schedule, UpdateRule
+from pipesim.schedules.unroll import no_flush_order
 from pipesim.schedules.validate import dry_run_kernel
 
 
@@ -223,34 +224,16 @@ def _lay_out(schedule: Schedule, encoded: EncodedSchedule, steps: int) -> _Items
 
 def _unroll_no_flush(encoded: EncodedSchedule, device: int, steps: int) -> list[tuple[int, int]]:
     """Device ``device``'s (step, flat) items as :func:`pipesim.schedules.unroll.unroll` lays
-    out a no-flush schedule: step t+1's leading forwards woven one for one with step t's
-    trailing backwards, each step's optimizer (flat -1) after its last action."""
-    row = range(int(encoded.row_starts[device]), int(encoded.row_starts[device + 1]))
-    kinds = encoded.kind
-
-    def is_forward(item: tuple[int, int]) -> bool:
-        return item[1] < 0 or kinds[item[1]] == F
-
-    merged: list[tuple[int, int]] = []
-    for step in range(steps):
-        following = [(step, flat) for flat in row]
-        if not merged:
-            merged = following
-            continue
-        tail_start = len(merged)
-        while tail_start > 0 and not is_forward(merged[tail_start - 1]):
-            tail_start -= 1
-        head_end = 0
-        while head_end < len(following) and is_forward(following[head_end]):
-            head_end += 1
-        tail, head = merged[tail_start:], following[:head_end]
-        woven: list[tuple[int, int]] = []
-        for index in range(max(len(tail), len(head))):
-            if index < len(head):
-                woven.append(head[index])
-            if index < len(tail):
-                woven.append(tail[index])
-        merged = merged[:tail_start] + woven + following[head_end:]
+    out a no-flush schedule (:func:`~pipesim.schedules.unroll.no_flush_order`, the one
+    definition), each step's optimizer (flat -1) after its last action."""
+    first = int(encoded.row_starts[device])
+    row = range(first, int(encoded.row_starts[device + 1]))
+    forward = [bool(encoded.kind[flat] == F) for flat in row]
+    devices = len(encoded.row_starts) - 1
+    merged = [
+        (step, first + position)
+        for step, position in no_flush_order(forward, device, devices, steps)
+    ]
     last = {step: index for index, (step, _) in enumerate(merged)}
     out: list[tuple[int, int]] = []
     for index, item in enumerate(merged):

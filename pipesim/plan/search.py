@@ -45,15 +45,15 @@ from pipesim.workload import resolve_model
 from pipesim.workload.model import Model
 from pipesim.workload.optimizer import with_optimizer
 
-# No-flush schedules are timed in steady state over this many steps back to back. The
-# simulator's per-step interval over S steps reads low (the last step has no successor to
-# interleave with): for 2BW by up to about one step / (S - 1), so its bounds are relaxed by that
-# much; PipeDream's weight stashing keeps up to K steps in flight, so its bounds are not used.
+# No-flush schedules are timed in steady state over this many steps back to back. Their steps
+# run as one 1F1B stream (pipesim.schedules.unroll.no_flush_order), so the per-step interval is
+# never below a device's own work and the bounds hold unrelaxed for every update rule (an
+# earlier weave of the steps read low, by up to a step / (S - 1), and needed relaxing).
 NO_FLUSH_STEPS = 6
 _RELAXATION = {
     UpdateRule.FLUSH: 1.0,
-    UpdateRule.TWO_BW: 1.0 - 1.0 / (NO_FLUSH_STEPS - 1),
-    UpdateRule.ASYNC: 0.0,
+    UpdateRule.TWO_BW: 1.0,
+    UpdateRule.ASYNC: 1.0,
 }
 PLAN_NODE_BUDGET = 5_000  # per memory-aware search with several stages per device
 

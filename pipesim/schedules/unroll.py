@@ -5,14 +5,16 @@ then its optimizer step, then step t+1's list. Nothing else synchronizes the dev
 device may start the next step while others finish this one (the zero-bubble paper's
 "parallelogram"; with synchronized optimizer steps it would not).
 
-No-flush schedules (PipeDream-2BW, PipeDream) never drain: the next step's leading forwards are
-interleaved with this step's trailing backwards, one forward then one backward, as the 1F1B
-steady state does. For the 1F1B order this gives exactly 1F1B over all the steps' micro-batches.
-Each device's optimizer step (the weight-version update) follows its last action of the step.
+No-flush schedules (PipeDream-2BW, PipeDream) never drain: each device runs its steps' actions
+as one stream, one forward then one backward after a warm-up of K-d forwards, as the 1F1B steady
+state does (:func:`no_flush_order`). For the 1F1B order this is exactly 1F1B over all the steps'
+micro-batches. Each device's optimizer step (the weight-version update) follows its last action
+of the step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim import checks
@@ -38,36 +40,46 @@ def unroll(schedule: Schedule, steps: int) -> tuple[tuple[Work, ...], ...]:
     steps = checks.positive_int("steps", steps, error=ScheduleError)
     flush = schedule.update_rule is UpdateRule.FLUSH
     devices = []
-    for row in schedule.device_actions:
-        merged: list[Work] = []
-        for step in range(steps):
-            items = [Work(step, action) for action in row]
-            merged = merged + items if flush or not merged else _overlap(merged, items)
+    for device, row in enumerate(schedule.device_actions):
+        if flush or steps == 1:
+            merged = [Work(step, action) for step in range(steps) for action in row]
+        else:
+            forward = [action.kind is Kind.F for action in row]
+            merged = [
+                Work(step, row[position])
+                for step, position in no_flush_order(forward, device, schedule.devices, steps)
+            ]
         devices.append(tuple(_with_optimizer_steps(merged, steps)))
     return tuple(devices)
 
 
-def _overlap(previous: list[Work], following: list[Work]) -> list[Work]:
-    """Interleave ``previous``'s trailing backwards with ``following``'s leading forwards."""
-    tail_start = len(previous)
-    while tail_start > 0 and not _is_forward(previous[tail_start - 1]):
-        tail_start -= 1
-    head_end = 0
-    while head_end < len(following) and _is_forward(following[head_end]):
-        head_end += 1
-    tail, head = previous[tail_start:], following[:head_end]
-    woven: list[Work] = []
-    for index in range(max(len(tail), len(head))):
-        if index < len(head):
-            woven.append(head[index])
-        if index < len(tail):
-            woven.append(tail[index])
-    return previous[:tail_start] + woven + following[head_end:]
+def no_flush_order(
+    forward: Sequence[bool], device: int, devices: int, steps: int
+) -> list[tuple[int, int]]:
+    """One device's (step, position in its row) order over ``steps`` steps of a no-flush
+    schedule, whose row marks ``forward`` at each position.
 
-
-def _is_forward(work: Work) -> bool:
-    """True for a forward. Only actions are woven: optimizer items are added afterwards."""
-    return work.action is not None and work.action.kind is Kind.F
+    The steps' actions form one stream, as a pipeline that never drains runs them: the
+    forwards of every step in order, the other actions (backwards) likewise, merged one
+    forward for one backward after a warm-up. The warm-up keeps at least K-d micro-batches in
+    flight on device d (PipeDream's steady state, also when a step has fewer than K-d
+    micro-batches), and at least as many as the row itself starts with. For the 1F1B order
+    this is exactly 1F1B over all the steps' micro-batches. Both engines lay out no-flush runs
+    with this one function.
+    """
+    forwards = [(step, i) for step in range(steps) for i, f in enumerate(forward) if f]
+    others = [(step, i) for step in range(steps) for i, f in enumerate(forward) if not f]
+    leading = next((i for i, f in enumerate(forward) if not f), len(forward))
+    warm_up = min(len(forwards), max(leading, devices - device))
+    order = forwards[:warm_up]
+    remaining = iter(forwards[warm_up:])
+    for item in others:
+        order.append(item)
+        following = next(remaining, None)
+        if following is not None:
+            order.append(following)
+    order.extend(remaining)
+    return order
 
 
 def _with_optimizer_steps(items: list[Work], steps: int) -> list[Work]:
