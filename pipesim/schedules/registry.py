@@ -10,6 +10,7 @@ and the role it plays when validation calibrates a machine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -326,11 +327,37 @@ def build(
     if reason is not None:
         raise ScheduleError(f"{name}: {reason}")
     check_size(info, devices, microbatches, chunks)
+    if devices * chunks * microbatches <= _MEMO_MAX_UNITS:
+        return _build_memo(name, devices, microbatches, chunks, remat)
+    return _generate(info, devices, microbatches, chunks, remat)
+
+
+# Sweeps and the planner build the same small shapes again and again, and generating a schedule
+# is about half of a small configuration's cost. A Schedule is immutable, so a built one can be
+# handed out again: small shapes (up to this many stage x micro-batch units) are memoized, large
+# ones (whose simulation dwarfs their building) are not, so the memo stays a few MB.
+_MEMO_MAX_UNITS = 4096
+_MEMO_ENTRIES = 1024
+
+
+def _generate(
+    info: ScheduleInfo, devices: int, microbatches: int, chunks: int, remat: bool
+) -> Schedule:
     schedule = info.generate(devices, microbatches, chunks)
     if remat:
         schedule = dataclasses.replace(schedule, rematerialize=True)
-    object.__setattr__(schedule, "_generator", name)
+    object.__setattr__(schedule, "_generator", info.name)
     return schedule
+
+
+def clear_build_memo() -> None:
+    """Forget the memoized small schedules (benchmarks time building from scratch)."""
+    _build_memo.cache_clear()
+
+
+@functools.lru_cache(maxsize=_MEMO_ENTRIES)
+def _build_memo(name: str, devices: int, microbatches: int, chunks: int, remat: bool) -> Schedule:
+    return _generate(_REGISTRY[name], devices, microbatches, chunks, remat)
 
 
 def registered_info(schedule: Schedule) -> ScheduleInfo | None:
