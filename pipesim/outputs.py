@@ -65,8 +65,11 @@ def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> P
             return target  # written through in place: its folder is not written
     directory = real.parent
     if not directory.is_dir():
-        shown = str(target.parent) if str(target.parent) else "."
-        raise PipesimError(f"{field}: directory {shown!r} does not exist")
+        # A dangling link names the folder its target needs, not the link's own folder.
+        missing = Path(os.readlink(target)).parent if target.is_symlink() else target.parent
+        if target.is_symlink() and not missing.is_absolute():
+            missing = target.parent / missing
+        raise PipesimError(f"{field}: directory {str(missing)!r} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         reason = "read-only file system" if _read_only(directory) else "permission denied"
         raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})")

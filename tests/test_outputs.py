@@ -75,6 +75,14 @@ def test_a_dangling_symlink_creates_its_target(tmp_path: Path) -> None:
     assert link.is_symlink() and (tmp_path / "made.csv").read_text() == GPIPE_CSV
 
 
+def test_a_dangling_symlink_into_a_missing_folder_names_that_folder(tmp_path: Path) -> None:
+    link = tmp_path / "link.csv"
+    link.symlink_to("nowhere/made.csv")
+    with pytest.raises(PipesimError) as raised:
+        output_path(link, "--out")
+    assert str(raised.value) == f"--out: directory {str(tmp_path / 'nowhere')!r} does not exist"
+
+
 def test_a_fifo_is_written_through_not_replaced(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
