@@ -20,7 +20,7 @@ from typing import Any
 from pipesim import checks
 from pipesim.costs.request import CostRequest, ModelRequest
 from pipesim.errors import LimitError, PipesimError
-from pipesim.finite import non_finite_fields, overflow_checked
+from pipesim.finite import overflow_checked, result_problem
 from pipesim.limits import Limit, cap_jobs, check
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import check_size
@@ -107,7 +107,8 @@ def run_point(
 ) -> dict[str, Any]:
     """Simulate one point with ``engine`` (simpy, fast or auto); the result's JSON object, or
     the point with an ``error`` text if the costs cannot be built for this shape (e.g. more
-    stages than layers) or the result is not finite (costs that overflow)."""
+    stages than layers) or the result cannot be saved (costs that overflow, or all zero: see
+    :func:`pipesim.finite.result_problem`)."""
     from pipesim.engine import simulate
 
     schedule = build(
@@ -119,8 +120,9 @@ def run_point(
         return {**_identity(point), "error": str(error)}
     with overflow_checked():  # a non-finite result becomes an error row just below
         result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()
-    for field, value in non_finite_fields(result):
-        return {**_identity(point), "error": f"{field} is {value} (the costs overflow a float)"}
+    problem = result_problem(result)
+    if problem is not None:
+        return {**_identity(point), "error": problem}
     return result
 
 

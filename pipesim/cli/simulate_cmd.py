@@ -9,7 +9,7 @@ from typing import Any
 from pipesim.cli.parsing import EXIT_OK, write_json
 from pipesim.cli.schedule_source import add_schedule_source_arguments, load_schedule
 from pipesim.errors import PipesimError
-from pipesim.finite import json_text, overflow_checked, require_finite
+from pipesim.finite import json_text, overflow_checked, require_reportable
 from pipesim.limits import Limit, check
 from pipesim.outputs import output_path, write_text_atomically
 from pipesim.units import format_bytes, format_percent, format_seconds
@@ -215,7 +215,7 @@ def _simulate(args: argparse.Namespace) -> int:
     _check_outputs(args)
     with overflow_checked():  # a non-finite result is refused in one line just below
         result = simulate(schedule, costs, steps=args.steps, engine=args.engine)
-    require_finite(result.to_json(), "simulate")
+    require_reportable(result.to_json(), "simulate")
     if args.trace is not None:
         memory = [d.memory.timeline for d in result.per_device]
         trace = chrome_trace(

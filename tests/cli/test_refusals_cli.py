@@ -8,9 +8,12 @@ import argparse
 import errno
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pipesim.outputs
 from pipesim.cli import schedule_cmd
@@ -285,3 +288,80 @@ def test_simulate_json_has_no_nan(capsys: pytest.CaptureFixture[str]) -> None:
     assert status in (0, 2)
     if status == 0:
         json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in --json"))
+
+
+@pytest.mark.parametrize(
+    ("costs", "expected"),
+    [
+        ("0,0", "iteration_time is 0 s (every cost is zero): give costs that take time"),
+        (
+            "1e300,1e300",
+            "iteration_time is 6e+300, beyond 1e+15, the largest number pipesim saves and "
+            "plots: give smaller costs or sizes",
+        ),
+        (
+            "1e-300,1e-300",
+            "iteration_time is 6e-300, below 1e-12, the smallest positive number pipesim saves "
+            "and plots: give larger costs",
+        ),
+        (
+            "1e13,1e13",
+            "throughput is 3.33333e-14, below 1e-12, the smallest positive number pipesim "
+            "saves and plots: give smaller costs",
+        ),
+    ],
+)
+def test_results_pipesim_could_not_read_back_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, costs: str, expected: str
+) -> None:
+    """Finite but outside what pipesim saves and plots (or zero): refused, nothing saved."""
+    saved = tmp_path / "f.json"
+    status, out, err = run(
+        capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "2", "--costs", costs,
+        "--save", str(saved),
+    )  # fmt: skip
+    assert status == 2 and out == "" and not saved.exists()
+    assert one_line(err) == f"pipesim: error: simulate: {expected}"
+
+
+def test_the_saved_range_is_the_range_plots_read() -> None:
+    import plots.saved
+    from pipesim.finite import LARGEST, SMALLEST
+
+    assert (plots.saved.LARGEST, plots.saved.SMALLEST) == (LARGEST, SMALLEST)
+
+
+_COSTS = st.one_of(
+    st.just(0.0),
+    st.floats(min_value=1e-320, max_value=1e308, allow_nan=False, allow_infinity=False),
+    st.sampled_from([1e-13, 1e-12, 1e-6, 1.0, 1e6, 1e12, 1e14, 1e15, 1e16]),
+)
+
+
+@settings(max_examples=25)
+@given(forward=_COSTS, backward=_COSTS, microbatches=st.sampled_from([1, 4, 64]))
+def test_whatever_simulate_saves_plot_reads_back(
+    forward: float, backward: float, microbatches: int
+) -> None:
+    """Any costs: ``simulate --save`` refuses in one line (exit 2) or writes a file that
+    ``pipesim plot``'s loader accepts (the issue's ``--costs 1e308,1e308`` then ``plot
+    timeline``)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from pipesim.cli.main import main
+    from plots.saved import load_run
+
+    with tempfile.TemporaryDirectory() as folder:
+        saved = Path(folder) / "run.json"
+        err = io.StringIO()
+        with redirect_stdout(io.StringIO()), redirect_stderr(err):
+            status = main(
+                ["simulate", "--schedule", "1f1b", "-K", "2", "-M", str(microbatches),
+                 "--costs", f"{forward!r},{backward!r}", "--save", str(saved)]
+            )  # fmt: skip
+        if status == 0:
+            load_run(str(saved))
+        else:
+            assert status == 2 and not saved.exists()
+            one_line(err.getvalue())

@@ -66,7 +66,7 @@ def test_costs_that_overflow_are_an_error_row_and_exit_2_when_every_row_fails(
     assert "error: iteration_time is inf (the costs overflow a float)" in out
     assert err == (
         "pipesim: error: every point failed; the first: iteration_time is inf (the costs "
-        "overflow a float)\n"
+        "overflow a float): give smaller costs\n"
     )
 
 
