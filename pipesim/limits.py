@@ -7,16 +7,17 @@ leave every published setting and the fast engine's target case (1F1B, K=64, M=1
 actions) far inside; each can be raised for one run with its environment variable, e.g.
 ``PIPESIM_MAX_ACTIONS=5000000 pipesim simulate ...``.
 
-=========================  ==============================  =========  ==========================
-limit                      environment variable            default    what it bounds
-=========================  ==============================  =========  ==========================
-actions                    ``PIPESIM_MAX_ACTIONS``         1,048,576  a schedule's actions x steps
-devices                    ``PIPESIM_MAX_DEVICES``         1,024      K
-chunks                     ``PIPESIM_MAX_CHUNKS``          64         v
-layers                     ``PIPESIM_MAX_LAYERS``          100,000    a model's layers (repeats too)
-configurations             ``PIPESIM_MAX_CONFIGS``         100,000    sweep points, bench configs
-input file bytes           ``PIPESIM_MAX_INPUT_BYTES``     64 MiB     a TOML or CSV file read
-=========================  ==============================  =========  ==========================
+=========================  ================================  =========  ==========================
+limit                      environment variable              default    what it bounds
+=========================  ================================  =========  ==========================
+actions                    ``PIPESIM_MAX_ACTIONS``           1,048,576  a schedule's actions x steps
+devices                    ``PIPESIM_MAX_DEVICES``           1,024      K
+chunks                     ``PIPESIM_MAX_CHUNKS``            64         v
+layers                     ``PIPESIM_MAX_LAYERS``            100,000    a model's layers, repeated
+configurations             ``PIPESIM_MAX_CONFIGS``           100,000    sweep points, bench configs
+partition table cells      ``PIPESIM_MAX_PARTITION_CELLS``   2**26      stages x (layers + 1)**2
+input file bytes           ``PIPESIM_MAX_INPUT_BYTES``       64 MiB     a TOML or CSV file read
+=========================  ================================  =========  ==========================
 
 Worker processes (``--jobs``) are not a limit but a cap: never more than the CPUs this process
 may run on (:func:`cpu_count`), nor than there is work for.
@@ -47,6 +48,9 @@ class Limit(Enum):
     CHUNKS = _Spec("PIPESIM_MAX_CHUNKS", 64, "chunks per device")
     LAYERS = _Spec("PIPESIM_MAX_LAYERS", 100_000, "layers")
     CONFIGS = _Spec("PIPESIM_MAX_CONFIGS", 100_000, "configurations")
+    # The exact partitioner's tables: one float per (stage, first layer, end layer), several
+    # tables at once (2**26 cells: 0.5 GB each); 1,000 layers on 64 stages fit.
+    PARTITION_CELLS = _Spec("PIPESIM_MAX_PARTITION_CELLS", 1 << 26, "table cells")
     INPUT_BYTES = _Spec("PIPESIM_MAX_INPUT_BYTES", 64 << 20, "bytes")
 
     @property

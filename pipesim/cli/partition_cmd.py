@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from pipesim.cli.parsing import EXIT_OK, write_json
-from pipesim.errors import PipesimError
+from pipesim.errors import PipesimError, shown
+from pipesim.limits import Limit, check
 from pipesim.units import format_bytes, format_seconds
 
 
@@ -211,7 +212,12 @@ def _costs_problem(text: str, placement: tuple[int, ...]) -> Any:
     except ValueError:
         times = []
     if not times or any(not t >= 0 or t == float("inf") for t in times):
-        raise PipesimError(f"--costs must be per-layer seconds >= 0, e.g. 1,2,3, got {text!r}")
+        raise PipesimError(
+            f"--costs must be per-layer seconds >= 0, e.g. 1,2,3, got {shown(text)}"
+        )
+    check(Limit.LAYERS, len(times), f"--costs: {len(times):,} layers")
+    if sum(times) == float("inf"):
+        raise PipesimError("--costs: the per-layer seconds overflow a float: give smaller ones")
     return PartitionProblem(tuple(StageCosts(t, 0.0, 0.0) for t in times), 0.0, placement)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from pipesim.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.limits import Limit, check
 from pipesim.partition.memory import MemoryForm
 from pipesim.partition.problem import PartitionProblem, counts_to_cuts
 from pipesim.units import format_bytes
@@ -156,6 +157,12 @@ def _no_fit(
 def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
     """Per stage s, T[i, j] = time of stage s holding layers [i, j) (inf where not allowed)."""
     layers, stages = len(problem.layers), problem.stages
+    cells = stages * (layers + 1) ** 2  # estimated before any table is allocated
+    check(
+        Limit.PARTITION_CELLS,
+        cells,
+        f"partition of {layers:,} layers into {stages:,} stages: {cells:,} table cells",
+    )
     prefixes: dict[int, np.ndarray] = {}
     for device in set(problem.placement):
         times = [problem.compute_s(x) for x in problem.layers_on(device)]
