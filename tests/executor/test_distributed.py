@@ -4,6 +4,7 @@ K=4, failures that must end with a clear error instead of a hang."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,13 @@ def spawn(function: Callable[..., None], world: int, *args: object) -> Path:
 
 def check_cases(world: int, cases: list[Case]) -> None:
     out = spawn(workers.gradient_cases, world, cases)
+    try:
+        _compare(out, world, cases)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # never leave /tmp/pipesim-dist-* behind
+
+
+def _compare(out: Path, world: int, cases: list[Case]) -> None:
     for index, (name, microbatches, chunks, seed) in enumerate(cases):
         schedule = build(name, world, microbatches, chunks)
         model = workers.case_model(schedule.stages, seed)
@@ -101,7 +109,10 @@ def run_failing(mode: str, world: int) -> list[dict[str, Any]]:
             stalled.kill()
             stalled.join(timeout=10)
     written = [out / f"outcome-{rank}.pt" for rank in range(world)]
-    return [torch.load(path) for path in written if path.exists()]
+    try:
+        return [torch.load(path) for path in written if path.exists()]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_a_stage_that_raises_ends_every_rank_with_its_message() -> None:
