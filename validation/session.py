@@ -433,12 +433,12 @@ class _Rounds:
         """Warm-up rounds, the case's repeats, then (when measuring until stable) more rounds
         while the runs are noisy and the budget lasts."""
         case = self.case
-        started = None
+        extra_from = None  # when the case's own repeats ended: the budget counts from there
         round_ = 0
         while True:
             keep = round_ >= case.warmup
-            if keep and started is None:
-                started = time.monotonic()
+            if round_ == case.warmup + case.repeats:
+                extra_from = time.monotonic()
             self.report(
                 f"round {round_ + 1}/{case.warmup + case.repeats}"
                 + (" (warm-up)" if not keep else "")
@@ -448,13 +448,15 @@ class _Rounds:
             self.rounds_run = round_
             if keep:
                 self.measured_rounds += 1
-            if round_ >= case.warmup + case.repeats and not self._go_on(started):
+            if round_ >= case.warmup + case.repeats and not self._go_on(
+                extra_from if extra_from is not None else time.monotonic()
+            ):
                 break
 
-    def _go_on(self, started: float | None) -> bool:
+    def _go_on(self, started: float) -> bool:
         """Whether to measure another round (rank 0 decides, every rank follows)."""
         decision = [False]
-        if self.rank == 0 and self.stability is not None and started is not None:
+        if self.rank == 0 and self.stability is not None:
             decision = [keep_measuring(self.spans, self.stability, time.monotonic() - started)]
         dist.broadcast_object_list(decision, src=0)
         return bool(decision[0])
