@@ -14,11 +14,15 @@ the peers it just lost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from executor.options import PROG, parser
 from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
@@ -52,18 +56,61 @@ def _main(argv: Sequence[str] | None) -> int:
             if error.name != "torch" and not (error.name or "").startswith("torch."):
                 raise
             return _fail("error", NO_TORCH, EXIT_BAD_INPUT)
-        status = run(args)
+        with _interrupts_that_stick():
+            status = run(args)
     except PipesimError as error:
         return _fail("error", str(error), EXIT_BAD_INPUT)
     except RunFailed as error:  # the executor's errors: a stage, NaN, a peer
         return _fail("failed", str(error), EXIT_CHECK_FAILED)
     except KeyboardInterrupt:
+        signal.setitimer(signal.ITIMER_REAL, 0)  # a repeat may have ended the block early
         return _fail("interrupted", "stopped by Ctrl-C", EXIT_INTERRUPTED)
     if "WORLD_SIZE" in os.environ and status == 0:
         from executor.teardown import end_rank
 
         end_rank(status, args.timeout)
     return status
+
+
+@contextlib.contextmanager
+def _interrupts_that_stick() -> Iterator[None]:
+    """Ctrl-C that is never lost. Python drops a KeyboardInterrupt raised while a finalizer
+    runs (torch frees memory through weakref finalizers: "Exception ignored in: <finalize
+    object>" and a traceback on stderr), and the run went on. After the first SIGINT a timer
+    raises it again every half second until it reaches :func:`_main`, and the dropped one
+    prints nothing. An ignored SIGINT (a background job) stays ignored."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
+        yield
+        return
+
+    def again(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGALRM, again)
+        signal.setitimer(signal.ITIMER_REAL, 0.5, 0.5)
+        raise KeyboardInterrupt
+
+    previous_hook = sys.unraisablehook
+
+    def quiet(unraisable: sys.UnraisableHookArgs) -> None:
+        if unraisable.exc_type is not KeyboardInterrupt:  # the repeat reports that one
+            previous_hook(unraisable)
+
+    previous_int = signal.signal(signal.SIGINT, interrupted)
+    previous_alarm = signal.getsignal(signal.SIGALRM)
+    sys.unraisablehook = quiet
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGALRM, previous_alarm)
+        sys.unraisablehook = previous_hook
 
 
 def _fail(kind: str, message: str, status: int) -> int:

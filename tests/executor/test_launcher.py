@@ -175,3 +175,34 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     assert text.rstrip("\n").splitlines()[-1].split("\r")[-1] == (
         "python -m executor: interrupted: stopped by Ctrl-C"
     )
+
+
+def test_ctrl_c_during_a_finalizer_is_not_lost(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python drops a KeyboardInterrupt raised inside a weakref finalizer (torch frees tensors
+    through them); seen here: a run that went on for minutes after Ctrl-C. The interrupt is
+    raised again until it ends the run with 130."""
+    import weakref
+
+    import executor.launcher
+
+    def run(args: object) -> int:
+        class Freed:
+            pass
+
+        freed = Freed()
+        weakref.finalize(freed, lambda: os.kill(os.getpid(), signal.SIGINT))
+        del freed  # the SIGINT lands inside the finalizer, where Python ignores it
+        for _ in range(500):  # a run that goes on (5 s) unless the interrupt comes again
+            time.sleep(0.01)
+        return 0
+
+    monkeypatch.setattr(executor.launcher, "run", run)
+    reported: list[object] = []  # what would print "Exception ignored in: ..." and a traceback
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    status, _, err = run_main(BASE, capsys, monkeypatch)
+    assert status == 130, err
+    assert err == ["python -m executor: interrupted: stopped by Ctrl-C"]
+    assert reported == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
