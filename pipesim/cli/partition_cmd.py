@@ -212,9 +212,7 @@ def _costs_problem(text: str, placement: tuple[int, ...]) -> Any:
     except ValueError:
         times = []
     if not times or any(not t >= 0 or t == float("inf") for t in times):
-        raise PipesimError(
-            f"--costs must be per-layer seconds >= 0, e.g. 1,2,3, got {shown(text)}"
-        )
+        raise PipesimError(f"--costs must be per-layer seconds >= 0, e.g. 1,2,3, got {shown(text)}")
     check(Limit.LAYERS, len(times), f"--costs: {len(times):,} layers")
     if sum(times) == float("inf"):
         raise PipesimError("--costs: the per-layer seconds overflow a float: give smaller ones")

@@ -38,7 +38,7 @@ def reordered(draw: st.DrawFn, schedule: Schedule) -> Schedule:
         "reordered",
         schedule.microbatches,
         schedule.placement,
-        rows,
+        tuple(tuple(row) for row in rows),
         schedule.update_rule,
         schedule.rematerialize,
     )

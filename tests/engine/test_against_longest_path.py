@@ -135,7 +135,9 @@ def test_random_valid_reorderings_match_too(schedule: Schedule, rng: random.Rand
         trial = [*rows[:device], candidate, *rows[device + 1 :]]
         if reference_runs_to_completion(schedule.stages, schedule.placement, trial):
             rows = trial
-    shuffled = Schedule("shuffled", schedule.microbatches, schedule.placement, rows)
+    shuffled = Schedule(
+        "shuffled", schedule.microbatches, schedule.placement, tuple(tuple(row) for row in rows)
+    )
     stage_costs = tuple(
         StageCosts(rng.uniform(1, 3), rng.uniform(1, 3), rng.uniform(0, 2))
         for _ in range(schedule.stages)

@@ -36,24 +36,24 @@ def assert_same_run(reference: SimulationResult, fast: SimulationResult) -> None
     assert close(reference.iteration_time_s, fast.iteration_time_s)
     assert close(reference.makespan_s, fast.makespan_s)
     assert len(reference.compute) == len(fast.compute)
-    for r, f in zip(reference.compute, fast.compute, strict=True):
-        assert (r.device, r.step, r.action) == (f.device, f.step, f.action)
-        assert close(r.start_s, f.start_s) and close(r.end_s, f.end_s), (r, f)
+    for rc, fc in zip(reference.compute, fast.compute, strict=True):
+        assert (rc.device, rc.step, rc.action) == (fc.device, fc.step, fc.action)
+        assert close(rc.start_s, fc.start_s) and close(rc.end_s, fc.end_s), (rc, fc)
     assert len(reference.transfers) == len(fast.transfers)
-    for r, f in zip(reference.transfers, fast.transfers, strict=True):
-        assert (r.label, r.step, r.channels, r.size_bytes) == (
-            f.label,
-            f.step,
-            f.channels,
-            f.size_bytes,
+    for rt, ft in zip(reference.transfers, fast.transfers, strict=True):
+        assert (rt.label, rt.step, rt.channels, rt.size_bytes) == (
+            ft.label,
+            ft.step,
+            ft.channels,
+            ft.size_bytes,
         )
-        for a, b in ((r.queued_s, f.queued_s), (r.start_s, f.start_s), (r.end_s, f.end_s)):
-            assert close(a, b), (r, f)
-    for r, f in zip(reference.per_device, fast.per_device, strict=True):
-        assert close(r.busy_time_s, f.busy_time_s)
-        assert close(r.peak_memory_bytes, f.peak_memory_bytes)
-        assert close(r.peak_activation_bytes, f.peak_activation_bytes)
-        assert r.memory.timeline == f.memory.timeline
+        for a, b in ((rt.queued_s, ft.queued_s), (rt.start_s, ft.start_s), (rt.end_s, ft.end_s)):
+            assert close(a, b), (rt, ft)
+    for rd, fd in zip(reference.per_device, fast.per_device, strict=True):
+        assert close(rd.busy_time_s, fd.busy_time_s)
+        assert close(rd.peak_memory_bytes, fd.peak_memory_bytes)
+        assert close(rd.peak_activation_bytes, fd.peak_activation_bytes)
+        assert rd.memory.timeline == fd.memory.timeline
     reference_json, fast_json = reference.to_json(), fast.to_json()
     del reference_json["engine"], fast_json["engine"]
     assert reference_json == fast_json
