@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from matplotlib import ticker
+
 from plots.style import series_style, subplots
 
 
@@ -15,6 +17,12 @@ def _by_schedule(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, 
     for record in records:
         groups.setdefault(record["schedule"], []).append(record)
     return groups
+
+
+def _sparse_minor_label(value: float, _position: object) -> str:
+    """Label the minor ticks of a log axis at 2, 3 and 5 times a power of ten only, so the
+    labels never crowd (20, 30, 50, 200, 300, 500)."""
+    return f"{value:g}" if f"{value:.0e}"[0] in "235" else ""
 
 
 def predicted_vs_measured_figure(records: Sequence[dict[str, Any]]) -> Any:
@@ -45,6 +53,9 @@ def predicted_vs_measured_figure(records: Sequence[dict[str, Any]]) -> Any:
     )
     axes.set_xscale("log")
     axes.set_yscale("log")
+    for axis in (axes.xaxis, axes.yaxis):  # plain milliseconds (300), not 3 x 10^2
+        axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.set_minor_formatter(ticker.FuncFormatter(_sparse_minor_label))
     axes.set_xlabel("measured step time (ms)")
     axes.set_ylabel("predicted step time (ms)")
     axes.set_title("Predicted vs measured step time")
