@@ -34,7 +34,7 @@ from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import EncodedSchedule, F
 from pipesim.schedules.registry import build
 from pipesim.schedules.schedule import Schedule, UpdateRule
-from pipesim.schedules.unroll import no_flush_order
+from pipesim.schedules.unroll import OPTIMIZER_STEP, no_flush_order, with_optimizer_steps
 from pipesim.schedules.validate import dry_run_kernel
 
 
@@ -224,23 +224,15 @@ def _lay_out(schedule: Schedule, encoded: EncodedSchedule, steps: int) -> _Items
 
 def _unroll_no_flush(encoded: EncodedSchedule, device: int, steps: int) -> list[tuple[int, int]]:
     """Device ``device``'s (step, flat) items as :func:`pipesim.schedules.unroll.unroll` lays
-    out a no-flush schedule (:func:`~pipesim.schedules.unroll.no_flush_order`, the one
-    definition), each step's optimizer (flat -1) after its last action."""
+    out a no-flush schedule (the same two functions), each step's optimizer as flat -1."""
     first = int(encoded.row_starts[device])
     row = range(first, int(encoded.row_starts[device + 1]))
     forward = [bool(encoded.kind[flat] == F) for flat in row]
     devices = len(encoded.row_starts) - 1
-    merged = [
-        (step, first + position)
-        for step, position in no_flush_order(forward, device, devices, steps)
+    order = with_optimizer_steps(no_flush_order(forward, device, devices, steps))
+    return [
+        (step, -1 if position == OPTIMIZER_STEP else first + position) for step, position in order
     ]
-    last = {step: index for index, (step, _) in enumerate(merged)}
-    out: list[tuple[int, int]] = []
-    for index, item in enumerate(merged):
-        out.append(item)
-        if last[item[0]] == index:
-            out.append((item[0], -1))
-    return out
 
 
 def _durations(

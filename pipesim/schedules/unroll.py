@@ -22,6 +22,8 @@ from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule, UpdateRule
 
+OPTIMIZER_STEP = -1  # the position that stands for a device's optimizer step in an order
+
 
 @dataclass(frozen=True, slots=True)
 class Work:
@@ -42,14 +44,16 @@ def unroll(schedule: Schedule, steps: int) -> tuple[tuple[Work, ...], ...]:
     devices = []
     for device, row in enumerate(schedule.device_actions):
         if flush or steps == 1:
-            merged = [Work(step, action) for step in range(steps) for action in row]
+            order = [(step, position) for step in range(steps) for position in range(len(row))]
         else:
             forward = [action.kind is Kind.F for action in row]
-            merged = [
-                Work(step, row[position])
-                for step, position in no_flush_order(forward, device, schedule.devices, steps)
-            ]
-        devices.append(tuple(_with_optimizer_steps(merged, steps)))
+            order = no_flush_order(forward, device, schedule.devices, steps)
+        devices.append(
+            tuple(
+                Work(step, row[position] if position != OPTIMIZER_STEP else None)
+                for step, position in with_optimizer_steps(order)
+            )
+        )
     return tuple(devices)
 
 
@@ -82,12 +86,13 @@ def no_flush_order(
     return order
 
 
-def _with_optimizer_steps(items: list[Work], steps: int) -> list[Work]:
-    """Insert each step's optimizer item right after the device's last action of that step."""
-    last = {item.step: index for index, item in enumerate(items)}
-    out: list[Work] = []
-    for index, item in enumerate(items):
+def with_optimizer_steps(order: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``order`` of (step, position) with each step's optimizer step, (step,
+    :data:`OPTIMIZER_STEP`), inserted right after the device's last action of that step."""
+    last = {step: index for index, (step, _) in enumerate(order)}
+    out: list[tuple[int, int]] = []
+    for index, item in enumerate(order):
         out.append(item)
-        if last[item.step] == index:
-            out.append(Work(item.step, None))
+        if last[item[0]] == index:
+            out.append((item[0], OPTIMIZER_STEP))
     return out
