@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
-
-T = TypeVar("T")
+from typing import Any, Protocol
 
 
 class Progress(Protocol):
@@ -61,13 +59,3 @@ def progress(total: int | None, description: str, *, enabled: bool = True) -> It
         yield bar
     finally:
         bar.close()
-
-
-def track(
-    items: Iterable[T], total: int | None, description: str, *, enabled: bool = True
-) -> Iterator[T]:
-    """Iterate ``items``, advancing a bar (see :func:`progress`) after each."""
-    with progress(total, description, enabled=enabled) as bar:
-        for item in items:
-            yield item
-            bar.update()

@@ -47,7 +47,7 @@ class Schedule:
             forward inside its backward (GPipe's re-materialization).
         generator: the registered generator that built this very schedule, set by
             :func:`~pipesim.schedules.registry.build` only; None for a schedule made by hand or
-            loaded from a file, whatever its name (see :meth:`generated_by`).
+            loaded from a file, whatever its name (see :attr:`generator`).
     """
 
     name: str
