@@ -16,13 +16,13 @@ from pipesim.schedules.registry import closed_form_bubble_s
 from pipesim.schedules.schedule import Schedule
 
 
-def analytic_bubble_time_s(schedule: Schedule, costs: PipelineCosts, steps: int) -> float | None:
-    """Idle time per device per step by the closed form, or None where none applies."""
+def _terms(schedule: Schedule, costs: PipelineCosts, steps: int) -> BubbleTerms | None:
+    """What the closed forms read, or None for unequal stages (no form applies)."""
     if not costs.uniform():
         return None
     stage = costs.stages[0]
     forward = stage.forward_s
-    terms = BubbleTerms(
+    return BubbleTerms(
         devices=schedule.devices,
         microbatches=schedule.microbatches,
         forward_s=forward,
@@ -31,16 +31,20 @@ def analytic_bubble_time_s(schedule: Schedule, costs: PipelineCosts, steps: int)
         backward_s=stage.backward_s + (forward if schedule.rematerialize else 0.0),
         steps=steps,
     )
-    return closed_form_bubble_s(schedule, terms)
+
+
+def analytic_bubble_time_s(schedule: Schedule, costs: PipelineCosts, steps: int) -> float | None:
+    """Idle time per device per step by the closed form, or None where none applies."""
+    terms = _terms(schedule, costs, steps)
+    return None if terms is None else closed_form_bubble_s(schedule, terms)
 
 
 def analytic_bubble_fraction(schedule: Schedule, costs: PipelineCosts, steps: int) -> float | None:
     """The closed-form bubble fraction, or None where no closed form applies."""
-    idle = analytic_bubble_time_s(schedule, costs, steps)
-    if idle is None:
+    terms = _terms(schedule, costs, steps)
+    idle = None if terms is None else closed_form_bubble_s(schedule, terms)
+    if terms is None or idle is None:
         return None
-    stage = costs.stages[0]
-    backward = stage.backward_s + (stage.forward_s if schedule.rematerialize else 0.0)
-    busy = schedule.microbatches * schedule.chunks * (stage.forward_s + backward)
+    busy = schedule.microbatches * schedule.chunks * (terms.forward_s + terms.backward_s)
     total = busy + idle
     return idle / total if total > 0 else 0.0
