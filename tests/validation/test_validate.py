@@ -140,13 +140,12 @@ def test_breaches_name_the_errors() -> None:
     ]
 
 
-def test_the_cli_exits_1_past_a_threshold(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _fake_validation(monkeypatch: pytest.MonkeyPatch, record: Comparison) -> None:
+    """Make the CLI's run_validation judge one comparison record, measuring nothing."""
     import validation.validate as module
 
     def fake(suite, backend, out, max_median, max_error, **options):  # type: ignore[no-untyped-def]
-        summary = aggregate([comparison(time_error=0.3)])
+        summary = aggregate([record])
         found = breaches(summary, max_median, max_error)
         verdict, reason = module.conclude(summary, found, [], max_median)
         return ValidationResult(
@@ -164,6 +163,12 @@ def test_the_cli_exits_1_past_a_threshold(
         )
 
     monkeypatch.setattr(module, "run_validation", fake)
+
+
+def test_the_cli_exits_1_past_a_threshold(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_validation(monkeypatch, comparison(time_error=0.3))
     status = main(["validate", "--out", str(tmp_path)])
     captured = capsys.readouterr()
     assert status == 1
@@ -219,27 +224,7 @@ def test_noise_above_the_threshold_is_inconclusive_whatever_the_errors() -> None
 def test_the_cli_says_inconclusive_and_exits_1(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import validation.validate as module
-
-    def fake(suite, backend, out, max_median, max_error, **options):  # type: ignore[no-untyped-def]
-        summary = aggregate([comparison(measured_time_spread=0.2)])
-        found = breaches(summary, max_median, max_error)
-        verdict, reason = module.conclude(summary, found, [], max_median)
-        return ValidationResult(
-            suite,
-            backend,
-            "0",
-            max_median,
-            max_error,
-            summary,
-            tuple(found),
-            verdict,
-            reason,
-            (),
-            (),
-        )
-
-    monkeypatch.setattr(module, "run_validation", fake)
+    _fake_validation(monkeypatch, comparison(measured_time_spread=0.2))
     assert main(["validate", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert captured.err.startswith("pipesim validate: inconclusive: the host was busy")
