@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipesim.checks import SpecError
+from pipesim.checks import SpecError, positive_int
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.spec_derived import costs_from_model
 from pipesim.costs.synthetic import synthetic_costs
@@ -87,6 +87,7 @@ class ModelRequest:
         from pipesim.workload import resolve_model
         from pipesim.workload.optimizer import with_optimizer
 
+        positive_int("--data-parallel", self.data_parallel)
         model = with_optimizer(resolve_model(self.model), self.optimizer_state, self.master_weights)
         if self.dtype is not None:
             model = dataclasses.replace(model, dtype=self.dtype)
