@@ -9,8 +9,6 @@ from typing import Any
 from pipesim.plan.search import Evaluated, PlanReport
 from pipesim.units import format_bytes, format_seconds
 
-GiB = 2**30
-
 
 def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
     """One configuration as the JSON object ``plan --json`` lists."""
