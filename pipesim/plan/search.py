@@ -50,11 +50,6 @@ from pipesim.workload.optimizer import with_optimizer
 # never below a device's own work and the bounds hold unrelaxed for every update rule (an
 # earlier weave of the steps read low, by up to a step / (S - 1), and needed relaxing).
 NO_FLUSH_STEPS = 6
-_RELAXATION = {
-    UpdateRule.FLUSH: 1.0,
-    UpdateRule.TWO_BW: 1.0,
-    UpdateRule.ASYNC: 1.0,
-}
 PLAN_NODE_BUDGET = 5_000  # per memory-aware search with several stages per device
 
 
@@ -263,7 +258,7 @@ class _Context:
         rule = self.rules[c.schedule]
         if rule is not UpdateRule.FLUSH:  # steady state: steps overlap, no one-batch path
             bound = max(c.microbatches * self.compute_bottleneck[key], average)
-            return float(bound) * _RELAXATION[rule]
+            return float(bound)
         return float(max(c.microbatches * self.compute_bottleneck[key], average, path))
 
     def ring_terms(self, devices: int, data_parallel: int) -> tuple[float, float]:
@@ -316,16 +311,13 @@ class _Context:
         with_allreduce = [
             _add_optimizer(s, extra) for s, extra in zip(stage_costs, allreduce, strict=True)
         ]
-        bound = (
-            iteration_lower_bound_s(
-                with_allreduce,
-                placement,
-                problem.network,  # type: ignore[arg-type]
-                c.microbatches,
-                remat=c.remat,
-                flush=flush,
-            )
-            * _RELAXATION[schedule.update_rule]
+        bound = iteration_lower_bound_s(
+            with_allreduce,
+            placement,
+            problem.network,  # type: ignore[arg-type]
+            c.microbatches,
+            remat=c.remat,
+            flush=flush,
         )
         per_device = [0.0] * c.devices
         for stage, extra in enumerate(allreduce):
