@@ -167,8 +167,8 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
         key=lambda e: e.iteration_time_s or math.inf,
     )
     plans = ranked[: settings.top]
-    done = {id(e.candidate): e for e in finished}
-    examined = [done.get(id(e.candidate), e) for e in examined]
+    done = {e.candidate: e for e in finished}
+    examined = [done.get(e.candidate, e) for e in examined]
     rejected = _rejected(plans, ranked[settings.top :], examined, settings.top)
     return PlanReport(
         settings,
