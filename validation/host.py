@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.errors import PipesimError
+from pipesim.limits import cpu_count
 from validation.fields import require
 
 PROC_STAT = Path("/proc/stat")
@@ -119,11 +120,10 @@ def host_load(samples: Sequence[HostSample]) -> HostLoad:
         steal_fraction = (end.steal_ticks - start.steal_ticks) / (
             end.total_ticks - start.total_ticks
         )
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return HostLoad(
         statistics.fmean(loads),
         max(loads),
-        cores or 1,
+        cpu_count(),
         steal_fraction,
         end.time_s - start.time_s,
     )

@@ -48,6 +48,7 @@ from executor.profile import (
 from executor.teardown import end_rank
 from pipesim.engine.records import Timeline
 from pipesim.errors import RunFailed
+from pipesim.limits import cpu_count
 from pipesim.schedules import Schedule, build
 from pipesim.schedules.registry import probe_schedules
 from validation.estimate import spread
@@ -302,7 +303,7 @@ def _machine(backend: str) -> Machine:
     return Machine(
         platform=platform.platform(),
         processor=platform.processor() or platform.machine(),
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        cores=cpu_count(),
         python=platform.python_version(),
         torch=torch.__version__,
         threads_per_process=torch.get_num_threads(),

@@ -10,13 +10,13 @@ which nothing can run here is refused, never reported as a pass.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from executor.backends import DeviceKind, parse_device_kind
 from pipesim.errors import PipesimError
+from pipesim.limits import cpu_count
 from pipesim.schedules import schedule_info, schedule_names, unsupported_reason
 from validation.fields import require
 
@@ -211,7 +211,7 @@ def available_workers(backend: DeviceKind) -> int:
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cpu_count()
 
 
 def _fit_machine(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], list[dict[str, Any]]]:
