@@ -83,6 +83,7 @@ def _partition(args: argparse.Namespace) -> int:
         memory_forms,
         partition_stage_costs,
     )
+    from pipesim.schedules.placement import looped
 
     if args.devices < 1:
         raise PipesimError(f"-K/--devices must be an integer >= 1, got {args.devices}")
@@ -92,11 +93,7 @@ def _partition(args: argparse.Namespace) -> int:
     chunks = schedule.chunks if schedule is not None else (args.chunks or 1)
     if chunks < 1:
         raise PipesimError(f"-v/--chunks must be an integer >= 1, got {chunks}")
-    placement = (
-        schedule.placement
-        if schedule is not None
-        else tuple(s % args.devices for s in range(args.devices * chunks))
-    )
+    placement = schedule.placement if schedule is not None else looped(args.devices, chunks)
     if args.objective == "memory-aware" and (schedule is None or args.costs is not None):
         raise PipesimError(
             "--objective memory-aware needs --model, --hardware and --schedule NAME with -M "

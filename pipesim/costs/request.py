@@ -128,12 +128,9 @@ class ModelRequest:
         if replicas == 1:
             return costs
         from pipesim.costs.data_parallel import with_data_parallel
+        from pipesim.schedules.placement import looped
 
-        placement = (
-            schedule.placement
-            if schedule is not None
-            else tuple(s % devices for s in range(devices * chunks))
-        )
+        placement = schedule.placement if schedule is not None else looped(devices, chunks)
         return with_data_parallel(costs, placement, hardware.network(devices * replicas), replicas)
 
 

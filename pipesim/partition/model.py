@@ -19,6 +19,7 @@ from pipesim.hardware.network import Cluster, Link, Network, Topology
 from pipesim.partition.memory import memory_forms
 from pipesim.partition.problem import PartitionProblem
 from pipesim.partition.search import Partition, balanced, memory_aware
+from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule
 from pipesim.workload.model import Model
 from pipesim.workload.partition import even_partition
@@ -59,11 +60,6 @@ def layer_costs(
         optimizer=optimizer,
     )
     return costs.stages
-
-
-def default_placement(devices: int, chunks: int) -> tuple[int, ...]:
-    """Stage s on device s mod K (looped placement; v = 1 is the identity)."""
-    return tuple(s % devices for s in range(devices * chunks))
 
 
 def model_problem(
@@ -132,9 +128,7 @@ def choose_partition(
     stages = cluster.devices * chunks
     if goal is Objective.EVEN:
         return tuple(len(r) for r in even_partition(model, stages))
-    placement = (
-        schedule.placement if schedule is not None else default_placement(cluster.devices, chunks)
-    )
+    placement = schedule.placement if schedule is not None else looped(cluster.devices, chunks)
     remat = schedule.rematerialize if schedule is not None else False
     problem = model_problem(
         model, cluster, microbatch_size, placement, rematerialize=remat, optimizer=optimizer
