@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Sequence
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
-from validation.estimate import STATISTIC, Statistic, estimate, spread
+from validation.estimate import STATISTIC, Noise, Statistic, estimate, spread
 from validation.predict import predict, unpipelined_s
 from validation.records import CaseMeasurement, Comparison, CrosscheckRecord, Summary
 
@@ -129,7 +129,7 @@ def aggregate(records: Sequence[Comparison]) -> Summary:
     time = _stats([abs(r.time_error) for r in records])
     speedup = _stats([abs(r.speedup_error) for r in records])
     memory = _stats([abs(r.memory_error) for r in records if r.memory_error is not None])
-    spreads = [r.measured_time_spread for r in records]
+    noise = Noise.of([r.measured_time_spread for r in records])
     return Summary(
         runs=float(len(records)),
         median_time_error=time[0],
@@ -141,8 +141,8 @@ def aggregate(records: Sequence[Comparison]) -> Summary:
         median_memory_error=memory[0],
         max_memory_error=memory[1],
         mean_memory_error=memory[2],
-        median_time_spread=statistics.median(spreads) if spreads else 0.0,
-        max_time_spread=max(spreads, default=0.0),
+        median_time_spread=noise.median_spread,
+        max_time_spread=noise.max_spread,
     )
 
 
