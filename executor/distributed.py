@@ -103,7 +103,6 @@ class DistributedTransport:
         self.schedule = schedule
         self.device = device
         self.watch = watch
-        self.timeout = timedelta(seconds=timeout_s)
         self.timeout_s = timeout_s
         self.tensor_device = tensor_device
         self.order = incoming_order(schedule, device, step)
@@ -213,12 +212,7 @@ class DistributedTransport:
             ) from error
 
     def _wait(self, work: Any, what: str) -> None:
-        try:
-            completed = work.wait(self.timeout)
-        except RuntimeError as error:
-            raise self.watch.peer_failed(what, self.timeout_s, error) from error
-        if completed is False:
-            raise self.watch.peer_failed(what, self.timeout_s, "timed out")
+        _bounded(work, self.watch, self.timeout_s, what)
 
 
 def run_distributed_step(
