@@ -206,13 +206,15 @@ def _simulate(args: argparse.Namespace) -> int:
     from pipesim.export import chrome_trace, timeline_csv
 
     schedule = load_schedule(args)
-    costs = cost_request(args).build(
-        schedule.devices, schedule.chunks, schedule.microbatches, schedule, args.steps
-    )
+    # Every check that costs nothing comes before the costs are built: a memory-aware
+    # partition simulates memory over the steps, so a bad --steps must never reach it.
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
     check_steps(schedule, args.steps)
     _check_outputs(args)
+    costs = cost_request(args).build(
+        schedule.devices, schedule.chunks, schedule.microbatches, schedule, args.steps
+    )
     with overflow_checked():  # a non-finite result is refused in one line just below
         result = simulate(schedule, costs, steps=args.steps, engine=args.engine)
     require_reportable(result.to_json(), "simulate")

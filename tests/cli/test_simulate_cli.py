@@ -106,6 +106,9 @@ def test_oom_is_reported_in_the_summary(capsys: pytest.CaptureFixture[str]) -> N
     assert "OUT OF MEMORY" in out and "out of memory on at least one device" in out
 
 
+MEMORY_AWARE = ["--model", "uniform-8", "--hardware", "a100", "--partition", "memory-aware"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -141,6 +144,17 @@ def test_oom_is_reported_in_the_summary(capsys: pytest.CaptureFixture[str]) -> N
             "e.g. 3,4,4,3, got '1,x'",
         ),
         (["--costs", "1,2", "--steps", "0"], "--steps must be an integer >= 1, got 0"),
+        # Checked before the costs are built: a memory-aware partition walks the steps, and
+        # 10**8 of them grew to 24 GB before the actions limit was consulted.
+        (
+            [*MEMORY_AWARE, "--steps", "0"],
+            "--steps must be an integer >= 1, got 0",
+        ),
+        (
+            [*MEMORY_AWARE, "--steps", "100000000"],
+            "--steps 100,000,000 x 32 actions: beyond the limit of 1,048,576 actions; "
+            "set PIPESIM_MAX_ACTIONS to raise it",
+        ),
         (["--costs", "1,2", "--batch", "4"], "--batch goes with --model, not with --costs, got 4"),
         (
             ["--model", "uniform-8", "--hardware", "a100", "--comm", "1"],
