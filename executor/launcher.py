@@ -22,7 +22,7 @@ from torch import nn
 from executor.backends import Backend, DeviceKind
 from executor.errors import BackendError
 from executor.models import mlp, transformer
-from executor.options import check_memory
+from executor.options import TRANSFORMER_HEADS, TRANSFORMER_SEQUENCE, check_memory
 from executor.runtime import StepResult
 from executor.split import split_model
 from executor.step import run_step
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     model = (
         mlp(args.width, layers, dtype=dtype)
         if args.model == "mlp"
-        else transformer(args.width, 4, layers, dtype=dtype)
+        else transformer(args.width, TRANSFORMER_HEADS, layers, dtype=dtype)
     )
     reference = copy.deepcopy(model)
     stages = split_model(model, schedule)
@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
     )
     generator = torch.Generator().manual_seed(0)
     shape: tuple[int, ...] = (
-        (rows, 16, args.width) if args.model == "transformer" else (rows, args.width)
+        (rows, TRANSFORMER_SEQUENCE, args.width)
+        if args.model == "transformer"
+        else (rows, args.width)
     )
     status = 0
     results: list[StepResult] = []
