@@ -203,11 +203,8 @@ def _boundary_times(problem: PartitionProblem, stage: int, sizes: np.ndarray) ->
     if problem.network is None or source == target:
         return times
     for a, b in ((source, target), (target, source)):
-        route = problem.network.route(a, b)
-        if math.isinf(route.bandwidth_bytes_per_s):
-            times += route.latency_s
-        else:
-            times += route.latency_s + sizes / route.bandwidth_bytes_per_s
+        # The route's own formula, applied to the whole array (numpy divides elementwise).
+        times += problem.network.route(a, b).transfer_time_s(sizes)  # type: ignore[arg-type]
     times[0] = times[-1] = 0.0
     return times
 
