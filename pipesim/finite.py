@@ -25,7 +25,7 @@ from pipesim.errors import PipesimError
 
 # The range of the numbers pipesim saves: far beyond any real run (seconds, bytes, ratios), yet
 # far enough inside a float's range that no axis, tick or ratio drawn from them overflows.
-# ``plots.saved`` reads back exactly this range (a test checks that the two agree).
+# ``plots.saved`` imports them, so that it reads back exactly this range.
 LARGEST = 1e15
 SMALLEST = 1e-12
 # A result's fields that must be > 0: figures divide by them or draw them on log axes.

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipesim.errors import PipesimError
+from pipesim.finite import LARGEST, SMALLEST
+from pipesim.limits import Limit, limit
 from pipesim.units import format_percent, format_seconds
 from plots.timeline import ComputeBar, TransferBar
 
-# The most devices (rows) a timeline draws, pipesim's own default limit on K.
-MAX_DEVICES = 1024
-# The range a plotted number may take: seconds, bytes, ratios far beyond any real run, yet far
-# enough inside a float's range that no axis, tick or ratio computed from them overflows.
-LARGEST, SMALLEST = 1e15, 1e-12
+# The range a plotted number may take is pipesim.finite's LARGEST and SMALLEST (what simulate
+# and sweep save), and the most devices (rows) a file may hold is pipesim's limit on K
+# (Limit.DEVICES, raised by PIPESIM_MAX_DEVICES), so that whatever pipesim saves, plot reads.
 # The most micro-batches a row may claim (an axis label, never a loop).
 MAX_MICROBATCHES = 10**9
 # The largest file read: a saved run of K=64, M=1024 is about 10 MB.
@@ -167,7 +167,7 @@ def load_run(path: str, *, timeline: bool = True, memory: bool = True) -> SavedR
     if not isinstance(per_device, list) or not per_device or not isinstance(per_device[0], dict):
         raise check.fail("result.per_device", "a non-empty list of objects", per_device)
     devices = check.integer(
-        check.field(result, "devices", where, RUN_FROM), "result.devices", 1, MAX_DEVICES
+        check.field(result, "devices", where, RUN_FROM), "result.devices", 1, limit(Limit.DEVICES)
     )
     capacity = check.optional_number(
         per_device[0], "memory_capacity_bytes", "result.per_device[0]", positive=True
@@ -312,8 +312,9 @@ def _per_device(check: _Checker, row: dict[str, Any], where: str) -> None:
         or not all(isinstance(d, dict) for d in devices)
     ):
         raise check.fail(f"{where}.per_device", "a non-empty list of objects", devices)
-    if len(devices) > MAX_DEVICES:
-        raise check.fail(f"{where}.per_device", f"at most {MAX_DEVICES} devices", len(devices))
+    most = limit(Limit.DEVICES)
+    if len(devices) > most:
+        raise check.fail(f"{where}.per_device", f"at most {most} devices", len(devices))
     cleaned = []
     for index, device in enumerate(devices):
         place = f"{where}.per_device[{index}]"
@@ -391,14 +392,9 @@ def _common(check: _Checker, raw: dict[str, Any], where: str, made_by: str) -> d
     row = dict(raw)
     row["schedule"] = check.text(check.field(raw, "schedule", where, made_by), f"{where}.schedule")
     row["devices"] = check.integer(
-        check.field(raw, "devices", where, made_by), f"{where}.devices", 1, MAX_DEVICES
+        check.field(raw, "devices", where, made_by), f"{where}.devices", 1, limit(Limit.DEVICES)
     )
     row["microbatches"] = check.integer(
         check.field(raw, "microbatches", where, made_by), f"{where}.microbatches", 1
     )
     return row
-
-
-def run_titles(runs: Sequence[SavedRun]) -> list[str]:
-    """Each run's panel title."""
-    return [run.title for run in runs]

@@ -144,3 +144,25 @@ def test_sweep_rows_are_checked_and_failed_runs_left_out(tmp_path: Path) -> None
     path = write(tmp_path, {"results": [{**good, "speedup": 1e400}]})
     with pytest.raises(PipesimError, match=r"results\[0\]\.speedup must be a finite number"):
         load_sweep(path, "speedup")
+
+
+def test_the_device_bound_is_pipesims_limit_on_k(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """K=2048 is refused at the default limit (1,024) and read once PIPESIM_MAX_DEVICES
+    allows it, as simulate does: whatever simulate may run, plot reads."""
+    data = valid_run()
+    data["result"]["devices"] = 2048
+    path = write(tmp_path, data)
+    with pytest.raises(PipesimError, match=r"result\.devices must be an integer from 1 to 1024"):
+        load_run(path)
+    monkeypatch.setenv("PIPESIM_MAX_DEVICES", "2048")
+    assert load_run(path).title.startswith("1f1b, K=2048, M=1")
+    sweep_row = {
+        "schedule": "gpipe",
+        "devices": 2048,
+        "microbatches": 4,
+        "speedup": 1.6,
+        "oom": False,
+    }
+    assert load_sweep(write(tmp_path, {"results": [sweep_row]}), "speedup") == [sweep_row]
