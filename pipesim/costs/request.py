@@ -105,7 +105,7 @@ class ModelRequest:
         if isinstance(partition, str):
             from pipesim.partition.model import choose_partition, objective
 
-            chosen = choose_partition(
+            partition = choose_partition(
                 objective(partition),
                 model,
                 hardware.cluster(devices),
@@ -115,7 +115,6 @@ class ModelRequest:
                 steps,
                 optimizer=self.optimizer,
             )
-            partition = chosen if isinstance(chosen, tuple) else chosen.counts
         costs = model_on_hardware(
             model,
             hardware,

@@ -18,7 +18,7 @@ from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Cluster, Link, Network, Topology
 from pipesim.partition.memory import memory_forms
 from pipesim.partition.problem import PartitionProblem
-from pipesim.partition.search import Partition, balanced, memory_aware
+from pipesim.partition.search import balanced, memory_aware
 from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule
 from pipesim.workload.model import Model
@@ -122,9 +122,9 @@ def choose_partition(
     steps: int = 1,
     *,
     optimizer: bool = True,
-) -> Partition | tuple[int, ...]:
-    """Layers per stage by ``goal``: a :class:`Partition` (balanced, memory-aware) or the even
-    split's counts. ``memory-aware`` needs the schedule (its peak depends on the order)."""
+) -> tuple[int, ...]:
+    """Layers per stage by ``goal`` (balanced, memory-aware or the even split).
+    ``memory-aware`` needs the schedule (its peak depends on the order)."""
     stages = cluster.devices * chunks
     if goal is Objective.EVEN:
         return tuple(len(r) for r in even_partition(model, stages))
@@ -134,7 +134,7 @@ def choose_partition(
         model, cluster, microbatch_size, placement, rematerialize=remat, optimizer=optimizer
     )
     if goal is Objective.BALANCED:
-        return balanced(problem)
+        return balanced(problem).counts
     if schedule is None:
         raise SpecError("--partition memory-aware needs a schedule (--schedule NAME with -M)")
-    return memory_aware(problem, memory_forms(schedule, steps))
+    return memory_aware(problem, memory_forms(schedule, steps)).counts

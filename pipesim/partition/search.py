@@ -64,11 +64,6 @@ class Partition:
         mean = sum(self.stage_times_s) / len(self.stage_times_s)
         return self.bottleneck_s / mean if mean > 0 else 1.0
 
-    def ranges(self) -> tuple[range, ...]:
-        """The layer range of each stage."""
-        cuts = counts_to_cuts(self.counts)
-        return tuple(range(cuts[s], cuts[s + 1]) for s in range(len(self.counts)))
-
 
 def stage_times(problem: PartitionProblem, counts: Sequence[int]) -> tuple[float, ...]:
     """The balanced objective's time of each stage of ``counts``."""
