@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import importlib.util
 import io
 import sys
 import tempfile
@@ -29,7 +27,9 @@ from typing import Any
 
 import plots
 from pipesim.cli.main import main as pipesim
+from pipesim.plan import PlanSettings, plan
 from plots import saved
+from plots.plan import plan_figure as pareto_figure
 from validation.reproduce.gpipe import table_2 as gpipe_table_2
 
 HERE = Path(__file__).resolve().parent
@@ -168,8 +168,8 @@ def make(out: Path) -> list[Path]:
 
 
 def extras() -> dict[str, Callable[[], Any]]:
-    """Figures that need a kept real run or another engineer's module: the measured validation
-    plot, the planner's Pareto figure."""
+    """The figures beyond the families: the measured validation plot (when its kept real run
+    is here) and the planner's Pareto figure."""
     found: dict[str, Callable[[], Any]] = {}
     validation = HERE / "data" / "validation-quick.json"
     if validation.exists():
@@ -178,18 +178,15 @@ def extras() -> dict[str, Callable[[], Any]]:
             records
         )
         found["validation-speedup.png"] = lambda: plots.speedup_figure(records)
-    if importlib.util.find_spec("plots.plan") is not None:
-        found["plan-pareto.png"] = plan_figure
+    found["plan-pareto.png"] = plan_figure
     return found
 
 
 def plan_figure() -> Any:
     """The README's planner example: every configuration of Transformer-48 on 8 A100s at batch
     32, throughput against peak memory, the Pareto front marked (``pipesim plan --plot``)."""
-    plan_plots = importlib.import_module("plots.plan")
-    search = importlib.import_module("pipesim.plan")
-    settings = search.PlanSettings("gpipe-transformer-48", "a100", 8, 32)
-    return plan_plots.plan_figure(search.plan(settings, show_progress=False))
+    settings = PlanSettings("gpipe-transformer-48", "a100", 8, 32)
+    return pareto_figure(plan(settings, show_progress=False))
 
 
 def cli() -> None:
