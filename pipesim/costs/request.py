@@ -84,13 +84,9 @@ class ModelRequest:
         (per replica under data parallelism); ``schedule`` and ``steps`` serve the
         memory-aware partition."""
         from pipesim.hardware import resolve_hardware
-        from pipesim.workload import resolve_model
-        from pipesim.workload.optimizer import with_optimizer
 
         positive_int("--data-parallel", self.data_parallel)
-        model = with_optimizer(resolve_model(self.model), self.optimizer_state, self.master_weights)
-        if self.dtype is not None:
-            model = dataclasses.replace(model, dtype=self.dtype)
+        model = resolved_model(self.model, self.optimizer_state, self.master_weights, self.dtype)
         batch = model.default_batch if self.batch is None else self.batch
         replicas = self.data_parallel
         if batch < 1 or batch % (microbatches * replicas):
@@ -131,6 +127,21 @@ class ModelRequest:
 
         placement = schedule.placement if schedule is not None else looped(devices, chunks)
         return with_data_parallel(costs, placement, hardware.network(devices * replicas), replicas)
+
+
+def resolved_model(
+    name: str, optimizer_state: str | None, master_weights: bool | None, dtype: str | None
+) -> Model:
+    """The model named (or the TOML file at) ``name`` with its optimizer state and master
+    weights as asked, in ``dtype`` when given: the one reading of ``--model``,
+    ``--optimizer``, ``--master-weights`` and ``--dtype`` that simulating and planning share."""
+    from pipesim.workload import resolve_model
+    from pipesim.workload.optimizer import with_optimizer
+
+    model = with_optimizer(resolve_model(name), optimizer_state, master_weights)
+    if dtype is not None:
+        model = dataclasses.replace(model, dtype=dtype)
+    return model
 
 
 def model_on_hardware(

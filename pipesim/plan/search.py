@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pipesim.checks import SpecError
 from pipesim.costs.data_parallel import allreduce_times_s, replica_group, ring_allreduce_s
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.costs.request import ModelRequest
+from pipesim.costs.request import ModelRequest, resolved_model
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.partition import (
@@ -41,9 +41,7 @@ from pipesim.plan.evaluate import simulate_plan
 from pipesim.plan.space import DEFAULT_SCHEDULES, Candidate, candidates
 from pipesim.progress import progress
 from pipesim.schedules import UpdateRule, build
-from pipesim.workload import resolve_model
 from pipesim.workload.model import Model
-from pipesim.workload.optimizer import with_optimizer
 
 # No-flush schedules are timed in steady state over this many steps back to back. Their steps
 # run as one 1F1B stream (pipesim.schedules.unroll.no_flush_order), so the per-step interval is
@@ -121,11 +119,9 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             f"--devices, --batch and --top must be integers >= 1, got {settings.devices}, "
             f"{settings.batch} and {settings.top}"
         )
-    model = with_optimizer(
-        resolve_model(settings.model), settings.optimizer_state, settings.master_weights
+    model = resolved_model(
+        settings.model, settings.optimizer_state, settings.master_weights, settings.dtype
     )
-    if settings.dtype is not None:
-        model = dataclasses.replace(model, dtype=settings.dtype)
     hardware = resolve_hardware(settings.hardware)
     space = list(
         candidates(
