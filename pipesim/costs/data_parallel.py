@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipesim import checks
-from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Network
 
 
@@ -59,16 +59,17 @@ def with_data_parallel(
     data_parallel = checks.positive_int("data_parallel", data_parallel)
     if data_parallel == 1:
         return costs
-    pipeline_devices = costs.network.devices
-    stages = []
-    for stage, stage_costs in enumerate(costs.stages):
-        group = replica_group(placement[stage], pipeline_devices, data_parallel)
-        allreduce = ring_allreduce_s(cluster_network, group, stage_costs.gradient_bytes)
-        stages.append(
-            dataclasses.replace(
-                stage_costs, optimizer_step_s=stage_costs.optimizer_step_s + allreduce
-            )
-        )
+    allreduce = allreduce_times_s(
+        [stage.gradient_bytes for stage in costs.stages],
+        placement,
+        cluster_network,
+        costs.network.devices,
+        data_parallel,
+    )
+    stages = [
+        add_to_optimizer_step(stage, extra)
+        for stage, extra in zip(costs.stages, allreduce, strict=True)
+    ]
     samples = costs.samples_per_microbatch
     return dataclasses.replace(
         costs,
@@ -94,3 +95,9 @@ def allreduce_times_s(
         )
         for stage, size in enumerate(gradient_bytes)
     ]
+
+
+def add_to_optimizer_step(stage: StageCosts, extra_s: float) -> StageCosts:
+    """``stage`` with ``extra_s`` seconds (its all-reduce) added to its optimizer step, which
+    waits for it."""
+    return dataclasses.replace(stage, optimizer_step_s=stage.optimizer_step_s + extra_s)

@@ -20,7 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim.checks import SpecError
-from pipesim.costs.data_parallel import allreduce_times_s, replica_group, ring_allreduce_s
+from pipesim.costs.data_parallel import (
+    add_to_optimizer_step,
+    allreduce_times_s,
+    replica_group,
+    ring_allreduce_s,
+)
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.costs.request import ModelRequest, resolved_model
 from pipesim.hardware import resolve_hardware
@@ -305,7 +310,7 @@ class _Context:
             c.data_parallel,
         )
         with_allreduce = [
-            _add_optimizer(s, extra) for s, extra in zip(stage_costs, allreduce, strict=True)
+            add_to_optimizer_step(s, extra) for s, extra in zip(stage_costs, allreduce, strict=True)
         ]
         bound = iteration_lower_bound_s(
             with_allreduce,
@@ -347,11 +352,6 @@ class _Context:
             bubble_fraction=result.bubble_fraction,
             simulated_peak_bytes=max(d.peak_memory_bytes for d in result.per_device),
         )
-
-
-def _add_optimizer(stage: StageCosts, extra: float) -> StageCosts:
-    """``stage`` with ``extra`` seconds added to its optimizer step (its all-reduce)."""
-    return dataclasses.replace(stage, optimizer_step_s=stage.optimizer_step_s + extra)
 
 
 def _rejected(
