@@ -9,14 +9,8 @@ from typing import Any
 
 from matplotlib import ticker
 
+from plots.facets import groups as grouped
 from plots.style import series_style, subplots
-
-
-def _by_schedule(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault(record["schedule"], []).append(record)
-    return groups
 
 
 def _sparse_minor_label(value: float, _position: object) -> str:
@@ -29,7 +23,7 @@ def predicted_vs_measured_figure(records: Sequence[dict[str, Any]]) -> Any:
     """Predicted against measured step time per run, the y = x line and a ±5% band, one
     colour and marker per schedule."""
     figure, axes = subplots(figsize=(7, 6.5), constrained_layout=True)
-    for index, (name, group) in enumerate(_by_schedule(records).items()):
+    for index, (name, group) in enumerate(grouped(records, "schedule").items()):
         style = series_style(index)
         axes.scatter(
             [1e3 * r["measured_time"] for r in group],
@@ -66,7 +60,7 @@ def predicted_vs_measured_figure(records: Sequence[dict[str, Any]]) -> Any:
 def speedup_figure(records: Sequence[dict[str, Any]]) -> Any:
     """One panel per schedule: measured speedup over one device (markers) and predicted (line)
     against M, with GPipe's closed form K·M/(M+K-1) dashed."""
-    groups = _by_schedule(records)
+    groups = grouped(records, "schedule")
     columns = min(4, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) if groups else 1
     figure, axes = subplots(
