@@ -70,11 +70,17 @@ def model_problem(
     *,
     rematerialize: bool = False,
     optimizer: bool = True,
+    layers: tuple[StageCosts, ...] | None = None,
 ) -> PartitionProblem:
-    """The partitioning problem of ``model`` on ``cluster`` for stages placed by ``placement``."""
+    """The partitioning problem of ``model`` on ``cluster`` for stages placed by ``placement``.
+
+    ``layers``, when given, are the model's :func:`layer_costs` at ``microbatch_size`` on the
+    cluster's accelerator already computed (a caller that caches them across problems)."""
     devices = cluster.devices
+    if layers is None:
+        layers = layer_costs(model, cluster, microbatch_size, optimizer=optimizer)
     return PartitionProblem(
-        layer_costs(model, cluster, microbatch_size, optimizer=optimizer),
+        layers,
         model.input_bytes * microbatch_size,
         tuple(placement),
         cluster.network,

@@ -39,7 +39,7 @@ from pipesim.partition import (
     memory_forms,
 )
 from pipesim.partition.memory import MemoryForm
-from pipesim.partition.model import layer_costs
+from pipesim.partition.model import layer_costs, model_problem
 from pipesim.partition.search import Partition, partition_stage_costs
 from pipesim.plan.bounds import iteration_lower_bound_s
 from pipesim.plan.evaluate import simulate_plan
@@ -219,16 +219,13 @@ class _Context:
         b = candidate.microbatch_size
         if b not in self.layers:
             self.layers[b] = layer_costs(self.model, self.hardware.cluster(1), b)
-        network = self.hardware.network(candidate.devices)
-        capacity = self.hardware.accelerator.memory_bytes
-        return PartitionProblem(
-            self.layers[b],
-            self.model.input_bytes * b,
+        return model_problem(
+            self.model,
+            self.hardware.cluster(candidate.devices),
+            b,
             placement,
-            network,
-            (1.0,) * candidate.devices,
-            (capacity,) * candidate.devices,
-            candidate.remat,
+            rematerialize=candidate.remat,
+            layers=self.layers[b],
         )
 
     def quick_bound(self, c: Candidate) -> float:
