@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from pipesim.cli.parsing import EXIT_OK, positive_int, write_json
+from pipesim.finite import json_text
 from pipesim.limits import Limit, check
 from pipesim.outputs import output_path, write_text_atomically
 
@@ -82,7 +82,7 @@ def _bench(args: argparse.Namespace) -> int:
         "numba_warm_up_s": warm_up,
     }
     if args.out is not None:
-        write_text_atomically(args.out, json.dumps(report, indent=2) + "\n", field="--out")
+        write_text_atomically(args.out, json_text(report, indent=2) + "\n", field="--out")
     if args.json:
         write_json(report)
         return EXIT_OK
