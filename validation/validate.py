@@ -18,7 +18,7 @@ from pipesim.errors import Interrupted, PipesimError
 from pipesim.outputs import output_directory, write_text_atomically
 from pipesim.progress import progress
 from validation.compare import aggregate, breaches, compare_case, crosscheck_records
-from validation.estimate import Statistic
+from validation.estimate import STATISTIC, Statistic
 from validation.predict import predict
 from validation.records import CaseMeasurement, Summary
 from validation.report import write_report
@@ -105,8 +105,12 @@ def run_validation(
         verdict_reason=reason,
         cases=tuple(results),
         skipped=tuple(skipped),
+        # The reported statistic's entry is the summary itself (its records compared with
+        # it); only the others are compared again.
         by_statistic={
-            statistic.value: aggregate(
+            statistic.value: summary
+            if statistic is STATISTIC
+            else aggregate(
                 [r for case in results for r in compare_case(case.measurement, statistic)]
             )
             for statistic in Statistic
