@@ -36,6 +36,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_ints(text: str) -> tuple[int, ...] | None:
+    """The integers of a comma-separated list (``"1,2,4"``), or None when the list is empty or
+    an item is not an integer >= 1; the caller words the error for its own flag."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        return None
+    return values if values and all(v >= 1 for v in values) else None
+
+
 def write_json(payload: Any) -> None:
     """Print ``payload`` as indented JSON on stdout (strict JSON: NaN and infinities, which
     JSON cannot hold, are refused, so no reader ever chokes on pipesim's output)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
+from pipesim.cli.parsing import EXIT_OK, positive_ints, write_json
 from pipesim.errors import PipesimError
 
 
@@ -63,11 +63,8 @@ def register(subparsers: Any) -> None:
 
 
 def _ints(text: str, field: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or any(v < 1 for v in values):
+    values = positive_ints(text)
+    if values is None:
         raise PipesimError(f"{field} must be integers >= 1 separated by commas, got {text!r}")
     return values
 

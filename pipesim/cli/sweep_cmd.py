@@ -7,7 +7,7 @@ import contextlib
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
+from pipesim.cli.parsing import EXIT_OK, positive_ints, write_json
 from pipesim.cli.simulate_cmd import (
     add_cost_arguments,
     add_engine_argument,
@@ -22,15 +22,12 @@ from pipesim.units import format_bytes, format_percent, format_seconds
 
 
 def _int_list(flag: str, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
+    values = positive_ints(text)
+    if values is None:
         raise PipesimError(
             f"{flag}: expected a comma-separated list of integers >= 1, got {shown(text)}"
         )
-    return values
+    return list(values)
 
 
 def register(subparsers: Any) -> None:

@@ -58,6 +58,11 @@ CASES: list[tuple[list[str], int, str]] = [
     ),
     ([*SWEEP, "--costs", "1,1", "--jobs", "0"], 2, "--jobs must be an integer >= 1, got 0"),
     ([*SWEEP, "--costs", "1,1", "--resume"], 2, "--resume needs --out FILE"),
+    (
+        [*SWEEP, "-v", "2,x", "--costs", "1,1"],
+        2,
+        "-v/--chunks: expected a comma-separated list of integers >= 1, got '2,x'",
+    ),
     # schedule
     (
         ["schedule", "show", "--schedule", "1f1b", "-K", "8", "-M", "1000000000"],
@@ -80,6 +85,11 @@ CASES: list[tuple[list[str], int, str]] = [
     # plan
     ([*PLAN, "--devices", "0"], 2, "--devices must be an integer >= 1, got 0"),
     ([*PLAN, "--devices", "8", "--top", "0"], 2, "--top must be an integer >= 1, got 0"),
+    (
+        [*PLAN, "--devices", "8", "--chunks", "1,0"],
+        2,
+        "--chunks must be integers >= 1 separated by commas, got '1,0'",
+    ),
     (
         ["plan", "--model", "{tmp}/binary.toml", "--hardware", "a100", "--devices", "8"],
         2,
