@@ -8,7 +8,6 @@ no row could use is refused at once instead of repeated as an error in every row
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import signal
 from collections import deque
@@ -86,17 +85,16 @@ def sweep_points(
 
 def preflight(costs: CostRequest) -> None:
     """Check what every row of a sweep shares before any row runs: a synthetic request's
-    figures, or a model request's model, hardware and dtype (names or files). Errors that
+    figures, or a model request's model, optimizer, hardware and dtype (names or files). Errors that
     depend on the shape (more stages than layers, a batch M does not divide) stay per row."""
     if not isinstance(costs, ModelRequest):
         costs.build(1, 1, 1)
         return
+    from pipesim.costs.request import resolved_model
     from pipesim.hardware import resolve_hardware
-    from pipesim.workload import resolve_model
 
-    model = resolve_model(costs.model)
-    if costs.dtype is not None:
-        model = dataclasses.replace(model, dtype=costs.dtype)
+    # The model exactly as every row will read it (optimizer state, master weights, dtype).
+    model = resolved_model(costs.model, costs.optimizer_state, costs.master_weights, costs.dtype)
     resolve_hardware(costs.hardware).accelerator.achievable_flops_per_s(model.dtype)
     if costs.batch is not None:
         checks.positive_int("--batch", costs.batch)

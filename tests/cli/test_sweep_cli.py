@@ -37,6 +37,10 @@ def _never(*args: object) -> None:
         (["--model", "uniform-4", "--hardware", "nope"], "unknown hardware 'nope'"),
         (["--model", "uniform-4", "--hardware", "BAD"], "cannot read it (not UTF-8 text"),
         (["--model", "uniform-4", "--hardware", "a100", "--dtype", "fp7"], "fp7"),
+        (
+            ["--model", "uniform-4", "--hardware", "a100", "--optimizer", "bogus"],
+            "--optimizer must be one of sgd, momentum, rmsprop, adam or bytes per parameter",
+        ),
     ],
 )
 def test_a_bad_global_input_is_exit_2_before_any_work(
