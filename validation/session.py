@@ -394,6 +394,8 @@ class _Rounds:
             m: make_batch(case.model, m, device)
             for m in {m for _, m, _ in runs} | set(case.microbatches)
         }
+        # The one micro-batch rank 0 profiles the whole model on each round (never changes).
+        self.one = make_batch(case.model, 1, device)
         self.spans: list[list[float]] = [[] for _ in runs]
         self.walls: list[list[float]] = [[] for _ in runs]
         self.stash: list[list[list[int]]] = [[] for _ in runs]
@@ -482,8 +484,8 @@ class _Rounds:
                 if keep:
                     self.baseline[m].append(span)
             model.zero_grad(set_to_none=False)
-            one = make_batch(self.case.model, 1, self.device)
-            profile = profile_stage(0, model, one[0], one[1], LOSS, last=True, repeats=2, warmup=1)
+            x1, y1 = self.one
+            profile = profile_stage(0, model, x1, y1, LOSS, last=True, repeats=2, warmup=1)
             if keep:
                 for key, values in self.solo.items():
                     values.append(getattr(profile, key))
