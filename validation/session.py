@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import datetime
+import functools
 import json
 import os
 import platform
@@ -574,8 +575,14 @@ def rss_rise() -> Iterator[Callable[[], int | None]]:
             rise[0] = max(0, peak - start)
 
 
+@functools.cache
+def _libc_name() -> str | None:
+    """The C library's name; looked up once per process (``find_library`` runs ``ldconfig``)."""
+    return ctypes.util.find_library("c")
+
+
 def _release_and_reset() -> bool:
-    name = ctypes.util.find_library("c")
+    name = _libc_name()
     if name is None:
         return False
     try:
