@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pipesim.outputs import write_text_atomically
 from pipesim.units import format_bytes
-from validation.estimate import LOW_QUANTILE, Statistic
+from validation.estimate import LOW_QUANTILE, STATISTIC, Statistic
 from validation.records import Comparison, CrosscheckRecord, Summary
 from validation.results import CaseResult, ValidationResult
 
@@ -131,7 +131,7 @@ def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -
         out / "results.json", json.dumps(result.to_json(), indent=2), field="--out results.json"
     )
     machine = result.cases[0].measurement.machine if result.cases else None
-    statistic = result.cases[0].statistic if result.cases else Statistic.LOW_QUANTILE
+    statistic = result.cases[0].statistic if result.cases else STATISTIC
     lines = [
         f"# pipesim validation: suite `{result.suite}` ({result.backend})",
         "",
