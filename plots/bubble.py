@@ -14,9 +14,10 @@ from plots.facets import (
     Row,
     draw_series,
     groups,
+    labelled_handles,
     log2_axis,
-    oom_handle,
     panel_grid,
+    panel_legend,
     schedule_styles,
     series,
 )
@@ -59,16 +60,12 @@ def bubble_figure(rows: Sequence[Row], *, title: str = "") -> Any:
                 )
         log2_axis(axes, [r["microbatches"] for r in group], "microbatches")
         axes.set_title(f"K = {devices}", fontsize=10)
-        handles = [
-            h for h in axes.get_legend_handles_labels()[0] if not h.get_label().startswith("_")
-        ]
+        handles = labelled_handles(axes)
         if any(line.get_gid() == "closed form" for line in axes.lines):
             handles.append(
                 Line2D([], [], color="black", linestyle="--", linewidth=1.1, label="closed form")
             )
-        if any(r.get("oom") for r in group):
-            handles.append(oom_handle())
-        axes.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)
+        panel_legend(axes, handles, oom=any(r.get("oom") for r in group))
     axes_list[0].set_ylim(bottom=0)  # after every panel is drawn: the axis is shared
     axes_list[0].set_ylabel("bubble (% of step time)")
     for axes in axes_list[1:]:

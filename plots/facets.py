@@ -169,3 +169,16 @@ def oom_handle() -> Line2D:
         markeredgecolor="black",
         label="hollow marker: out of memory",
     )
+
+
+def labelled_handles(axes: Any) -> list[Any]:
+    """The legend handles of what ``axes`` has drawn so far, those labelled ``_...`` left out."""
+    return [h for h in axes.get_legend_handles_labels()[0] if not h.get_label().startswith("_")]
+
+
+def panel_legend(axes: Any, handles: list[Any], *, oom: bool) -> None:
+    """A panel's legend of ``handles``, then the hollow-marker entry when a point of the panel
+    ran out of memory; the same size and placement in every figure of many runs."""
+    if oom:
+        handles = [*handles, oom_handle()]
+    axes.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)

@@ -20,9 +20,10 @@ from plots.facets import (
     Row,
     draw_series,
     groups,
+    labelled_handles,
     log2_axis,
-    oom_handle,
     panel_grid,
+    panel_legend,
     schedule_styles,
     series,
 )
@@ -128,13 +129,9 @@ def _grid(rows: Sequence[Row], largest: float, capacities: list[float], title: s
             draw_series(axes, line, styles[line.names[0]])
         log2_axis(axes, [r["microbatches"] for r in group], "microbatches")
         axes.set_title(f"K = {devices}", fontsize=10)
-        handles = [
-            h for h in axes.get_legend_handles_labels()[0] if not h.get_label().startswith("_")
-        ]
+        handles = labelled_handles(axes)  # before the capacity lines add theirs
         handles += _capacity_lines(axes, capacities, largest, scale)
-        if any(r.get("oom") for r in group):
-            handles.append(oom_handle())
-        axes.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)
+        panel_legend(axes, handles, oom=any(r.get("oom") for r in group))
     axes_list[0].set_ylim(bottom=0)  # after every panel is drawn: the axis is shared
     axes_list[0].set_ylabel(f"largest device's peak memory ({unit})")
     for axes in axes_list[1:]:

@@ -24,9 +24,10 @@ from plots.facets import (
     Row,
     draw_series,
     groups,
+    labelled_handles,
     log2_axis,
-    oom_handle,
     panel_grid,
+    panel_legend,
     schedule_styles,
     series,
 )
@@ -105,7 +106,7 @@ def throughput_figure(
                 )
         log2_axis(axes, [r[x_key] for r in group], x_key)
         axes.set_title(f"{SHORT_NAMES[panel_key]} = {fixed}", fontsize=10)
-        _legend(axes, any(r.get("oom") for r in group))
+        panel_legend(axes, labelled_handles(axes), oom=any(r.get("oom") for r in group))
     axes_list[0].set_ylabel(ylabel)
     for axes in axes_list[1:]:
         axes.tick_params(labelleft=True)
@@ -152,14 +153,6 @@ def _closed_form(
         one_device = run["throughput"] / run["speedup"]
         points.append((float(x), one_device * ideal / base_throughput))
     return points
-
-
-def _legend(axes: Any, oom: bool) -> None:
-    handles, _ = axes.get_legend_handles_labels()
-    handles = [h for h in handles if not h.get_label().startswith("_")]
-    if oom:
-        handles.append(oom_handle())
-    axes.legend(handles=handles, fontsize=7, loc="best", framealpha=0.85)
 
 
 def speedup_figure(rows: Sequence[Row], *, against: str = "M", title: str = "") -> Any:

@@ -190,6 +190,27 @@ def test_peak_memory_of_a_grid_is_a_line_per_schedule(tmp_path: Path) -> None:
     assert panels[0].get_ylabel() == "largest device's peak memory (KiB)"
 
 
+def test_a_grid_panel_legend_names_schedules_then_capacity_then_oom(tmp_path: Path) -> None:
+    """Each series once, the capacity line once (not also picked up as a drawn line), the
+    hollow-marker entry last where a run of the panel ran out of memory."""
+    rows = [
+        {
+            **r,
+            "oom": r["devices"] == 2 and r["schedule"] == "gpipe",
+            "per_device": [{**d, "memory_capacity_bytes": 5000} for d in r["per_device"]],
+        }
+        for r in sweep_rows(tmp_path)
+    ]
+    panels = [a for a in peak_memory_figure(rows).axes if a.get_visible()]
+    assert legend_texts(panels[0]) == [
+        "gpipe",
+        "1f1b = zb-h1",  # the same peaks: one line, both names
+        "capacity 4.88 KiB",
+        "hollow marker: out of memory",
+    ]
+    assert legend_texts(panels[1]) == ["gpipe", "1f1b = zb-h1", "capacity 4.88 KiB"]
+
+
 def test_zero_memory_is_refused_not_drawn_flat(tmp_path: Path) -> None:
     out = tmp_path / "zero.json"
     assert (
