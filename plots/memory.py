@@ -62,10 +62,14 @@ def peak_memory_figure(rows: Sequence[Row], *, title: str = "") -> Any:
     return _grid(rows, max(peaks), capacities, title)
 
 
+def _axis_unit(largest: float, capacities: Sequence[float]) -> tuple[float, str]:
+    """The memory axis's unit (its size in bytes and name): for the largest peak and each
+    capacity drawn on the scale (within :data:`CAPACITY_SCALE` of it)."""
+    return byte_unit(max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]]))
+
+
 def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: str) -> Any:
-    scale, unit = byte_unit(
-        max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
-    )
+    scale, unit = _axis_unit(largest, capacities)
     figure, axes = new_figure(max(8.0, 1.3 * len(rows) + 4), 4.5)
     varied = len({(r["devices"], r["microbatches"]) for r in rows}) > 1
     names = [
@@ -113,9 +117,7 @@ def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: s
 
 
 def _grid(rows: Sequence[Row], largest: float, capacities: list[float], title: str) -> Any:
-    scale, unit = byte_unit(
-        max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
-    )
+    scale, unit = _axis_unit(largest, capacities)
     styles = schedule_styles(rows)
     panels = sorted(groups(rows, "devices").items())
     figure, axes_list = panel_grid(len(panels), sharey=True)
@@ -176,9 +178,7 @@ def memory_timeline_figure(
         raise EmptyPlotError(f"memory is 0 bytes on every device throughout the run; {NO_MEMORY}")
     largest = max(values)
     capacities = [capacity_bytes] if capacity_bytes else []
-    scale, unit = byte_unit(
-        max([largest, *[c for c in capacities if c <= CAPACITY_SCALE * largest]])
-    )
+    scale, unit = _axis_unit(largest, capacities)
     seconds, time_name = time_unit(max((t for curve in curves for t, _ in curve), default=1.0))
     figure, axes = new_figure(9, 4.5)
     styles = schedule_styles([{"schedule": f"device {d}"} for d in range(len(curves))])
