@@ -70,9 +70,7 @@ def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> P
         if target.is_symlink() and not missing.is_absolute():
             missing = target.parent / missing
         raise PipesimError(f"{field}: directory {str(missing)!r} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        reason = "read-only file system" if _read_only(directory) else "permission denied"
-        raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})")
+    _require_writable(directory, field)
     return target
 
 
@@ -96,9 +94,7 @@ def output_directory(path: str | Path, field: str, *, create: bool = True) -> Pa
         existing = existing.parent
     if not existing.is_dir():
         raise PipesimError(f"{field}: {str(existing)!r} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        reason = "read-only file system" if _read_only(existing) else "permission denied"
-        raise PipesimError(f"{field}: cannot write into {str(existing)!r} ({reason})")
+    _require_writable(existing, field)
     return target
 
 
@@ -185,6 +181,14 @@ def _keep_mode_and_owner(fd: int, existing: os.stat_result | None) -> None:
         with contextlib.suppress(OSError):  # only root may give a file away; others keep theirs
             if (existing.st_uid, existing.st_gid) != (os.geteuid(), os.getegid()):
                 os.fchown(fd, existing.st_uid, existing.st_gid)
+
+
+def _require_writable(directory: Path, field: str) -> None:
+    """Refuse a folder this process may not create files in, saying whether its file system
+    is read-only or the permission is denied."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        reason = "read-only file system" if _read_only(directory) else "permission denied"
+        raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})")
 
 
 def _read_only(directory: Path) -> bool:
