@@ -24,8 +24,10 @@ def end_rank(status: int, timeout_s: float = 60.0) -> NoReturn:
     left to clean up.
     """
     try:
-        dist.barrier(async_op=True).wait(timedelta(seconds=timeout_s))
-        dist.destroy_process_group()
+        # A timed-out wait returns False (or raises): then a peer is missing and the group
+        # is left as it is, as after an error.
+        if dist.barrier(async_op=True).wait(timedelta(seconds=timeout_s)) is not False:
+            dist.destroy_process_group()
     except RuntimeError:
         pass  # every step is done and reported: leave without the lost peer
     sys.stdout.flush()
