@@ -32,18 +32,25 @@ SMALLEST = 1e-12
 POSITIVE_FIELDS = ("iteration_time", "throughput", "speedup")
 
 
+def _leaves(payload: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """Each (dotted path, value) of the values in ``payload`` that are not dicts, lists or
+    tuples, in document order; the path of a bare value is "value"."""
+    if isinstance(payload, dict):
+        for key, value in payload.items():
+            yield from _leaves(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(payload, (list, tuple)):
+        for index, value in enumerate(payload):
+            yield from _leaves(value, f"{where}[{index}]")
+    else:
+        yield where or "value", payload
+
+
 def non_finite_fields(payload: Any, where: str = "") -> Iterator[tuple[str, float]]:
     """Each (dotted path, value) in ``payload`` (nested dicts and lists) that is a float NaN
     or infinity, in document order."""
-    if isinstance(payload, float):
-        if not math.isfinite(payload):
-            yield where or "value", payload
-    elif isinstance(payload, dict):
-        for key, value in payload.items():
-            yield from non_finite_fields(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(payload, (list, tuple)):
-        for index, value in enumerate(payload):
-            yield from non_finite_fields(value, f"{where}[{index}]")
+    for field, value in _leaves(payload, where):
+        if isinstance(value, float) and not math.isfinite(value):
+            yield field, value
 
 
 def require_finite(payload: Any, what: str) -> None:
@@ -94,17 +101,13 @@ def require_reportable(result: Mapping[str, Any], what: str) -> None:
         raise PipesimError(f"{what}: {problem}")
 
 
-def _numbers(payload: Any, where: str = "") -> Iterator[tuple[str, float]]:
-    """Each (dotted path, value) of the numbers in ``payload`` (not booleans)."""
-    if isinstance(payload, int | float) and not isinstance(payload, bool):
-        huge = isinstance(payload, int) and abs(payload) > LARGEST  # float() may overflow
-        yield where or "value", math.inf if huge else float(payload)
-    elif isinstance(payload, dict):
-        for key, value in payload.items():
-            yield from _numbers(value, f"{where}.{key}" if where else str(key))
-    elif isinstance(payload, (list, tuple)):
-        for index, value in enumerate(payload):
-            yield from _numbers(value, f"{where}[{index}]")
+def _numbers(payload: Any) -> Iterator[tuple[str, float]]:
+    """Each (dotted path, value) of the numbers in ``payload`` (not booleans), in document
+    order; an int too large for a float is infinity."""
+    for where, value in _leaves(payload):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            huge = isinstance(value, int) and abs(value) > LARGEST  # float() may overflow
+            yield where, math.inf if huge else float(value)
 
 
 def json_text(payload: Any, indent: int | None = None) -> str:
