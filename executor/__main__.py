@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
-from executor.options import PROG, parser
+from executor.options import PROG, parser, under_torchrun
 from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 from pipesim.errors import PipesimError, RunFailed
 from pipesim.outputs import write_text_atomically
@@ -37,7 +37,7 @@ NO_TORCH = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run; 0 done, 1 the check or the run failed, 2 bad input, 130 interrupted."""
-    distributed = "WORLD_SIZE" in os.environ
+    distributed = under_torchrun()
     status = _main(argv)
     if distributed and status != 0:
         _leave(status)  # a failed rank must not wait in the teardown for the peers it lost
@@ -65,7 +65,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         signal.setitimer(signal.ITIMER_REAL, 0)  # a repeat may have ended the block early
         return _fail("interrupted", "stopped by Ctrl-C", EXIT_INTERRUPTED)
-    if "WORLD_SIZE" in os.environ and status == 0:
+    if under_torchrun() and status == 0:
         from executor.teardown import end_rank
 
         end_rank(status, args.timeout)

@@ -22,7 +22,12 @@ from torch import nn
 from executor.backends import Backend, DeviceKind
 from executor.errors import BackendError
 from executor.models import mlp, transformer
-from executor.options import TRANSFORMER_HEADS, TRANSFORMER_SEQUENCE, check_memory
+from executor.options import (
+    TRANSFORMER_HEADS,
+    TRANSFORMER_SEQUENCE,
+    check_memory,
+    under_torchrun,
+)
 from executor.runtime import StepResult
 from executor.split import split_model
 from executor.step import run_step
@@ -31,11 +36,6 @@ from pipesim.finite import json_text
 from pipesim.outputs import output_path, write_text_atomically
 from pipesim.progress import progress
 from pipesim.schedules import Schedule, build
-
-
-def under_torchrun() -> bool:
-    """True when torchrun (or another launcher setting ``WORLD_SIZE``) started this process."""
-    return "WORLD_SIZE" in os.environ
 
 
 def run(args: argparse.Namespace) -> int:

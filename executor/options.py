@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import dataclass
 
 from executor.backends import DeviceKind
@@ -22,6 +23,11 @@ TRANSFORMER_SEQUENCE = 16
 # What one process holds besides the activations, in copies of the model's parameters: the
 # model, the unpipelined reference copy and the gradients of each (--check fills both).
 PARAMETER_COPIES = 4
+
+
+def under_torchrun() -> bool:
+    """True when torchrun (or another launcher setting ``WORLD_SIZE``) started this process."""
+    return "WORLD_SIZE" in os.environ
 
 
 def positive_float(text: str) -> float:
