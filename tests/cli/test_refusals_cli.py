@@ -324,13 +324,6 @@ def test_results_pipesim_could_not_read_back_are_refused(
     assert one_line(err) == f"pipesim: error: simulate: {expected}"
 
 
-def test_the_saved_range_is_the_range_plots_read() -> None:
-    import plots.saved
-    from pipesim.finite import LARGEST, SMALLEST
-
-    assert (plots.saved.LARGEST, plots.saved.SMALLEST) == (LARGEST, SMALLEST)
-
-
 _COSTS = st.one_of(
     st.just(0.0),
     st.floats(min_value=1e-320, max_value=1e308, allow_nan=False, allow_infinity=False),
