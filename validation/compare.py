@@ -2,14 +2,16 @@
 executor measured; this module computes the errors.
 
 Time: the measured step is the span of one ``run_step`` (first action start to last action
-end, no optimizer), reduced over repeats with :data:`validation.estimate.STATISTIC`; the
-prediction is the simulator's iteration time for one step with the calibrated stage times and
-link. Speedup: over the same model and mini-batch unpipelined on one device (measured: the
-whole model as one stage; predicted: M times the whole model's calibrated F + B). Memory: on
-CPU each rank's resident-memory rise during a step (measured by the kernel, see
-:func:`validation.session.rss_rise`) against the activations the memory model predicts,
-with the executor's own stash count beside it; on CUDA ``max_memory_allocated`` against
-weights, gradients and activations.
+end, no optimizer), one per measured round; the prediction is the simulator's iteration time
+with each round's calibration (:mod:`validation.predict`), one per round too. Both are reduced
+with the same statistic (:data:`validation.estimate.STATISTIC`). Speedup: over the same model
+and mini-batch unpipelined on one device (measured: the whole model as one stage; predicted: M
+times the whole model's F + B profiled in the same round). Memory: on CPU each rank's
+resident-memory rise during a step (measured by the kernel, see
+:func:`validation.session.rss_rise`) against the activations the memory model predicts, with
+the executor's own stash count beside it; on CUDA ``max_memory_allocated`` against weights,
+gradients and activations. :func:`case_series` hands the per-round values to the bootstrap
+(:mod:`validation.uncertainty`) that bounds the aggregates.
 """
 
 from __future__ import annotations
@@ -18,9 +20,20 @@ import statistics
 from collections.abc import Sequence
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
-from validation.estimate import STATISTIC, Noise, Statistic, estimate, spread
-from validation.predict import predict, unpipelined_s
+from pipesim.engine import simulate
+from validation.estimate import (
+    STATISTIC,
+    Noise,
+    Statistic,
+    estimate,
+    relative_uncertainty,
+    spread,
+)
+from validation.predict import RoundPrediction, check_aligned, predict_rounds, round_costs
 from validation.records import CaseMeasurement, Comparison, CrosscheckRecord, Summary
+from validation.uncertainty import CaseSeries, Intervals
+
+RunKey = tuple[str, int, int]  # (schedule, M, chunks)
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -33,21 +46,56 @@ def _memory_error(predicted: Sequence[float], measured: Sequence[int | None]) ->
     return max(errors) if errors else None
 
 
-def compare_case(measured: CaseMeasurement, statistic: Statistic = STATISTIC) -> list[Comparison]:
+def case_predictions(measured: CaseMeasurement) -> dict[RunKey, RoundPrediction]:
+    """Every measured run predicted once per round (the simulations every statistic and the
+    bootstrap share)."""
+    check_aligned(measured)
+    costs = {chunks: round_costs(measured, chunks) for chunks in measured.isolated_calibration}
+    return {
+        (run.schedule, run.microbatches, run.chunks): predict_rounds(
+            measured, run.schedule, run.microbatches, run.chunks, costs[run.chunks]
+        )
+        for run in measured.runs
+    }
+
+
+def case_series(
+    measured: CaseMeasurement, predictions: dict[RunKey, RoundPrediction]
+) -> CaseSeries:
+    """The per-round series of every run, for :func:`validation.uncertainty.error_intervals`."""
+    runs = measured.runs
+    keys = [(r.schedule, r.microbatches, r.chunks) for r in runs]
+    return CaseSeries.of(
+        [predictions[k].times_s for k in keys],
+        [r.step_times_s for r in runs],
+        [predictions[k].unpipelined_s for k in keys],
+        [measured.baseline_samples[r.microbatches] for r in runs],
+    )
+
+
+def compare_case(
+    measured: CaseMeasurement,
+    statistic: Statistic = STATISTIC,
+    predictions: dict[RunKey, RoundPrediction] | None = None,
+) -> list[Comparison]:
     """One record per measured run: prediction, measurement and errors."""
     case = measured.case
     cuda = case.backend == "cuda"
+    if predictions is None:
+        predictions = case_predictions(measured)
+    every = {chunks: round_costs(measured, chunks) for chunks in measured.isolated_calibration}
     records = []
     for run in measured.runs:
-        schedule, costs, result = predict(
-            measured, run.schedule, run.microbatches, run.chunks, statistic
-        )
+        rounds = predictions[(run.schedule, run.microbatches, run.chunks)]
+        # One whole simulated step, of the round whose prediction is the estimate's: memory,
+        # bubble.
+        schedule = rounds.schedule
+        costs = every[run.chunks][rounds.representative_round(statistic)]
+        result = simulate(schedule, costs)
+        predicted_time = rounds.time_s(statistic)
         measured_time = estimate(run.step_times_s, statistic)
         baseline = estimate(measured.baseline_samples[run.microbatches], statistic)
-        predicted_speedup = (
-            unpipelined_s(measured, run.microbatches, result.unpipelined_time_s, statistic)
-            / result.iteration_time_s
-        )
+        predicted_speedup = rounds.speedup(statistic)
         measured_speedup = baseline / measured_time
         predicted_memory = tuple(
             float(d.peak_memory_bytes if cuda else d.peak_activation_bytes)
@@ -61,13 +109,15 @@ def compare_case(measured: CaseMeasurement, statistic: Statistic = STATISTIC) ->
                 devices=case.devices,
                 microbatches=run.microbatches,
                 chunks=run.chunks,
-                predicted_time=result.iteration_time_s,
+                predicted_time=predicted_time,
                 measured_time=measured_time,
                 measured_time_min=min(run.step_times_s),
                 measured_time_max=max(run.step_times_s),
                 measured_time_spread=spread(run.step_times_s),
+                measured_time_uncertainty=relative_uncertainty(run.step_times_s),
+                predicted_time_uncertainty=relative_uncertainty(rounds.times_s),
                 measured_wall_time=estimate(run.wall_times_s, statistic),
-                time_error=relative_error(result.iteration_time_s, measured_time),
+                time_error=relative_error(predicted_time, measured_time),
                 predicted_speedup=predicted_speedup,
                 measured_speedup=measured_speedup,
                 speedup_error=relative_error(predicted_speedup, measured_speedup),
@@ -94,10 +144,9 @@ def crosscheck_records(
     that run, and the prediction's error against each runtime."""
     records = []
     for check in measured.crosscheck:
-        _, _, result = predict(
-            measured, check.schedule, check.microbatches, check.chunks, statistic
-        )
-        predicted = result.iteration_time_s
+        predicted = predict_rounds(
+            measured, check.schedule, check.microbatches, check.chunks
+        ).time_s(statistic)
         ours = estimate(check.ours_wall_times_s, statistic)
         theirs = estimate(check.torch_wall_times_s, statistic) if check.torch_wall_times_s else None
         records.append(
@@ -124,8 +173,10 @@ def _stats(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), max(values), statistics.fmean(values)
 
 
-def aggregate(records: Sequence[Comparison]) -> Summary:
-    """Median, max and mean absolute errors of time, speedup and memory, and the noise."""
+def aggregate(records: Sequence[Comparison], intervals: Intervals | None = None) -> Summary:
+    """Median, max and mean absolute errors of time, speedup and memory, and the noise; with
+    ``intervals``, each median and max error's interval (widened to hold the figure itself:
+    a bootstrap's percentiles of a maximum can fall short of it)."""
     time = _stats([abs(r.time_error) for r in records])
     speedup = _stats([abs(r.speedup_error) for r in records])
     memory = _stats([abs(r.memory_error) for r in records if r.memory_error is not None])
@@ -143,7 +194,28 @@ def aggregate(records: Sequence[Comparison]) -> Summary:
         mean_memory_error=memory[2],
         median_time_spread=noise.median_spread,
         max_time_spread=noise.max_spread,
+        **_bounds(time, speedup, intervals),
     )
+
+
+def _bounds(
+    time: tuple[float, float, float],
+    speedup: tuple[float, float, float],
+    intervals: Intervals | None,
+) -> dict[str, float]:
+    """The Summary's interval fields: the figure itself when there is no interval."""
+    figures = {
+        "median_time_error": time[0],
+        "max_time_error": time[1],
+        "median_speedup_error": speedup[0],
+        "max_speedup_error": speedup[1],
+    }
+    fields: dict[str, float] = {"confidence": 0.0 if intervals is None else intervals.confidence}
+    for name, figure in figures.items():
+        low, high = (figure, figure) if intervals is None else getattr(intervals, name)
+        fields[f"{name}_low"] = min(low, figure)
+        fields[f"{name}_high"] = max(high, figure)
+    return fields
 
 
 def breaches(summary: Summary, max_median: float, max_any: float) -> list[str]:

@@ -62,6 +62,46 @@ def estimate(values: Sequence[float], statistic: Statistic = STATISTIC) -> float
     return statistics.fmean(values)
 
 
+def order_statistic_interval(
+    values: Sequence[float], q: float = LOW_QUANTILE, confidence: float = 0.9
+) -> tuple[float, float]:
+    """A distribution-free ``confidence`` interval for the ``q``-quantile of the distribution
+    ``values`` were drawn from: the order statistics X(r) <= X(s) closest around rank q*n whose
+    coverage, P(r <= #{draws below the quantile} < s) under Binomial(n, q), is at least
+    ``confidence``. It assumes nothing about the noise's shape, and it shrinks as repeats are
+    added; with too few repeats to reach ``confidence`` it is (minimum, maximum)."""
+    if not values:
+        raise PipesimError("order_statistic_interval: no values")
+    if not 0.0 < confidence < 1.0:
+        raise PipesimError(
+            f"order_statistic_interval: confidence must be in (0, 1), got {confidence}"
+        )
+    ordered = sorted(values)
+    n = len(ordered)
+    pmf = [math.comb(n, i) * q**i * (1.0 - q) ** (n - i) for i in range(n + 1)]
+    low = high = min(n - 1, max(0, math.floor(q * (n - 1))))
+    # Coverage of [X(low+1), X(high+1)] (1-based order statistics) is sum pmf[low+1 .. high].
+    covered = 0.0
+    while covered < confidence and (low > 0 or high < n - 1):
+        # Widen toward the side whose next binomial term adds more coverage.
+        grow_low = pmf[low] if low > 0 else -1.0
+        grow_high = pmf[high + 1] if high < n - 1 else -1.0
+        if grow_low >= grow_high:
+            low -= 1
+        else:
+            high += 1
+        covered = sum(pmf[low + 1 : high + 1])
+    return ordered[low], ordered[high]
+
+
+def relative_uncertainty(values: Sequence[float], q: float = LOW_QUANTILE) -> float:
+    """Half the width of the 90% :func:`order_statistic_interval` of the ``q``-quantile, over
+    the quantile: how far, relatively, the estimate could be off by the repeats' noise alone."""
+    low, high = order_statistic_interval(values, q)
+    centre = quantile(values, q)
+    return (high - low) / 2.0 / centre if centre > 0 else 0.0
+
+
 def spread(values: Sequence[float]) -> float:
     """The noise of repeats: (median - minimum) / minimum. Zero for identical repeats; on a
     quiet machine a percent or two; past the error threshold, the repeats cannot tell a

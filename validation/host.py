@@ -21,6 +21,7 @@ from pipesim.limits import cpu_count
 from validation.fields import require
 
 PROC_STAT = Path("/proc/stat")
+BUSY_MARGIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,10 @@ class HostLoad:
 
     @property
     def busy(self) -> bool:
-        """More runnable work than cores (the validation's own processes included)."""
-        return self.load_1min > self.cores
+        """More runnable work than cores, by more than :data:`BUSY_MARGIN` (the validation's
+        own processes included: K processes on K cores is a machine doing nothing else; the
+        margin leaves room for the parent's sampling and the odd short-lived process)."""
+        return self.load_1min > self.cores + BUSY_MARGIN
 
     def describe(self) -> str:
         """A short phrase for the report: "load 2.31 on 2 cores, steal 0.4%"."""

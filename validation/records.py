@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from executor.profile import LinkProfile, StageProfile
+from pipesim.errors import PipesimError
 from validation.fields import require
 from validation.host import HostLoad
 from validation.suites import Case
@@ -155,10 +156,11 @@ class CaseMeasurement:
         isolated_calibration: per chunk count, each stage profiled alone (its bytes, and
             times used where the probes did not run the action kind).
         probes: per chunk count, the probe runs ("1f1b M=6") whose timelines calibrate times.
-        in_situ_samples: per chunk count, per "stage/kind" ("0/F"), every duration of that
-            action in the probe runs.
-        latency_samples: per chunk count, the latency (less size over bandwidth) of every
-            probe transfer whose receiver was already waiting.
+        in_situ_samples: per chunk count, per measured round, per "stage/kind" ("0/F"),
+            every duration of that action in the round's probe steps.
+        latency_samples: per chunk count, per measured round, the latency (less size over
+            bandwidth) of every probe transfer of the round whose receiver was already
+            waiting.
         baseline_samples: per M, the unpipelined step's span on one device, every round.
         solo_samples: per kind ("forward_s", "backward_s", ...), the whole model's profile on
             one micro-batch, every round.
@@ -171,8 +173,8 @@ class CaseMeasurement:
     link: LinkProfile
     isolated_calibration: dict[int, tuple[StageProfile, ...]]
     probes: dict[int, tuple[str, ...]]
-    in_situ_samples: dict[int, dict[str, tuple[float, ...]]]
-    latency_samples: dict[int, tuple[float, ...]]
+    in_situ_samples: dict[int, tuple[dict[str, tuple[float, ...]], ...]]
+    latency_samples: dict[int, tuple[tuple[float, ...], ...]]
     runs: tuple[RunMeasurement, ...]
     baseline_samples: dict[int, tuple[float, ...]]
     solo_samples: dict[str, tuple[float, ...]]
@@ -192,10 +194,12 @@ class CaseMeasurement:
             },
             "probes": {str(c): list(names) for c, names in self.probes.items()},
             "in_situ_samples": {
-                str(c): {key: list(values) for key, values in samples.items()}
-                for c, samples in self.in_situ_samples.items()
+                str(c): [{key: list(values) for key, values in r.items()} for r in rounds]
+                for c, rounds in self.in_situ_samples.items()
             },
-            "latency_samples": {str(c): list(v) for c, v in self.latency_samples.items()},
+            "latency_samples": {
+                str(c): [list(r) for r in rounds] for c, rounds in self.latency_samples.items()
+            },
             "runs": [run.to_json() for run in self.runs],
             "baseline_samples": {str(m): list(v) for m, v in self.baseline_samples.items()},
             "solo_samples": {key: list(v) for key, v in self.solo_samples.items()},
@@ -226,11 +230,18 @@ class CaseMeasurement:
                 c: tuple(names) for c, names in _by_int(require(data, "probes", where)).items()
             },
             in_situ_samples={
-                c: {key: tuple(v) for key, v in samples.items()}
-                for c, samples in _by_int(require(data, "in_situ_samples", where)).items()
+                c: tuple(
+                    {key: tuple(map(float, v)) for key, v in _round(r, "in_situ_samples").items()}
+                    for r in _rounds(rounds, "in_situ_samples")
+                )
+                for c, rounds in _by_int(require(data, "in_situ_samples", where)).items()
             },
             latency_samples={
-                c: tuple(v) for c, v in _by_int(require(data, "latency_samples", where)).items()
+                c: tuple(
+                    tuple(map(float, _rounds(r, "latency_samples")))
+                    for r in _rounds(rounds, "latency_samples")
+                )
+                for c, rounds in _by_int(require(data, "latency_samples", where)).items()
             },
             runs=tuple(RunMeasurement.from_json(r) for r in require(data, "runs", where)),
             baseline_samples={
@@ -242,6 +253,25 @@ class CaseMeasurement:
             ),
             rounds=int(require(data, "rounds", where)),
         )
+
+
+def _rounds(value: object, field: str) -> list[Any]:
+    """A per-round list; anything else (the flat lists older files hold) is a one-line error."""
+    if not isinstance(value, list):
+        raise PipesimError(
+            f"measurements: {field} is not a list per round (written by an older pipesim? "
+            "measure again)"
+        )
+    return value
+
+
+def _round(value: object, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PipesimError(
+            f"measurements: {field} is not a list per round (written by an older pipesim? "
+            "measure again)"
+        )
+    return value
 
 
 def _stage_profile(data: object) -> StageProfile:
@@ -258,8 +288,11 @@ class Comparison:
     """One measured run against its prediction (a record of ``results.json``).
 
     Times are the :mod:`validation.estimate` statistic of the repeats; ``measured_time_spread``
-    is their noise ((median - min) / min). Memory: ``measured_peak_memory_bytes`` is measured
-    (CUDA ``max_memory_allocated``; on CPU the resident-memory rise of each rank) and
+    is their noise ((median - min) / min); ``measured_time_uncertainty`` and
+    ``predicted_time_uncertainty`` are the relative half-widths of the 90% order-statistic
+    intervals of the two estimates (the predicted one over the rounds' predictions).
+    Memory: ``measured_peak_memory_bytes`` is measured (CUDA ``max_memory_allocated``; on CPU
+    the resident-memory rise of each rank) and
     ``stash_peak_memory_bytes`` is the executor's own count of stashed activations, reported
     beside it; ``memory_error`` is the prediction's largest error against the measured one.
     """
@@ -274,6 +307,8 @@ class Comparison:
     measured_time_min: float
     measured_time_max: float
     measured_time_spread: float
+    measured_time_uncertainty: float
+    predicted_time_uncertainty: float
     measured_wall_time: float
     time_error: float
     predicted_speedup: float
@@ -327,7 +362,11 @@ class CrosscheckRecord:
 
 @dataclass(frozen=True)
 class Summary:
-    """Aggregate |errors| over every compared run, and the noise of the measurements."""
+    """Aggregate |errors| over every compared run, and the noise of the measurements.
+
+    The ``*_low`` / ``*_high`` fields bound each aggregate with a ``confidence`` interval from
+    resampling the measured rounds (:mod:`validation.uncertainty`); zero confidence means no
+    interval was computed (the bounds then equal the figure)."""
 
     runs: float
     median_time_error: float
@@ -341,6 +380,15 @@ class Summary:
     mean_memory_error: float
     median_time_spread: float
     max_time_spread: float
+    confidence: float = 0.0
+    median_time_error_low: float = 0.0
+    median_time_error_high: float = 0.0
+    max_time_error_low: float = 0.0
+    max_time_error_high: float = 0.0
+    median_speedup_error_low: float = 0.0
+    median_speedup_error_high: float = 0.0
+    max_speedup_error_low: float = 0.0
+    max_speedup_error_high: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """Every field."""

@@ -22,9 +22,10 @@ def _percent(value: float | None) -> str:
 
 
 def table(records: Sequence[Comparison]) -> str:
-    """One line per run: predicted and measured time, its noise, speedup, memory error."""
+    """One line per run: predicted and measured time, the measured estimate's uncertainty
+    (half its 90% interval), speedup, memory error."""
     header = (
-        f"{'schedule':<17}{'M':>4}  {'predicted':>10}  {'measured':>10}  {'spread':>6}  "
+        f"{'schedule':<17}{'M':>4}  {'predicted':>10}  {'measured':>10}  {'+-':>5}  "
         f"{'error':>7}  {'speedup p/m':>12}  {'error':>7}  {'memory err':>10}"
     )
     lines = [header, "-" * len(header)]
@@ -32,7 +33,7 @@ def table(records: Sequence[Comparison]) -> str:
         memory = "n/a" if r.memory_error is None else f"{r.memory_error:.1%}"
         lines.append(
             f"{r.schedule:<17}{r.microbatches:>4}  {1e3 * r.predicted_time:>8.2f}ms  "
-            f"{1e3 * r.measured_time:>8.2f}ms  {r.measured_time_spread:>6.1%}  "
+            f"{1e3 * r.measured_time:>8.2f}ms  {r.measured_time_uncertainty:>5.1%}  "
             f"{r.time_error:>+7.1%}  "
             f"{r.predicted_speedup:>5.2f}/{r.measured_speedup:<5.2f}  "
             f"{r.speedup_error:>+7.1%}  {memory:>10}"
@@ -40,13 +41,24 @@ def table(records: Sequence[Comparison]) -> str:
     return "\n".join(lines)
 
 
+def _interval(summary: Summary, name: str) -> str:
+    if not summary.confidence:
+        return ""
+    low = getattr(summary, f"{name}_low")
+    high = getattr(summary, f"{name}_high")
+    return f" ({summary.confidence:.0%} interval {low:.2%}-{high:.2%})"
+
+
 def summary_lines(summary: Summary) -> list[str]:
-    """The aggregate errors and the noise, one line each."""
+    """The aggregate errors with their intervals, and the noise, one line each."""
     return [
-        f"step time: median |error| {summary.median_time_error:.2%}, mean "
-        f"{summary.mean_time_error:.2%}, max {summary.max_time_error:.2%}",
-        f"speedup:   median |error| {summary.median_speedup_error:.2%}, mean "
-        f"{summary.mean_speedup_error:.2%}, max {summary.max_speedup_error:.2%}",
+        f"step time: median |error| {summary.median_time_error:.2%}"
+        f"{_interval(summary, 'median_time_error')}, mean {summary.mean_time_error:.2%}, max "
+        f"{summary.max_time_error:.2%}{_interval(summary, 'max_time_error')}",
+        f"speedup:   median |error| {summary.median_speedup_error:.2%}"
+        f"{_interval(summary, 'median_speedup_error')}, mean "
+        f"{summary.mean_speedup_error:.2%}, max {summary.max_speedup_error:.2%}"
+        f"{_interval(summary, 'max_speedup_error')}",
         f"memory:    median |error| {summary.median_memory_error:.2%}, max "
         f"{summary.max_memory_error:.2%} (against the measured peak)",
         f"noise:     median spread of repeated steps {summary.median_time_spread:.2%}, max "
@@ -86,12 +98,13 @@ def _case_lines(case: CaseResult) -> list[str]:
         f"Host while measuring: {m.host.describe()}, {m.host.duration_s:.0f} s; "
         f"{m.rounds} measured rounds.",
         "",
-        f"Link (ping-pong fit, minimum of round trips): latency {link.latency_s * 1e6:.1f} us, "
+        f"Link (ping-pong fit, minimum of round trips; the prediction uses the in-situ "
+        f"latency of each round instead): latency {link.latency_s * 1e6:.1f} us, "
         f"bandwidth {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s.",
         "",
-        "| schedule | M | predicted ms | measured ms (min-max) | spread | time error | speedup "
-        "predicted | speedup measured | speedup error | peak memory per device: predicted / "
-        "measured / executor's stash count | memory error |",
+        "| schedule | M | predicted ms | measured ms (min-max) | spread / +- | time error | "
+        "speedup predicted | speedup measured | speedup error | peak memory per device: "
+        "predicted / measured / executor's stash count | memory error |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in case.records:
@@ -108,7 +121,8 @@ def _case_lines(case: CaseResult) -> list[str]:
         lines.append(
             f"| {r.schedule} | {r.microbatches} | {_ms(r.predicted_time)} | "
             f"{_ms(r.measured_time)} ({_ms(r.measured_time_min)}-{_ms(r.measured_time_max)}) | "
-            f"{r.measured_time_spread:.1%} | {r.time_error:+.1%} | "
+            f"{r.measured_time_spread:.1%} / {r.measured_time_uncertainty:.1%} | "
+            f"{r.time_error:+.1%} | "
             f"{r.predicted_speedup:.2f} | {r.measured_speedup:.2f} | "
             f"{r.speedup_error:+.1%} | {memory} | {error} |"
         )
@@ -144,14 +158,22 @@ def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -
         ),
         "",
         "Method: calibrate each stage's F, B, I, W times and stashed bytes and the link between "
-        "ranks in the processes that then run the pipeline, the probe runs measured in the same "
-        "interleaved rounds as the runs they predict; predict each step with the simulator "
-        "from those numbers alone; measure the step (the span from the first action's start to "
-        f"the last action's end). Every time is {_statistic(statistic)} of its repeats: "
-        "interference only adds time, to calibration and measurement alike, and a low quantile "
-        "is moved only when most repeats were disturbed. Spread: (median - min) / min of a "
-        "run's repeats. Memory: each rank's resident-memory rise during a step (the kernel's "
-        "high-water mark), beside the executor's own count of stashed activations.",
+        "ranks in the processes that then run the pipeline: probe runs (M = 3K, a count no "
+        "validated run uses) step in the same interleaved rounds as every validated run and "
+        "the unpipelined baseline. Each round's costs are the mean time of each stage's actions "
+        "in that round's probe steps and the mean latency of its probe transfers; the "
+        "simulator predicts every run once per round from those numbers alone, and the step "
+        "(first action's start to last action's end) is measured once per round. Predicted "
+        f"and measured step times are each reduced with {_statistic(statistic)} over the "
+        "rounds: interference only adds time, and a low quantile is moved only when most "
+        "rounds were disturbed; the mean within a round composes the way a step's actions "
+        "add up, where a quantile of each action would not. The intervals come from "
+        "resampling whole rounds (a bootstrap): within means every interval is under its "
+        "threshold, exceeded means one is wholly above it, anything between is inconclusive, "
+        "and so is every run on a host busier than its cores. Spread: (median - min) / min "
+        "of a run's repeats; +-: half the 90% order-statistic interval of its estimate. "
+        "Memory: each rank's resident-memory rise during a step (the kernel's high-water "
+        "mark), beside the executor's own count of stashed activations.",
         "",
         "## Summary",
         "",

@@ -52,7 +52,7 @@ from pipesim.errors import RunFailed
 from pipesim.limits import cpu_count
 from pipesim.schedules import Schedule, build
 from pipesim.schedules.registry import probe_schedules
-from validation.estimate import spread
+from validation.estimate import relative_uncertainty
 from validation.host import host_load, sample_host
 from validation.records import CaseMeasurement, Machine, RunMeasurement
 from validation.suites import Case
@@ -73,19 +73,22 @@ MALLOC_SETTINGS = {
 @dataclass(frozen=True)
 class Stability:
     """Measure until stable: after the case's repeats, keep adding rounds while the median
-    spread of the runs' step times is above ``target_spread``, for at most ``budget_s`` more
-    seconds of measuring (per case)."""
+    over the runs of their step-time estimate's relative uncertainty (half the 90%
+    order-statistic interval, :func:`~validation.estimate.relative_uncertainty`) is above
+    ``target_uncertainty``, for at most ``budget_s`` more seconds of measuring (per case).
+    Unlike the spread of the repeats, the uncertainty shrinks as repeats are added."""
 
-    target_spread: float
+    target_uncertainty: float
     budget_s: float
 
 
 def keep_measuring(spans: list[list[float]], stability: Stability, elapsed_s: float) -> bool:
-    """Whether another round is worth it: the median of the runs' spreads is above the target
-    and the time spent measuring is within the budget."""
+    """Whether another round is worth it: the median of the runs' uncertainties is above the
+    target and the time spent measuring is within the budget."""
     if not spans or not all(spans) or elapsed_s >= stability.budget_s:
         return False
-    return statistics.median(spread(s) for s in spans) > stability.target_spread
+    uncertainty = statistics.median(relative_uncertainty(s) for s in spans)
+    return uncertainty > stability.target_uncertainty
 
 
 @contextlib.contextmanager
@@ -250,17 +253,18 @@ def _measure(
     rounds.measure()
     report("memory")
     memory = _measure_memory(case, rounds, rank)
-    in_situ: dict[int, dict[str, list[float]]] = {}
-    latencies: dict[int, list[float]] = {}
+    # Per chunk count, per measured round: what that round's probe steps showed.
+    in_situ: dict[int, list[dict[str, list[float]]]] = {}
+    latencies: dict[int, list[list[float]]] = {}
     for chunks in all_chunks:
-        timelines = [
-            t
-            for index, (_, _, c) in enumerate(probe_list)
-            if c == chunks
-            for t in rounds.timelines[index]
+        probes_here = [i for i, (_, _, c) in enumerate(probe_list) if c == chunks]
+        per_round = [
+            [rounds.timelines[i][r] for i in probes_here] for r in range(rounds.measured_rounds)
         ]
-        in_situ[chunks] = _action_samples(timelines)
-        latencies[chunks] = latency_samples(timelines, link.bandwidth_bytes_per_s)
+        in_situ[chunks] = [_action_samples(timelines) for timelines in per_round]
+        latencies[chunks] = [
+            latency_samples(timelines, link.bandwidth_bytes_per_s) for timelines in per_round
+        ]
     measured_runs = [
         _run_measurement(case, run, rounds, index, memory[index])
         for index, run in enumerate(runs, start=len(probe_list))
@@ -443,9 +447,11 @@ class _Rounds:
             keep = round_ >= case.warmup
             if round_ == case.warmup + case.repeats:
                 extra_from = time.monotonic()
+            planned = case.warmup + case.repeats
             self.report(
-                f"round {round_ + 1}/{case.warmup + case.repeats}"
-                + (" (warm-up)" if not keep else "")
+                f"round {round_ + 1}/{planned}" + (" (warm-up)" if not keep else "")
+                if round_ < planned
+                else f"round {round_ + 1} (measuring until stable)"
             )
             self._round(round_, keep)
             round_ += 1

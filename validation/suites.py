@@ -150,7 +150,7 @@ def quick_suite(
     backend = _check_backend(backend)
     schedules = tuple(schedule_names())
     cases = [
-        Case("mlp-1024x8-K2", QUICK_MLP, 2, (1, 2, 4, 8), schedules, backend, repeats=9),
+        Case("mlp-1024x8-K2", QUICK_MLP, 2, (1, 2, 4, 8), schedules, backend, repeats=15),
         Case(
             "transformer-256x4-K2",
             QUICK_TRANSFORMER,
@@ -158,7 +158,7 @@ def quick_suite(
             (1, 2, 4, 8),
             schedules,
             backend,
-            repeats=9,
+            repeats=15,
         ),
     ]
     return _runnable(cases, backend)

@@ -76,7 +76,8 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="SECONDS",
         help="after the suite's repeats, keep measuring a case for up to SECONDS more while the "
-        "median spread of its repeated steps is above half --max-median-error",
+        "median uncertainty of its runs' step times (half their 90%% interval) is above half "
+        "--max-median-error",
     )
     parser.add_argument("--json", action="store_true", help="print results.json's object")
     parser.set_defaults(handler=_validate)

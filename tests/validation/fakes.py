@@ -20,6 +20,8 @@ def comparison(**overrides: Any) -> Comparison:
         "measured_time_min": 0.1,
         "measured_time_max": 0.1,
         "measured_time_spread": 0.0,
+        "measured_time_uncertainty": 0.0,
+        "predicted_time_uncertainty": 0.0,
         "measured_wall_time": 0.1,
         "time_error": 0.0,
         "predicted_speedup": 1.6,

@@ -4,14 +4,25 @@ where the mean and the median do not."""
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import PipesimError
-from validation.estimate import LOW_QUANTILE, Noise, Statistic, estimate, quantile, spread
+from validation.estimate import (
+    LOW_QUANTILE,
+    Noise,
+    Statistic,
+    estimate,
+    order_statistic_interval,
+    quantile,
+    relative_uncertainty,
+    spread,
+)
 
 TRUE_S = 0.1
 
@@ -88,3 +99,32 @@ def test_two_sided_noise_moves_the_low_quantile_by_at_most_its_width(seed: int) 
     values = [TRUE_S * (1 + rng.uniform(-0.03, 0.03)) for _ in range(15)]
     for statistic in Statistic:
         assert abs(estimate(values, statistic) - TRUE_S) <= 0.03 * TRUE_S
+
+
+def test_the_order_statistic_interval_on_literal_samples() -> None:
+    # n=9, q=0.2: no pair of order statistics reaches 90% coverage (at most 86.6%, min to max).
+    assert order_statistic_interval([float(v) for v in range(9, 0, -1)]) == (1.0, 9.0)
+    # n=40, q=0.2: X(4) to X(13) holds the quantile when 4 to 12 of the 40 draws fall below
+    # it, probability 0.928 under Binomial(40, 0.2) (X(4) to X(12): 0.884, short of 90%);
+    # values are their ranks.
+    assert order_statistic_interval([float(v) for v in range(1, 41)]) == (4.0, 13.0)
+    assert relative_uncertainty([0.5] * 12) == 0.0
+    with pytest.raises(PipesimError, match="confidence must be in"):
+        order_statistic_interval([1.0], confidence=1.0)
+
+
+def test_the_order_statistic_interval_covers_the_quantile_and_shrinks_with_repeats() -> None:
+    # A 1.0 s time plus exponential noise of mean 0.1 s: the true 20% quantile is
+    # 1 - 0.1 ln(0.8).
+    truth = 1.0 - 0.1 * math.log(0.8)
+    rng = random.Random(3)
+    widths: dict[int, list[float]] = {}
+    for n in (15, 60):
+        covered = 0
+        for _ in range(400):
+            values = [1.0 + 0.1 * rng.expovariate(1.0) for _ in range(n)]
+            low, high = order_statistic_interval(values)
+            covered += low <= truth <= high
+            widths.setdefault(n, []).append(high - low)
+        assert covered / 400 >= 0.85, (n, covered)
+    assert statistics.median(widths[60]) < 0.6 * statistics.median(widths[15])

@@ -49,7 +49,7 @@ def test_rss_rise_sees_what_a_block_allocates_and_not_more() -> None:
 
 
 def test_measuring_goes_on_while_noisy_and_within_budget() -> None:
-    stability = Stability(target_spread=0.025, budget_s=60.0)
+    stability = Stability(target_uncertainty=0.025, budget_s=60.0)
     quiet = [[1.0, 1.01, 1.02], [2.0, 2.02, 2.01], [3.0, 3.0, 3.3]]
     noisy = [[1.0, 1.2, 1.3], [2.0, 2.5, 2.2], [3.0, 3.0, 3.01]]
     assert not keep_measuring(quiet, stability, 10.0)

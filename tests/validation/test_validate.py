@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -14,11 +16,13 @@ from pipesim.cli.main import main
 from pipesim.errors import Interrupted, PipesimError
 from tests.validation.fakes import comparison
 from validation.compare import aggregate, breaches
+from validation.host import HostLoad
 from validation.records import Comparison, CrosscheckRecord
 from validation.report import crosscheck_table
-from validation.results import ValidationResult, Verdict
+from validation.results import CaseResult, ValidationResult, Verdict
 from validation.session import Stability
 from validation.suites import Case, ModelKind, ModelSpec, quick_suite
+from validation.uncertainty import Intervals
 from validation.validate import run_validation
 
 pytestmark = pytest.mark.distributed
@@ -54,7 +58,7 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Measured until stable: a target no run meets keeps measuring for the 2 s budget.
-    stability = Stability(target_spread=0.0, budget_s=2.0)
+    stability = Stability(target_uncertainty=0.0, budget_s=2.0)
     result = run_validation(
         "quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], stability=stability
     )
@@ -127,6 +131,17 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     saved.write_text(json.dumps(data))
     with pytest.raises(PipesimError, match="field 'latency_samples' is missing"):
         run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
+    # Samples pooled over rounds (as files before per-round calibration held them) cannot be
+    # paired with the rounds' steps: refused in one line.
+    data["latency_samples"] = {"1": [[0.001]] * data["rounds"]}
+    data["in_situ_samples"] = {"1": {"0/F": [0.01, 0.011]}}
+    saved.write_text(json.dumps(data))
+    with pytest.raises(PipesimError, match="in_situ_samples is not a list per round"):
+        run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
+    data["in_situ_samples"] = {"1": [{"0/F": [0.01]}]}
+    saved.write_text(json.dumps(data))
+    with pytest.raises(PipesimError, match=r"in_situ_samples\[1\] has 1 rounds, the case"):
+        run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
 
 
 def test_breaches_name_the_errors() -> None:
@@ -140,14 +155,17 @@ def test_breaches_name_the_errors() -> None:
     ]
 
 
-def _fake_validation(monkeypatch: pytest.MonkeyPatch, record: Comparison) -> None:
-    """Make the CLI's run_validation judge one comparison record, measuring nothing."""
+def _fake_validation(
+    monkeypatch: pytest.MonkeyPatch, record: Comparison, intervals: Intervals | None = None
+) -> None:
+    """Make the CLI's run_validation judge one comparison record (with ``intervals``),
+    measuring nothing."""
     import validation.validate as module
 
     def fake(suite, backend, out, max_median, max_error, **options):  # type: ignore[no-untyped-def]
-        summary = aggregate([record])
+        summary = aggregate([record], intervals)
         found = breaches(summary, max_median, max_error)
-        verdict, reason = module.conclude(summary, found, [], max_median)
+        verdict, reason = module.conclude(summary, found, [], max_median, max_error)
         return ValidationResult(
             suite,
             backend,
@@ -204,30 +222,65 @@ def test_no_run_measured_is_never_a_pass() -> None:
     summary = aggregate([])
     found = breaches(summary, 0.05, 0.25)
     assert found == ["no run was measured"]
-    verdict, reason = conclude(summary, found, [], 0.05)
+    verdict, reason = conclude(summary, found, [], 0.05, 0.25)
     assert verdict is Verdict.EXCEEDED and "no run was measured" in reason
 
 
-def test_noise_above_the_threshold_is_inconclusive_whatever_the_errors() -> None:
+def _intervals(median: tuple[float, float], largest: tuple[float, float]) -> Intervals:
+    """The same intervals for time and speedup."""
+    return Intervals(0.9, median, largest, median, largest)
+
+
+def _on_host(load: float) -> CaseResult:
+    """A case result that only says where it was measured (all the verdict reads of it)."""
+    host = HostLoad(load, load + 0.5, 2, 0.001, 60.0)
+    return cast(CaseResult, SimpleNamespace(name="mlp", measurement=SimpleNamespace(host=host)))
+
+
+def test_the_verdict_reads_the_intervals() -> None:
     from validation.validate import conclude
 
-    quiet = aggregate([comparison(time_error=0.01, measured_time_spread=0.02)] * 3)
-    assert conclude(quiet, [], [], 0.05) == (Verdict.WITHIN, "within the thresholds")
-    for error in (0.01, 0.4):
-        noisy = aggregate([comparison(time_error=error, measured_time_spread=0.3)] * 3)
-        verdict, reason = conclude(noisy, breaches(noisy, 0.05, 0.25), [], 0.05)
+    def judge(
+        intervals: Intervals, cases: list[CaseResult], errors: tuple[float, ...] = (0.01, 0.02, 0.1)
+    ) -> tuple[Verdict, str]:
+        records = [comparison(time_error=e, speedup_error=e) for e in errors]
+        summary = aggregate(records, intervals)
+        return conclude(summary, breaches(summary, 0.05, 0.25), cases, 0.05, 0.25)
+
+    quiet = [_on_host(2.1)]
+    verdict, reason = judge(_intervals((0.015, 0.03), (0.08, 0.14)), quiet)
+    assert verdict is Verdict.WITHIN
+    assert reason.startswith(
+        "within the thresholds (median time error 2.0% (90% interval 1.5%-3.0%) vs 5.0%; "
+    )
+    # Wholly above a threshold: exceeded, naming only what is above.
+    verdict, reason = judge(_intervals((0.06, 0.09), (0.08, 0.14)), quiet, (0.07, 0.07, 0.1))
+    assert verdict is Verdict.EXCEEDED
+    assert reason == (
+        "exceeded: median time error 7.0% (90% interval 6.0%-9.0%) vs 5.0%; median speedup "
+        "error 7.0% (90% interval 6.0%-9.0%) vs 5.0%"
+    )
+    # Straddling a threshold: too noisy to tell, and how to narrow it.
+    verdict, reason = judge(_intervals((0.03, 0.07), (0.08, 0.14)), quiet)
+    assert verdict is Verdict.INCONCLUSIVE
+    assert reason.startswith("inconclusive: the repeats were too noisy to tell (median time ")
+    assert reason.endswith("measure longer with --repeat-until-stable")
+    # A busy host: inconclusive whatever the errors, with the load.
+    for intervals in (_intervals((0.015, 0.03), (0.08, 0.14)), _intervals((0.3, 0.4), (1, 2))):
+        verdict, reason = judge(intervals, [_on_host(2.1), _on_host(4.2)])
         assert verdict is Verdict.INCONCLUSIVE
-        assert reason.startswith("inconclusive: the host was busy (median spread of repeated ")
-        assert "30.0%" in reason and "5.0% threshold" in reason
+        assert reason.startswith(
+            "inconclusive: the host was busy (mlp: load 4.20 (max 4.70) on 2 cores, steal 0.1%; "
+        )
 
 
 def test_the_cli_says_inconclusive_and_exits_1(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fake_validation(monkeypatch, comparison(measured_time_spread=0.2))
+    _fake_validation(monkeypatch, comparison(time_error=0.04), _intervals((0.02, 0.08), (0, 0.1)))
     assert main(["validate", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
-    assert captured.err.startswith("pipesim validate: inconclusive: the host was busy")
+    assert captured.err.startswith("pipesim validate: inconclusive: the repeats were too noisy")
     assert "verdict: inconclusive" in captured.out
 
 
