@@ -139,6 +139,15 @@ def _case_lines(case: CaseResult) -> list[str]:
     return lines
 
 
+def _verdict_line(result: ValidationResult) -> str:
+    """The reason with its leading verdict word in bold ("**within** the thresholds (...)",
+    "**inconclusive**: the host was busy (...)")."""
+    word, reason = result.verdict.value, result.verdict_reason
+    if reason.startswith(word):
+        return f"**{word}**{reason[len(word) :]}"
+    return f"**{word}**: {reason}"
+
+
 def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -> None:
     """``results.json`` (every number) and ``report.md`` (tables, figures, what was skipped)."""
     write_text_atomically(
@@ -179,16 +188,16 @@ def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -
         "",
         *[f"- {line}" for line in summary_lines(result.summary)],
         f"- thresholds: median {result.max_median_error:.1%}, max {result.max_error:.1%}",
-        f"- verdict: **{result.verdict.value}**: "
-        + result.verdict_reason.removeprefix(f"{result.verdict.value}: "),
+        f"- verdict: {_verdict_line(result)}",
         "",
     ]
     if result.by_statistic:
         lines += [
             "## The statistic",
             "",
-            "The same measurements predicted and compared with each way of reducing repeats to "
-            "one time (every time of calibration and measurement alike): |error| median / max.",
+            "The same measurements predicted and compared with each way of reducing the rounds "
+            "to one time (the predicted and the measured step times alike): |error| median / "
+            "max.",
             "",
             "| statistic | step time | speedup |",
             "| --- | --- | --- |",
