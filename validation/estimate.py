@@ -96,7 +96,11 @@ def order_statistic_interval(
 
 def relative_uncertainty(values: Sequence[float], q: float = LOW_QUANTILE) -> float:
     """Half the width of the 90% :func:`order_statistic_interval` of the ``q``-quantile, over
-    the quantile: how far, relatively, the estimate could be off by the repeats' noise alone."""
+    the quantile: how far, relatively, the estimate could be off by the repeats' noise alone.
+    With too few repeats to reach 90% (fewer than 11 for the 20% quantile) the interval is the
+    minimum to the maximum, which covers less; one repeat tells nothing (infinite)."""
+    if len(values) < 2:
+        return math.inf
     low, high = order_statistic_interval(values, q)
     centre = quantile(values, q)
     return (high - low) / 2.0 / centre if centre > 0 else 0.0

@@ -268,8 +268,8 @@ def _rounds(value: object, field: str) -> list[Any]:
 def _round(value: object, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise PipesimError(
-            f"measurements: {field} is not a list per round (written by an older pipesim? "
-            "measure again)"
+            f"measurements: a round of {field} is not a mapping of samples (written by an "
+            "older pipesim? measure again)"
         )
     return value
 

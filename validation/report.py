@@ -177,10 +177,11 @@ def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -
         "rounds: interference only adds time, and a low quantile is moved only when most "
         "rounds were disturbed; the mean within a round composes the way a step's actions "
         "add up, where a quantile of each action would not. The intervals come from "
-        "resampling whole rounds (a bootstrap): within means every interval is under its "
-        "threshold, exceeded means one is wholly above it, anything between is inconclusive, "
-        "and so is every run on a host busier than its cores. Spread: (median - min) / min "
-        "of a run's repeats; +-: half the 90% order-statistic interval of its estimate. "
+        "resampling whole rounds (a bootstrap): within means every median error's interval "
+        "and every max error is under its threshold, exceeded means an interval is wholly "
+        "above it, anything between is inconclusive, and so is every run on a host busier "
+        "than its cores. Spread: (median - min) / min of a run's repeats; +-: half the 90% "
+        "order-statistic interval of its estimate (min to max with fewer than 11 rounds). "
         "Memory: each rank's resident-memory rise during a step (the kernel's high-water "
         "mark), beside the executor's own count of stashed activations.",
         "",

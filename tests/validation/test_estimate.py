@@ -109,6 +109,10 @@ def test_the_order_statistic_interval_on_literal_samples() -> None:
     # values are their ranks.
     assert order_statistic_interval([float(v) for v in range(1, 41)]) == (4.0, 13.0)
     assert relative_uncertainty([0.5] * 12) == 0.0
+    # One or two repeats: the interval is all there is (min to max), and one tells nothing.
+    assert order_statistic_interval([2.0]) == (2.0, 2.0)
+    assert order_statistic_interval([3.0, 2.0]) == (2.0, 3.0)
+    assert relative_uncertainty([2.0]) == math.inf
     with pytest.raises(PipesimError, match="confidence must be in"):
         order_statistic_interval([1.0], confidence=1.0)
 

@@ -253,6 +253,10 @@ def test_the_verdict_reads_the_intervals() -> None:
     assert reason.startswith(
         "within the thresholds (median time error 2.0% (90% interval 1.5%-3.0%) vs 5.0%; "
     )
+    # A maximum is within by its figure (10%): the bootstrap's upper percentiles of a maximum
+    # (here 30%) overstate it.
+    verdict, _ = judge(_intervals((0.015, 0.03), (0.08, 0.30)), quiet)
+    assert verdict is Verdict.WITHIN
     # Wholly above a threshold: exceeded, naming only what is above.
     verdict, reason = judge(_intervals((0.06, 0.09), (0.08, 0.14)), quiet, (0.07, 0.07, 0.1))
     assert verdict is Verdict.EXCEEDED
