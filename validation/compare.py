@@ -20,7 +20,6 @@ import statistics
 from collections.abc import Sequence
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
-from pipesim.engine import simulate
 from validation.estimate import (
     STATISTIC,
     Noise,
@@ -83,15 +82,13 @@ def compare_case(
     cuda = case.backend == "cuda"
     if predictions is None:
         predictions = case_predictions(measured)
-    every = {chunks: round_costs(measured, chunks) for chunks in measured.isolated_calibration}
     records = []
     for run in measured.runs:
         rounds = predictions[(run.schedule, run.microbatches, run.chunks)]
         # One whole simulated step, of the round whose prediction is the estimate's: memory,
         # bubble.
         schedule = rounds.schedule
-        costs = every[run.chunks][rounds.representative_round(statistic)]
-        result = simulate(schedule, costs)
+        costs, result = rounds.representative(statistic)
         predicted_time = rounds.time_s(statistic)
         measured_time = estimate(run.step_times_s, statistic)
         baseline = estimate(measured.baseline_samples[run.microbatches], statistic)
@@ -138,15 +135,19 @@ def compare_case(
 
 
 def crosscheck_records(
-    measured: CaseMeasurement, statistic: Statistic = STATISTIC
+    measured: CaseMeasurement,
+    statistic: Statistic = STATISTIC,
+    predictions: dict[RunKey, RoundPrediction] | None = None,
 ) -> list[CrosscheckRecord]:
     """Each cross-checked schedule: both runtimes' step times beside pipesim's prediction of
-    that run, and the prediction's error against each runtime."""
+    that run (from ``predictions`` where it holds the run), and the prediction's error
+    against each runtime."""
+    known = predictions or {}
     records = []
     for check in measured.crosscheck:
-        predicted = predict_rounds(
-            measured, check.schedule, check.microbatches, check.chunks
-        ).time_s(statistic)
+        key = (check.schedule, check.microbatches, check.chunks)
+        rounds = known.get(key) or predict_rounds(measured, *key)
+        predicted = rounds.time_s(statistic)
         ours = estimate(check.ours_wall_times_s, statistic)
         theirs = estimate(check.torch_wall_times_s, statistic) if check.torch_wall_times_s else None
         records.append(

@@ -96,11 +96,13 @@ def round_costs(measured: CaseMeasurement, chunks: int) -> list[PipelineCosts]:
 
 @dataclass(frozen=True)
 class RoundPrediction:
-    """A run predicted once per measured round: the simulated step time of each round and
-    the unpipelined time of the same mini-batch (M x the whole model's F + B profiled alone
-    in that round; the sum of the stage costs where no solo profile was taken)."""
+    """A run predicted once per measured round: each round's costs, the simulated step time
+    of each round and the unpipelined time of the same mini-batch (M x the whole model's F + B
+    profiled alone in that round; the sum of the stage costs where no solo profile was
+    taken)."""
 
     schedule: Schedule
+    costs: tuple[PipelineCosts, ...]
     times_s: tuple[float, ...]
     unpipelined_s: tuple[float, ...]
 
@@ -117,6 +119,13 @@ class RoundPrediction:
         memory, which need one simulated step)."""
         target = self.time_s(statistic)
         return min(range(len(self.times_s)), key=lambda r: abs(self.times_s[r] - target))
+
+    def representative(
+        self, statistic: Statistic = STATISTIC
+    ) -> tuple[PipelineCosts, SimulationResult]:
+        """The representative round's costs and the simulator's whole result for it."""
+        costs = self.costs[self.representative_round(statistic)]
+        return costs, simulate(self.schedule, costs)
 
 
 def predict_rounds(
@@ -136,22 +145,9 @@ def predict_rounds(
         unpipelined = tuple(microbatches * (f + b) for f, b in zip(forward, backward, strict=True))
     else:
         unpipelined = tuple(r.unpipelined_time_s for r in results)
-    return RoundPrediction(schedule, tuple(r.iteration_time_s for r in results), unpipelined)
-
-
-def predict(
-    measured: CaseMeasurement,
-    name: str,
-    microbatches: int,
-    chunks: int,
-    statistic: Statistic = STATISTIC,
-) -> tuple[Schedule, PipelineCosts, SimulationResult]:
-    """The schedule ``name`` at this M and v, the costs of its representative round and the
-    simulator's whole result for that round (timelines, bubble, memory)."""
-    every = round_costs(measured, chunks)
-    rounds = predict_rounds(measured, name, microbatches, chunks, every)
-    chosen = every[rounds.representative_round(statistic)]
-    return rounds.schedule, chosen, simulate(rounds.schedule, chosen)
+    return RoundPrediction(
+        schedule, tuple(every), tuple(r.iteration_time_s for r in results), unpipelined
+    )
 
 
 def calibrated_profiles(

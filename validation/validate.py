@@ -27,7 +27,7 @@ from validation.compare import (
     crosscheck_records,
 )
 from validation.estimate import STATISTIC, Statistic
-from validation.predict import RoundPrediction, predict
+from validation.predict import RoundPrediction
 from validation.records import CaseMeasurement, Summary
 from validation.report import write_report
 from validation.results import CaseResult, ValidationResult, Verdict
@@ -133,7 +133,7 @@ def run_validation(
             for statistic in Statistic
         },
     )
-    write_report(out, result, _figures(out, results))
+    write_report(out, result, _figures(out, results, [p for p, _ in measured_series]))
     return result
 
 
@@ -172,7 +172,7 @@ def _measure_cases(
                 CaseResult(
                     measured,
                     tuple(compare_case(measured, STATISTIC, predictions)),
-                    tuple(crosscheck_records(measured)),
+                    tuple(crosscheck_records(measured, STATISTIC, predictions)),
                 )
             )
             bar.update()
@@ -249,7 +249,11 @@ def conclude(
     )
 
 
-def _figures(out: Path, cases: Sequence[CaseResult]) -> dict[str, str]:
+def _figures(
+    out: Path,
+    cases: Sequence[CaseResult],
+    predictions: Sequence[dict[RunKey, RoundPrediction]],
+) -> dict[str, str]:
     from plots import predicted_vs_measured_figure, save, side_by_side_figure, speedup_figure
 
     figures = {}
@@ -264,7 +268,7 @@ def _figures(out: Path, cases: Sequence[CaseResult]) -> dict[str, str]:
         if pick is None:
             continue
         key, measured = pick
-        simulated = _simulated_bars(case, key)
+        simulated = _simulated_bars(case, key, predictions[0])
         save(
             side_by_side_figure(
                 [(f"measured: {key}", measured, []), (f"simulated: {key}", simulated, [])]
@@ -285,8 +289,10 @@ def _timeline_pick(case: CaseResult) -> tuple[str, list[tuple[int, str, float, f
     return None
 
 
-def _simulated_bars(case: CaseResult, key: str) -> list[tuple[int, str, float, float]]:
+def _simulated_bars(
+    case: CaseResult, key: str, predictions: dict[RunKey, RoundPrediction]
+) -> list[tuple[int, str, float, float]]:
     name, m = key.split("/")
     record = next(r for r in case.records if r.schedule == name and r.microbatches == int(m))
-    _, _, result = predict(case.measurement, name, int(m), record.chunks, case.statistic)
+    _, result = predictions[(name, int(m), record.chunks)].representative(case.statistic)
     return [(r.device, r.label, r.start_s, r.end_s) for r in result.compute if r.action]

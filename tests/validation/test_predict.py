@@ -19,7 +19,6 @@ from validation.predict import (
     calibrated_link,
     calibrated_profiles,
     check_aligned,
-    predict,
     predict_rounds,
     round_link,
     round_profiles,
@@ -99,7 +98,7 @@ def test_every_run_is_predicted_once_per_round_and_reduced_like_the_measurement(
     assert rounds.time_s() == pytest.approx(13.16)
     assert rounds.speedup(Statistic.MEDIAN) == pytest.approx(4.5 / 13.25)
     assert rounds.representative_round() == 1
-    _, costs, result = predict(measured, "gpipe", 1, 1)
+    costs, result = rounds.representative()
     assert costs.stages[1].full_backward_s == 9.0 and result.iteration_time_s == pytest.approx(13.1)
     [record] = compare_case(measured)
     assert record.predicted_time == pytest.approx(13.16)
