@@ -248,6 +248,17 @@ def calibrated_costs(
     )
 
 
+def action_samples(timelines: Sequence[Timeline]) -> dict[tuple[int, Kind], list[float]]:
+    """Every compute action's duration in ``timelines``, by (stage, kind), in order."""
+    samples: dict[tuple[int, Kind], list[float]] = {}
+    for timeline in timelines:
+        for record in timeline.compute:
+            if record.action is not None:
+                key = (record.action.stage, record.action.kind)
+                samples.setdefault(key, []).append(record.duration_s)
+    return samples
+
+
 def in_situ_times(timelines: Sequence[Timeline]) -> dict[tuple[int, Kind], float]:
     """Median measured compute time per (stage, kind) over pipelined runs' timelines.
 
@@ -255,13 +266,7 @@ def in_situ_times(timelines: Sequence[Timeline]) -> dict[tuple[int, Kind], float
     transfers, caches shared with its other chunks): timing them in a real, short pipelined
     run captures that, the way profiling a training iteration does.
     """
-    samples: dict[tuple[int, Kind], list[float]] = {}
-    for timeline in timelines:
-        for record in timeline.compute:
-            if record.action is not None:
-                key = (record.action.stage, record.action.kind)
-                samples.setdefault(key, []).append(record.duration_s)
-    return {key: statistics.median(values) for key, values in samples.items()}
+    return {key: statistics.median(v) for key, v in action_samples(timelines).items()}
 
 
 def in_situ_latency(timelines: Sequence[Timeline], bandwidth_bytes_per_s: float) -> float | None:

@@ -42,6 +42,7 @@ from torch.multiprocessing.spawn import (
 from executor import StepResult, StepState, run_step, split_model
 from executor.profile import (
     StageProfile,
+    action_samples,
     latency_samples,
     profile_link,
     profile_stage,
@@ -295,14 +296,11 @@ def _measure(
 
 
 def _action_samples(timelines: list[Timeline]) -> dict[str, list[float]]:
-    """Every compute action's duration in ``timelines``, by "stage/kind"."""
-    samples: dict[str, list[float]] = {}
-    for timeline in timelines:
-        for record in timeline.compute:
-            if record.action is not None:
-                key = f"{record.action.stage}/{record.action.kind.value}"
-                samples.setdefault(key, []).append(record.duration_s)
-    return samples
+    """Every compute action's duration in ``timelines``, by "stage/kind" (the JSON keys)."""
+    return {
+        f"{stage}/{kind.value}": durations
+        for (stage, kind), durations in action_samples(timelines).items()
+    }
 
 
 def _machine(backend: str) -> Machine:
