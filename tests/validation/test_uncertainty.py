@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from pipesim.errors import PipesimError
@@ -75,3 +76,16 @@ def test_series_must_pair_rounds() -> None:
     single = CaseSeries.of([[1.0]], [[1.0, 1.0]], [[2.0]], [[2.0, 2.0]])
     assert single.predicted_s.shape == (1, 2)
     assert error_intervals([], Statistic.MEDIAN) is None
+
+
+def test_the_bootstrap_reduces_rows_as_estimate_does() -> None:
+    # uncertainty._reduce is the row-wise numpy form of validation.estimate.estimate; the two
+    # must agree for every statistic, or the intervals would bound another figure.
+    from validation.estimate import estimate
+    from validation.uncertainty import _reduce
+
+    rng = random.Random(2)
+    rows = [[rng.uniform(0.1, 0.3) for _ in range(n)] for n in (7, 7, 7)]
+    for statistic in Statistic:
+        reduced = _reduce(np.asarray(rows), statistic)
+        assert list(reduced) == pytest.approx([estimate(row, statistic) for row in rows])
