@@ -57,6 +57,14 @@ def predicted_vs_measured_figure(records: Sequence[dict[str, Any]]) -> Any:
     return figure
 
 
+CASE_LINES = ("-", ":", "-.")
+
+
+def _case_label(record: dict[str, Any]) -> str:
+    """What tells one case's records from another's: its name, or its K without one."""
+    return str(record.get("case") or f"K={record['devices']}")
+
+
 def speedup_figure(records: Sequence[dict[str, Any]]) -> Any:
     """One panel per schedule: measured speedup over one device (markers) and predicted (line)
     against M, with GPipe's closed form K·M/(M+K-1) dashed."""
@@ -76,23 +84,38 @@ def speedup_figure(records: Sequence[dict[str, Any]]) -> Any:
     all_ms = sorted({r["microbatches"] for r in records}) or [1]
     closed = [devices * m / (m + devices - 1) for m in all_ms]
     flat = [ax for row in axes for ax in row]
+    # Records of several cases (models, or K) share a schedule's panel: a line style and a
+    # marker fill per case, so no line joins one case's prediction to another's.
+    cases = sorted({_case_label(r) for r in records})
     for index, (ax, (name, group)) in enumerate(zip(flat, groups.items(), strict=False)):
         style = series_style(index)
-        group = sorted(group, key=lambda r: r["microbatches"])
-        ms = [r["microbatches"] for r in group]
         ax.plot(all_ms, closed, color="black", linestyle="--", linewidth=1, label="K·M/(M+K−1)")
-        ax.plot(
-            ms, [r["predicted_speedup"] for r in group], color=style["color"], label="predicted"
-        )
-        ax.scatter(
-            ms,
-            [r["measured_speedup"] for r in group],
-            color=style["color"],
-            marker=style["marker"],
-            s=28,
-            label="measured",
-            zorder=3,
-        )
+        for number, case in enumerate(cases):
+            own = sorted(
+                (r for r in group if _case_label(r) == case), key=lambda r: r["microbatches"]
+            )
+            if not own:
+                continue
+            ms = [r["microbatches"] for r in own]
+            suffix = f" ({case})" if len(cases) > 1 else ""
+            ax.plot(
+                ms,
+                [r["predicted_speedup"] for r in own],
+                color=style["color"],
+                linestyle=CASE_LINES[number % len(CASE_LINES)],
+                label=f"predicted{suffix}",
+            )
+            hollow = number % 2 == 1
+            ax.scatter(
+                ms,
+                [r["measured_speedup"] for r in own],
+                facecolors="none" if hollow else style["color"],
+                edgecolors=style["color"],
+                marker=style["marker"],
+                s=28,
+                label=f"measured{suffix}",
+                zorder=3,
+            )
         ax.set_title(name, fontsize=9)
         ax.set_xscale("log", base=2)
         ax.set_xticks(all_ms, [str(m) for m in all_ms])

@@ -104,6 +104,22 @@ def test_predicted_vs_measured_has_a_series_per_schedule() -> None:
     assert legend[:3] == ["gpipe", "1f1b", "zbv"]
 
 
+def test_speedup_draws_each_case_apart_in_a_schedule_s_panel() -> None:
+    # Two cases (an MLP and a transformer) in one panel: a predicted line and a measured
+    # scatter per case, never one line through both.
+    records = [{**r, "case": "mlp"} for r in RECORDS] + [
+        {**r, "case": "transformer", "predicted_speedup": float(r["predicted_speedup"]) + 0.2}
+        for r in RECORDS
+    ]
+    figure = speedup_figure(records)
+    first = figure.axes[0]
+    assert len(first.lines) == 3 and len(first.collections) == 2
+    assert [list(line.get_xdata()) for line in first.lines[1:]] == [[1, 2, 4], [1, 2, 4]]
+    assert first.lines[1].get_linestyle() != first.lines[2].get_linestyle()
+    legend = [t.get_text() for t in first.get_legend().get_texts()]
+    assert "predicted (transformer)" in legend and "measured (mlp)" in legend
+
+
 def test_speedup_has_a_panel_per_schedule_with_the_closed_form() -> None:
     figure = speedup_figure(RECORDS)
     visible = [a for a in figure.axes if a.get_visible()]
