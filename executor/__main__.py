@@ -25,9 +25,9 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 
 from executor.options import PROG, parser, under_torchrun
-from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
+from pipesim.common.command_line import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 from pipesim.errors import PipesimError, RunFailed
-from pipesim.outputs import write_text_atomically
+from pipesim.files.outputs import write_text_atomically
 
 NO_TORCH = (
     "PyTorch is not installed; the executor needs it: install the executor extra "

@@ -4,7 +4,7 @@ report.
 Every check that can refuse the run happens before the first step: the schedule, the device
 (``--device cuda`` needs a CUDA device), the output path of ``--trace``, and the memory the
 run would take (:func:`executor.options.check_memory`). Each step draws a progress bar on a
-terminal (:mod:`pipesim.progress`, rank 0 only, never under ``--json``).
+terminal (:mod:`pipesim.common.progress`, rank 0 only, never under ``--json``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from executor.runtime import StepResult
 from executor.split import split_model
 from executor.step import run_step
 from executor.trainer import PipelineTrainer
-from pipesim.finite import json_text
-from pipesim.outputs import output_path, write_text_atomically
-from pipesim.progress import progress
+from pipesim.common.progress import progress
+from pipesim.files.outputs import output_path, write_text_atomically
+from pipesim.files.strict_json import json_text
 from pipesim.schedules import Schedule, build
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from executor.backends import DeviceKind
 from executor.errors import LimitError
-from pipesim.cli.parsing import ArgumentParser, positive_int
+from pipesim.common.command_line import ArgumentParser, positive_int
 
 PROG = "python -m executor"
 DEFAULT_MAX_MEMORY_GIB = 16.0

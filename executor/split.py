@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from executor.errors import SplitError
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.schedules import Schedule
 from pipesim.workload.partition import layer_ranges
 

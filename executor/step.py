@@ -49,7 +49,7 @@ def run_step(
     ``state`` carries what consecutive steps share (see :class:`StepState`).
     ``check_finite`` checks every action's outputs and raises a
     :class:`~executor.errors.NonFiniteError` naming the first action that produced NaN or Inf
-    (see :mod:`executor.finite`; off by default here, where steps are timed).
+    (see :mod:`executor.nonfinite`; off by default here, where steps are timed).
     """
     check_stages(schedule, stages)
     chosen = parse_backend(backend)

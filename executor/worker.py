@@ -3,7 +3,7 @@
 The same worker drives both backends: in one process (all devices, dependency-driven order)
 and one process per device (torch.distributed). It times every action's compute and stamps
 every message it sends and receives, for the measured timeline. With ``check_finite`` it
-checks each action's outputs for NaN and Inf after the action (see :mod:`executor.finite`), so
+checks each action's outputs for NaN and Inf after the action (see :mod:`executor.nonfinite`), so
 a non-finite value is reported where it first appeared, not steps later.
 """
 
@@ -16,8 +16,8 @@ from typing import Protocol
 import torch
 
 from executor.clock import Clock
-from executor.finite import check_outputs
 from executor.messages import Message
+from executor.nonfinite import check_outputs
 from executor.stage import StageRunner
 from pipesim.schedules import Action, Kind, Schedule
 
@@ -115,7 +115,7 @@ class DeviceWorker:
     def _outputs(
         self, action: Action, runner: StageRunner, result: torch.Tensor | None
     ) -> list[torch.Tensor]:
-        """What ``action`` hands on or leaves behind (see :mod:`executor.finite`)."""
+        """What ``action`` hands on or leaves behind (see :mod:`executor.nonfinite`)."""
         outputs = [] if result is None else [result]
         if action.kind is Kind.F and runner.last:
             outputs.append(runner.losses[action.microbatch])

@@ -36,7 +36,7 @@ class ScheduleError(PipesimError):
 
 class LimitError(PipesimError):
     """A request beyond a documented size limit; the message names the limit and how to raise
-    it (see :mod:`pipesim.limits`)."""
+    it (see :mod:`pipesim.common.limits`)."""
 
 
 class RunFailed(Exception):

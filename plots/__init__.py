@@ -6,7 +6,7 @@ results are read, and checked against their schema, by :mod:`plots.saved`.
 """
 
 from plots.bubble import bubble_figure
-from plots.memory import memory_timeline_figure, peak_memory_figure
+from plots.memory_figures import memory_timeline_figure, peak_memory_figure
 from plots.paper import paper_vs_simulated_figure
 from plots.speedup import speedup_figure, throughput_figure
 from plots.style import EmptyPlotError, save

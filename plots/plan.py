@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipesim.plan.search import PlanReport
+from pipesim.plan.planner import PlanReport
 from plots.style import new_figure, series_style
 
 GiB = 2**30

@@ -19,15 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipesim.common.limits import Limit, limit
+from pipesim.common.units import format_percent, format_seconds
 from pipesim.errors import PipesimError
-from pipesim.finite import LARGEST, SMALLEST
-from pipesim.limits import Limit, limit
-from pipesim.units import format_percent, format_seconds
+from pipesim.files.strict_json import LARGEST, SMALLEST
 from plots.timeline import ComputeBar, TransferBar
 
-# The range a plotted number may take is pipesim.finite's LARGEST and SMALLEST (what simulate
-# and sweep save), and the most devices (rows) a file may hold is pipesim's limit on K
-# (Limit.DEVICES, raised by PIPESIM_MAX_DEVICES), so that whatever pipesim saves, plot reads.
+# The range a plotted number may take is pipesim.files.strict_json's LARGEST and SMALLEST
+# (what simulate and sweep save), and the most devices (rows) a file may hold is pipesim's
+# limit on K (Limit.DEVICES, raised by PIPESIM_MAX_DEVICES), so that whatever pipesim saves,
+# plot reads.
 # The most micro-batches a row may claim (an axis label, never a loop).
 MAX_MICROBATCHES = 10**9
 # The largest file read: a saved run of K=64, M=1024 is about 10 MB.

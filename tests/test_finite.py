@@ -1,11 +1,11 @@
-"""pipesim.finite: which fields of a result are named as non-finite or out of range."""
+"""pipesim.files.strict_json: which fields of a result are named as non-finite or out of range."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from pipesim.finite import non_finite_fields, result_problem
+from pipesim.files.strict_json import non_finite_fields, result_problem
 
 NESTED: dict[str, Any] = {
     "a": 1.0,

@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipesim", "executor", "validation", "plots")
+PACKAGES = ("cli", "validation", "executor", "pipesim", "plots")
+
+# The layering: each package may import only those named here (and itself). The command line
+# sits on top; the simulator at the bottom imports none of the others.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "cli": frozenset({"validation", "executor", "pipesim", "plots"}),
+    "validation": frozenset({"executor", "pipesim", "plots"}),
+    "executor": frozenset({"pipesim"}),
+    "plots": frozenset({"pipesim"}),
+    "pipesim": frozenset(),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -138,6 +148,32 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+def _arrows_against_the_layering(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from one of the project's packages into another that the layering
+    (:data:`MAY_IMPORT`) does not allow, as ``importer -> imported`` lines."""
+    wrong = []
+    for importer, targets in sorted(graph.items()):
+        home = importer.split(".")[0]
+        for target in sorted(targets):
+            other = target.split(".")[0]
+            if other != home and other in MAY_IMPORT and other not in MAY_IMPORT[home]:
+                wrong.append(f"{importer} -> {target}")
+    return wrong
+
+
+def test_the_layering_check_can_fail() -> None:
+    """An arrow back up (the simulator importing the command line) is reported."""
+    graph = {"pipesim.engine.fast": {"cli.main", "pipesim.schedules"}, "cli.main": {"plots"}}
+    assert _arrows_against_the_layering(graph) == ["pipesim.engine.fast -> cli.main"]
+
+
+def test_packages_import_one_way_only() -> None:
+    """cli -> validation -> executor -> pipesim <- plots, with no arrow back up and no
+    exemption: the command line is the one package above all others."""
+    wrong = _arrows_against_the_layering(_graph())
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
 @pytest.mark.parametrize("package", ["pipesim", "plots"])
 def test_simulator_packages_never_import_torch(package: str) -> None:
     """pipesim (and the plots it draws) must run for a user who installed no torch."""
@@ -147,9 +183,6 @@ def test_simulator_packages_never_import_torch(package: str) -> None:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for imported, _ in _imports(tree, name, path.name == "__init__.py"):
-            if imported.split(".")[0] in ("torch", "executor", "validation"):
+            if imported.split(".")[0] in ("torch", "executor", "validation", "cli"):
                 offenders.append(f"{name} imports {imported}")
-    # The CLI is the one composition root: its sub-commands import executor and validation
-    # lazily, inside the command that needs them.
-    offenders = [o for o in offenders if not o.startswith("pipesim.cli.")]
     assert not offenders, "\n".join(offenders)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import pipesim.outputs
+import pipesim.files.outputs
 from pipesim.errors import OutputError, PipesimError
-from pipesim.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
+from pipesim.files.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
 
 from .cli.test_schedule_cli import run
 
@@ -127,7 +127,7 @@ def test_a_socket_or_directory_is_refused(tmp_path: Path) -> None:
 
 
 def run_export(path: Path) -> int:
-    from pipesim.cli.main import main
+    from cli.main import main
 
     return main([*EXPORT, "--out", str(path)])
 
@@ -160,7 +160,7 @@ def test_an_error_inside_the_writer_leaves_the_previous_file(tmp_path: Path) -> 
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        pipesim.outputs.write_with(target, failing, field="--out")
+        pipesim.files.outputs.write_with(target, failing, field="--out")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
 
@@ -198,7 +198,7 @@ def test_a_read_only_file_system_is_bad_input(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(os, "access", lambda *args: False)
-    monkeypatch.setattr(pipesim.outputs, "_read_only", lambda directory: True)
+    monkeypatch.setattr(pipesim.files.outputs, "_read_only", lambda directory: True)
     with pytest.raises(PipesimError) as caught:
         output_path(tmp_path / "x.csv", "--out")
     assert (
@@ -207,7 +207,7 @@ def test_a_read_only_file_system_is_bad_input(
 
 
 def test_an_output_directory_can_be_checked_without_creating_it(tmp_path: Path) -> None:
-    from pipesim.outputs import output_directory
+    from pipesim.files.outputs import output_directory
 
     target = tmp_path / "a" / "b"
     assert output_directory(target, "--out", create=False) == target

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipesim.progress import progress, progress_wanted
+from pipesim.common.progress import progress, progress_wanted
 
 
 class _Terminal(io.StringIO):

@@ -9,7 +9,7 @@ import pytest
 
 from pipesim.costs.request import ModelRequest, SyntheticRequest
 from pipesim.errors import ScheduleError
-from pipesim.sweep import run_point, run_sweep, sweep_points
+from pipesim.sweep.grid import run_point, run_sweep, sweep_points
 
 from .cli.test_schedule_cli import run
 

@@ -29,7 +29,7 @@ from validation.estimate import (
     spread,
 )
 from validation.predict import RoundPrediction, check_aligned, predict_rounds, round_costs
-from validation.records import CaseMeasurement, Comparison, CrosscheckRecord, Summary
+from validation.schema import CaseMeasurement, Comparison, CrosscheckRecord, Summary
 from validation.uncertainty import CaseSeries, Intervals
 
 RunKey = tuple[str, int, int]  # (schedule, M, chunks)

@@ -19,7 +19,7 @@ from torch import nn
 from executor import StepState, run_step, split_model
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import torch_schedules
-from validation.records import CrosscheckMeasurement
+from validation.schema import CrosscheckMeasurement
 from validation.suites import Case
 from validation.workload import LOSS, make_batch, make_model
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipesim.common.limits import cpu_count
 from pipesim.errors import PipesimError
-from pipesim.limits import cpu_count
 from validation.fields import require
 
 PROC_STAT = Path("/proc/stat")

@@ -30,7 +30,7 @@ from pipesim.engine.result import SimulationResult
 from pipesim.errors import PipesimError
 from pipesim.schedules import Schedule, build
 from validation.estimate import STATISTIC, Statistic, estimate
-from validation.records import CaseMeasurement
+from validation.schema import CaseMeasurement
 
 KINDS = {"F": "forward_s", "B": "backward_s", "I": "input_grad_s", "W": "weight_grad_s"}
 

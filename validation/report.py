@@ -6,11 +6,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipesim.outputs import write_text_atomically
-from pipesim.units import format_bytes
+from pipesim.common.units import format_bytes
+from pipesim.files.outputs import write_text_atomically
 from validation.estimate import LOW_QUANTILE, STATISTIC, Statistic
-from validation.records import Comparison, CrosscheckRecord, Summary
 from validation.results import CaseResult, ValidationResult
+from validation.schema import Comparison, CrosscheckRecord, Summary
 
 
 def _ms(seconds: float | None) -> str:

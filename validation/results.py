@@ -14,7 +14,7 @@ from typing import Any
 
 from validation.estimate import STATISTIC, Statistic, estimate
 from validation.predict import calibrated_link, calibrated_profiles
-from validation.records import CaseMeasurement, Comparison, CrosscheckRecord, Summary
+from validation.schema import CaseMeasurement, Comparison, CrosscheckRecord, Summary
 
 
 class Verdict(Enum):

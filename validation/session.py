@@ -49,14 +49,14 @@ from executor.profile import (
     stage_inputs,
 )
 from executor.teardown import end_rank
+from pipesim.common.limits import cpu_count
 from pipesim.engine.records import Timeline
 from pipesim.errors import RunFailed
-from pipesim.limits import cpu_count
 from pipesim.schedules import Schedule, build
 from pipesim.schedules.registry import probe_schedules
 from validation.estimate import relative_uncertainty
 from validation.host import host_load, sample_host
-from validation.records import CaseMeasurement, Machine, RunMeasurement
+from validation.schema import CaseMeasurement, Machine, RunMeasurement
 from validation.suites import Case
 from validation.workload import LOSS, make_batch, make_model
 

@@ -15,8 +15,8 @@ from enum import Enum
 from typing import Any
 
 from executor.backends import DeviceKind, parse_device_kind
+from pipesim.common.limits import cpu_count
 from pipesim.errors import PipesimError
-from pipesim.limits import cpu_count
 from pipesim.schedules import schedule_info, schedule_names, unsupported_reason
 from validation.fields import require
 

@@ -6,7 +6,7 @@ round stepped every run and the probes once, so a slow spell of the host touches
 round together. Resampling whole rounds with replacement (the same rounds for every run of a
 case, cases independently), re-estimating every run and re-aggregating gives the spread the
 aggregates would have had on another set of rounds, correlations between runs included; its
-percentiles are the interval the verdict reads (:func:`validation.validate.conclude`).
+percentiles are the interval the verdict reads (:func:`validation.runner.conclude`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import plots
-from pipesim.cli.main import main as pipesim
+from cli.main import main as pipesim
 from pipesim.plan import PlanSettings, plan
 from plots import saved
 from plots.plan import plan_figure as pareto_figure

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipesim import checks
+from pipesim.common import checks
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Network
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipesim.checks import SpecError, positive_int
+from pipesim.common.checks import SpecError, positive_int
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.spec_derived import costs_from_model
 from pipesim.costs.synthetic import synthetic_costs
@@ -99,7 +99,7 @@ class ModelRequest:
         microbatch_size = batch / (microbatches * replicas)
         partition = self.partition
         if isinstance(partition, str):
-            from pipesim.partition.model import choose_partition, objective
+            from pipesim.partition.from_model import choose_partition, objective
 
             partition = choose_partition(
                 objective(partition),

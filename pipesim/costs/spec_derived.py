@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipesim import checks
+from pipesim.common import checks
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from pipesim import checks
+from pipesim.common import checks
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Link, Network, Topology
 

@@ -23,19 +23,19 @@ from typing import Any
 
 import numpy as np
 
+from pipesim.common.jit import numba_available
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine.arrays import OPTIMIZER, FloatArray, IntArray, RunArrays
 from pipesim.engine.kernels import play_by_events, play_in_order
 from pipesim.engine.records import TransferRecord
 from pipesim.errors import ScheduleError
-from pipesim.jit import numba_available
 from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import EncodedSchedule, F
 from pipesim.schedules.registry import build
 from pipesim.schedules.schedule import Schedule, UpdateRule
 from pipesim.schedules.unroll import OPTIMIZER_STEP, no_flush_order, with_optimizer_steps
-from pipesim.schedules.validate import dry_run_kernel
+from pipesim.schedules.validator import dry_run_kernel
 
 
 @dataclass(frozen=True, eq=False)

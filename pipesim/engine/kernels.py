@@ -1,4 +1,5 @@
-"""The fast engine's two loops, written once for the interpreter and numba (:mod:`pipesim.jit`).
+"""The fast engine's two loops, written once for the interpreter and numba
+(:mod:`pipesim.common.jit`).
 
 Both play *items* (every action of every step, and each device's optimizer steps) numbered
 device by device. An item waits for at most one transfer (``source``: the item on another
@@ -27,7 +28,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from pipesim.jit import kernel
+from pipesim.common.jit import kernel
 
 
 @kernel

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.engine.arrays import arrays_from_records
 from pipesim.engine.result import SimulationResult, summarize

@@ -95,9 +95,9 @@ def chrome_trace(
 def write_chrome_trace(
     trace: dict[str, Any], path: str | Path, *, field: str = "trace file"
 ) -> None:
-    """Write ``trace`` as strict JSON to ``path`` (atomically, see :mod:`pipesim.outputs`)."""
-    from pipesim.finite import json_text
-    from pipesim.outputs import write_text_atomically
+    """Write ``trace`` as strict JSON to ``path`` (atomically, see :mod:`pipesim.files.outputs`)."""
+    from pipesim.files.outputs import write_text_atomically
+    from pipesim.files.strict_json import json_text
 
     write_text_atomically(path, json_text(trace), field=field)
 

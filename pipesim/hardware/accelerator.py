@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 
 
 @dataclass(frozen=True, eq=True)

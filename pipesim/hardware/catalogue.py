@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster, Link, Network, Topology
 

@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.hardware.accelerator import Accelerator
 
 

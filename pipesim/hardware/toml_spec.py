@@ -25,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.errors import shown
+from pipesim.files.toml_reader import Fields, boolean, read_toml, string
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Link, Topology
-from pipesim.toml_reader import Fields, boolean, read_toml, string
 
 
 def _peaks(field: str, value: Any) -> dict[str, float]:

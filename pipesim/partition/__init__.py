@@ -7,9 +7,9 @@
 * :mod:`.model`: problems built from a model on a hardware spec, and ``--partition`` objectives.
 """
 
-from pipesim.partition.memory import MemoryForm, memory_forms
+from pipesim.memory.forms import MemoryForm, memory_forms
 from pipesim.partition.problem import PartitionProblem, merge_layers
-from pipesim.partition.search import (
+from pipesim.partition.solver import (
     NoPartitionFits,
     Partition,
     balanced,

@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.hardware.network import Network
 

@@ -6,8 +6,8 @@ import math
 import shlex
 from typing import Any
 
-from pipesim.plan.search import Evaluated, PlanReport
-from pipesim.units import format_bytes, format_seconds
+from pipesim.common.units import format_bytes, format_seconds
+from pipesim.plan.planner import Evaluated, PlanReport
 
 
 def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:

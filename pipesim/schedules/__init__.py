@@ -18,7 +18,7 @@ from pipesim.schedules.registry import (
     unsupported_reason,
 )
 from pipesim.schedules.schedule import Schedule, UpdateRule
-from pipesim.schedules.validate import validate
+from pipesim.schedules.validator import validate
 
 __all__ = [
     "Action",

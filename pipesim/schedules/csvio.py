@@ -12,9 +12,9 @@ import csv
 import io
 from pathlib import Path
 
+from pipesim.common.limits import Limit, check
 from pipesim.errors import ScheduleError, few, shown
-from pipesim.inputs import decode_text, read_input
-from pipesim.limits import Limit, check
+from pipesim.files.inputs import decode_text, read_input
 from pipesim.schedules.action import Action, parse_action
 from pipesim.schedules.schedule import Schedule, UpdateRule
 
@@ -40,7 +40,7 @@ def from_csv(
 
     ``source`` names the input in error messages (a file name, say). The size of what the
     file implies (actions, devices, stages x micro-batches) is checked against
-    :mod:`pipesim.limits` before the schedule is built.
+    :mod:`pipesim.common.limits` before the schedule is built.
     """
     rows: list[list[Action]] = []
     actions = 0
@@ -151,7 +151,7 @@ def read_csv(
 
 def write_csv(schedule: Schedule, path: str | Path, *, field: str = "schedule file") -> None:
     """Write ``schedule``'s compute-only CSV to ``path`` (atomically, see
-    :mod:`pipesim.outputs`)."""
-    from pipesim.outputs import write_text_atomically
+    :mod:`pipesim.files.outputs`)."""
+    from pipesim.files.outputs import write_text_atomically
 
     write_text_atomically(path, to_csv(schedule), field=field)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from pipesim import checks
+from pipesim.common import checks
+from pipesim.common.limits import Limit, check
 from pipesim.errors import ScheduleError
-from pipesim.limits import Limit, check
 from pipesim.schedules import closed_forms, v_shaped
 from pipesim.schedules import looped_schedules as looped
 from pipesim.schedules.closed_forms import BubbleTerms, ClosedForm
@@ -296,7 +296,7 @@ def estimated_actions(info: ScheduleInfo, devices: int, microbatches: int, chunk
 def check_size(
     info: ScheduleInfo, devices: int, microbatches: int, chunks: int, steps: int = 1
 ) -> None:
-    """Refuse, before generating anything, a shape beyond :mod:`pipesim.limits` (K, v, and
+    """Refuse, before generating anything, a shape beyond :mod:`pipesim.common.limits` (K, v, and
     the actions it implies over ``steps`` simulated steps), with the limit and how to raise
     it."""
     shape = f"{info.name} K={devices:,} M={microbatches:,} v={chunks}"

@@ -18,7 +18,7 @@ from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind, UpdateRule
 from pipesim.schedules.encoded import KINDS, EncodedSchedule
 from pipesim.schedules.encoded import I as I_CODE
-from pipesim.schedules.validate import Checked, validate
+from pipesim.schedules.validator import Checked, validate
 
 __all__ = ["Schedule", "UpdateRule"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipesim import checks
+from pipesim.common import checks
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule, UpdateRule

@@ -19,8 +19,8 @@ reproduction.
 
 from __future__ import annotations
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.workload.model import Layer, Model
 
 FP32 = 4

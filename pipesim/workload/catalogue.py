@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.workload.amoebanet import amoebanet_d
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers

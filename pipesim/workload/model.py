@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import dataclasses
 import math
 from enum import Enum
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.workload.model import Model
 
 MASTER_WEIGHT_BYTES = 4.0

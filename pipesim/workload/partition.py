@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.workload.model import Model
 
 

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
+from pipesim.common.limits import Limit, check
 from pipesim.errors import shown
-from pipesim.limits import Limit, check
-from pipesim.toml_reader import Fields, read_toml, string
+from pipesim.files.toml_reader import Fields, read_toml, string
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 

@@ -15,7 +15,7 @@ activations (GPipe's TPU runs kept them in float32) every figure doubles.
 
 from __future__ import annotations
 
-from pipesim import checks
+from pipesim.common import checks
 from pipesim.workload.model import Layer
 
 ACTIVATION_BYTES = 2  # 16-bit activations

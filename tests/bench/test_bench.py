@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipesim.bench import (
+from pipesim.sweep.bench import (
     engine_rates,
     model_benchmark,
     peak_memory_bytes,
@@ -46,7 +46,7 @@ def test_peak_memory() -> None:
 
 def test_bench_command_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
     """The command itself, on a tiny grid (not a benchmark: it only has to run)."""
-    from pipesim import bench
+    from pipesim.sweep import bench
 
     cases = (("gpipe", 2, 4, 1), ("zb-h1", 2, 2, 1))
     rates = bench.engine_rates(cases, engines=("simpy", "interpreted"), repeats=1)

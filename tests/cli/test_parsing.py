@@ -1,10 +1,10 @@
-"""The argparse plumbing shared by the sub-commands (pipesim.cli.parsing)."""
+"""The argparse plumbing shared by the sub-commands (pipesim.common.command_line)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipesim.cli.parsing import positive_ints
+from pipesim.common.command_line import positive_ints
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipesim.cli.main import main
+from cli.main import main
 
 
 def test_costs_list_literal(capsys: pytest.CaptureFixture[str]) -> None:

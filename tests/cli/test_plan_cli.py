@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.cli.main import main
+from cli.main import main
 
 SMALL = ["plan", "--model", "uniform-8", "--hardware", "a100", "--devices", "4", "--batch", "16"]
 

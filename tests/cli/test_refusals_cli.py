@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pipesim.outputs
-from pipesim.cli import schedule_cmd
+import pipesim.files.outputs
+from cli import schedule_cmd
 
 from .test_schedule_cli import run
 
@@ -73,7 +73,7 @@ def test_non_finite_results_are_refused_and_nothing_is_written(
 
 def test_json_output_is_strict() -> None:
     from pipesim.errors import PipesimError
-    from pipesim.finite import json_text
+    from pipesim.files.strict_json import json_text
 
     assert json_text({"a": [1.5, None]}) == '{"a": [1.5, null]}'
     with pytest.raises(PipesimError, match=r"^JSON output: a\[1\] is nan"):
@@ -230,7 +230,7 @@ def test_validate_out_on_a_read_only_file_system(
 ) -> None:
     pytest.importorskip("torch")
     monkeypatch.setattr(os, "access", lambda *args: False)
-    monkeypatch.setattr(pipesim.outputs, "_read_only", lambda directory: True)
+    monkeypatch.setattr(pipesim.files.outputs, "_read_only", lambda directory: True)
     status, out, err = run(capsys, "validate", "--out", str(tmp_path))
     assert status == 2 and out == ""
     assert one_line(err) == (
@@ -342,7 +342,7 @@ def test_whatever_simulate_saves_plot_reads_back(
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from pipesim.cli.main import main
+    from cli.main import main
     from plots.saved import load_run
 
     with tempfile.TemporaryDirectory() as folder:

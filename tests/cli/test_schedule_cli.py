@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.cli.main import main
+from cli.main import main
 from pipesim.schedules import build, schedule_names, to_csv
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import pipesim.sweep
-from pipesim.sweep import run_point
+import pipesim.sweep.grid
+from pipesim.sweep.grid import run_point
 
 from .test_schedule_cli import run
 
@@ -53,7 +53,7 @@ def test_a_bad_global_input_is_exit_2_before_any_work(
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b"name = 'x'\n\xff\xfe\x00")
     arguments = [str(bad) if a == "BAD" else a for a in arguments]
-    monkeypatch.setattr(pipesim.sweep, "run_point", _never)
+    monkeypatch.setattr(pipesim.sweep.grid, "run_point", _never)
     status, out, err = run(capsys, "sweep", "--schedules", "1f1b", "-K", "2", "-M", "4", *arguments)
     assert status == 2 and out == ""
     assert err.startswith("pipesim: error: ") and message in err and err.count("\n") == 1
@@ -77,7 +77,7 @@ def test_costs_that_overflow_are_an_error_row_and_exit_2_when_every_row_fails(
 def test_a_grid_beyond_the_size_limits_is_refused_before_any_work(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pipesim.sweep, "run_point", _never)
+    monkeypatch.setattr(pipesim.sweep.grid, "run_point", _never)
     status, _, err = run(
         capsys, "sweep", "--schedules", "1f1b,gpipe", "-K", "2,4", "-M", "4,1000000000",
         "--costs", "1,1",
@@ -114,8 +114,8 @@ def test_jobs_are_capped_at_the_cpus_and_the_points(
         started.append(max_workers)
         return real(max_workers=max_workers, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(pipesim.sweep, "ProcessPoolExecutor", pool)
-    monkeypatch.setattr(pipesim.sweep, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
+    monkeypatch.setattr(pipesim.sweep.grid, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(pipesim.sweep.grid, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
     status, _, _ = run(capsys, "sweep", *GRID, "--jobs", "100000")
     assert status == 0 and started == [2]
     status, _, _ = run(
@@ -126,7 +126,7 @@ def test_jobs_are_capped_at_the_cpus_and_the_points(
 
 
 def test_cap_jobs() -> None:
-    from pipesim.limits import cap_jobs, cpu_count
+    from pipesim.common.limits import cap_jobs, cpu_count
 
     assert cap_jobs(100_000, 10**6) == cpu_count()
     assert cap_jobs(100_000, 1) == 1
@@ -157,7 +157,7 @@ def test_an_interrupted_sweep_resumed_equals_an_uninterrupted_one(
     whole, part = tmp_path / f"whole{suffix}", tmp_path / f"part{suffix}"
     status, whole_out, _ = run(capsys, "sweep", *GRID, "--out", str(whole))
     assert status == 0
-    monkeypatch.setattr(pipesim.sweep, "run_point", _Interrupt(at=5))
+    monkeypatch.setattr(pipesim.sweep.grid, "run_point", _Interrupt(at=5))
     status, _, err = run(capsys, "sweep", *GRID, "--out", str(part))
     assert status == 130
     assert err == (
@@ -171,7 +171,7 @@ def test_an_interrupted_sweep_resumed_equals_an_uninterrupted_one(
             json.loads(part.read_text())["results"] == json.loads(whole.read_text())["results"][:4]
         )
     counter = _Interrupt(at=0)
-    monkeypatch.setattr(pipesim.sweep, "run_point", counter)
+    monkeypatch.setattr(pipesim.sweep.grid, "run_point", counter)
     status, resumed_out, _ = run(capsys, "sweep", *GRID, "--out", str(part), "--resume")
     assert status == 0 and counter.calls == 8  # the 4 saved points are not run again
     assert part.read_text() == whole.read_text()
@@ -214,9 +214,9 @@ def test_rows_are_saved_while_the_sweep_runs(
         seen.append(len(out.read_text().splitlines()) - 1 if out.exists() else 0)
         return run_point(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pipesim.sweep, "run_point", spy)
-    monkeypatch.setattr("pipesim.sweep_file.SAVE_INTERVAL_S", 0.0)
-    monkeypatch.setattr("pipesim.sweep_file.SAVE_COST_FACTOR", 0.0)
+    monkeypatch.setattr(pipesim.sweep.grid, "run_point", spy)
+    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_COST_FACTOR", 0.0)
     status, _, _ = run(capsys, "sweep", *GRID, "--out", str(out))
     assert status == 0
     assert seen == list(range(12))  # before each point, every earlier one is in the file
@@ -262,8 +262,8 @@ def test_a_fifo_out_gets_the_file_once_at_the_end(
     received: list[bytes] = []
     reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
     reader.start()
-    monkeypatch.setattr("pipesim.sweep_file.SAVE_INTERVAL_S", 0.0)
-    monkeypatch.setattr("pipesim.sweep_file.SAVE_COST_FACTOR", 0.0)
+    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_COST_FACTOR", 0.0)
     status, _, _ = run(capsys, "sweep", *GRID, "--out", str(fifo))
     reader.join(timeout=30)
     assert status == 0 and received == [regular.read_bytes()]

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.common.jit import numba_available
 from pipesim.costs import PipelineCosts
 from pipesim.engine import SimulationResult, simulate
 from pipesim.engine.fast import run_fast
 from pipesim.engine.result import summarize
 from pipesim.errors import ScheduleError
-from pipesim.jit import numba_available
 from pipesim.schedules import Schedule
 
 from .strategies import any_schedule, costs_for
@@ -128,7 +128,7 @@ def test_compiled_kernels_give_the_same_numbers(
 
 
 def test_an_unknown_engine_is_refused_with_the_choices() -> None:
-    from pipesim.checks import SpecError
+    from pipesim.common.checks import SpecError
     from pipesim.costs import synthetic_costs
     from pipesim.schedules import build
 

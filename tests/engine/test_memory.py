@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipesim.analysis.memory import (
+from pipesim.analysis.paper_memory import (
     gpipe_remat_peak_activation_bytes,
     one_f_one_b_in_flight,
     zb_h2_in_flight,

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from executor import NonFiniteError, run_step, split_model
-from executor.finite import non_finite
 from executor.models import mlp
+from executor.nonfinite import non_finite
 from pipesim.schedules import build
 
 INF = float("inf")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-import executor.finite
+import executor.nonfinite
 import executor.worker
 from executor import run_step, split_model
 from executor.models import mlp, transformer
@@ -28,7 +28,7 @@ def test_finite_check_share_of_a_step(
     step's wall time (median of 4 steps after one warm-up). Target: under 10%."""
     torch.set_num_threads(1)
     spent = [0.0]
-    check = executor.finite.check_outputs
+    check = executor.nonfinite.check_outputs
 
     def timed(*args: Any, **kwargs: Any) -> None:
         began = time.perf_counter()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.hardware import (
     Accelerator,
     Link,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipesim.errors import PipesimError
 from pipesim.schedules import build, from_csv, read_csv, schedule_names, to_csv
-from pipesim.schedules.validate import validate
+from pipesim.schedules.validator import validate
 
 _ACTION = st.builds(
     lambda stage, kind, mb: f"{stage}{kind}{mb}",

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from pipesim.cli.main import main
+from cli.main import main
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
+from pipesim.plan.planner import _Context
 from pipesim.plan.report import report_json
-from pipesim.plan.search import _Context
 from pipesim.schedules import schedule_names
 from pipesim.workload import resolve_model
 

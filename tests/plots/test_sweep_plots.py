@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipesim.cli.main import main
+from cli.main import main
 from plots import (
     EmptyPlotError,
     bubble_figure,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.cli.main import main
+from cli.main import main
 from pipesim.errors import PipesimError
 from validation.reproduce import experiment_names, reproduce
 from validation.reproduce.framework import CSV_COLUMNS, Row, summary_lines
@@ -151,7 +151,7 @@ def test_the_main_job_runs_where_torch_is_not_installed(tmp_path: Path) -> None:
     """README's first command installs pipesim without torch, then runs `reproduce gpipe`."""
     code = (
         "import sys; sys.modules['torch'] = None  # any import of torch now fails\n"
-        "from pipesim.cli.main import main\n"
+        "from cli.main import main\n"
         f"sys.exit(main(['reproduce', 'gpipe', '--out', {str(tmp_path)!r}]))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.errors import ScheduleError
 from pipesim.schedules import build
 from pipesim.schedules.unroll import unroll

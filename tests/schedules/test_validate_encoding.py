@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.common.jit import numba_available
 from pipesim.errors import ScheduleError
-from pipesim.jit import numba_available
 from pipesim.schedules import Action, Schedule
 
 from .strategies import schedules
 
-validate_module = sys.modules["pipesim.schedules.validate"]
+validate_module = sys.modules["pipesim.schedules.validator"]
 
 
 def broken(schedule: Schedule, rng: random.Random) -> Any:

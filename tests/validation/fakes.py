@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from validation.records import Comparison
+from validation.schema import Comparison
 
 
 def comparison(**overrides: Any) -> Comparison:

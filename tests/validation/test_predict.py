@@ -23,7 +23,7 @@ from validation.predict import (
     round_link,
     round_profiles,
 )
-from validation.records import CaseMeasurement, Machine, RunMeasurement
+from validation.schema import CaseMeasurement, Machine, RunMeasurement
 from validation.suites import Case, ModelKind, ModelSpec
 
 

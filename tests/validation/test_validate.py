@@ -11,19 +11,19 @@ from typing import cast
 
 import pytest
 
+from cli.main import main
 from executor.backends import DeviceKind
-from pipesim.cli.main import main
 from pipesim.errors import Interrupted, PipesimError
 from tests.validation.fakes import comparison
 from validation.compare import aggregate, breaches
 from validation.host import HostLoad
-from validation.records import Comparison, CrosscheckRecord
 from validation.report import crosscheck_table
 from validation.results import CaseResult, ValidationResult, Verdict
+from validation.runner import run_validation
+from validation.schema import Comparison, CrosscheckRecord
 from validation.session import Stability
 from validation.suites import Case, ModelKind, ModelSpec, quick_suite
 from validation.uncertainty import Intervals
-from validation.validate import run_validation
 
 pytestmark = pytest.mark.distributed
 
@@ -115,7 +115,7 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
         "inconclusive",
     )
     # --resume keeps the measured case; Ctrl-C in the next one says what was kept.
-    import validation.validate as module
+    import validation.runner as module
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -160,7 +160,7 @@ def _fake_validation(
 ) -> None:
     """Make the CLI's run_validation judge one comparison record (with ``intervals``),
     measuring nothing."""
-    import validation.validate as module
+    import validation.runner as module
 
     def fake(suite, backend, out, max_median, max_error, **options):  # type: ignore[no-untyped-def]
         summary = aggregate([record], intervals)
@@ -217,7 +217,7 @@ def test_quick_suite_is_k2_on_every_schedule() -> None:
 
 
 def test_no_run_measured_is_never_a_pass() -> None:
-    from validation.validate import conclude
+    from validation.runner import conclude
 
     summary = aggregate([])
     found = breaches(summary, 0.05, 0.25)
@@ -238,7 +238,7 @@ def _on_host(load: float) -> CaseResult:
 
 
 def test_the_verdict_reads_the_intervals() -> None:
-    from validation.validate import conclude
+    from validation.runner import conclude
 
     def judge(
         intervals: Intervals, cases: list[CaseResult], errors: tuple[float, ...] = (0.01, 0.02, 0.1)

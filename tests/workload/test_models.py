@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.workload import check_partition, even_partition, load_model, model, resolve_model
 from pipesim.workload.transformer import transformer_layer
 

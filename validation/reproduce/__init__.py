@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipesim.errors import PipesimError
-from pipesim.outputs import output_directory
+from pipesim.files.outputs import output_directory
 from validation.reproduce.framework import Experiment, Outcome, write_outputs
 
 

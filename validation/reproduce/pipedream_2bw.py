@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipesim.analysis import memory
+from pipesim.analysis import paper_memory as memory
 from pipesim.engine import SimulationResult
 from pipesim.workload import Model, model
 from pipesim.workload.partition import even_partition

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipesim.common.units import format_percent, format_seconds
 from pipesim.costs import synthetic_costs
 from pipesim.engine import simulate
 from pipesim.schedules import build
-from pipesim.units import format_percent, format_seconds
 from plots import bars_from_timeline, save, side_by_side_figure
 from validation.reproduce.common import suite_readme
 from validation.reproduce.framework import Outcome, Row

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, positive_ints, write_json
+from pipesim.common.command_line import EXIT_OK, positive_ints, write_json
 from pipesim.errors import PipesimError
 
 

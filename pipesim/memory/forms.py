@@ -1,6 +1,6 @@
 """Per-device peak memory without a simulation: the simulator's memory model, in closed form.
 
-The simulator (:mod:`pipesim.engine.memory`) changes a device's activation level when an action
+The simulator (:mod:`pipesim.memory.timeline`) changes a device's activation level when an action
 starts or ends; a device runs its actions one after another, so (for actions that take time)
 the sequence of levels depends only on each device's action order, never on the timing. Each
 level is a sum over the device's stages of ``n_stash * stash + n_keep * keep + n_input * input``

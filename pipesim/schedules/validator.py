@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipesim.common.jit import kernel
 from pipesim.errors import ScheduleError, few
-from pipesim.jit import kernel
 from pipesim.schedules.action import Action, Kind, UpdateRule
 from pipesim.schedules.dependencies import action_dependencies
 from pipesim.schedules.encoded import KIND_CODES, B, EncodedSchedule, F, I, W

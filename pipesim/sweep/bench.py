@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pipesim.common.jit import numba_available
 from pipesim.costs.request import ModelRequest, SyntheticRequest, model_on_hardware
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
@@ -35,10 +36,9 @@ from pipesim.engine.fast import run_fast
 from pipesim.engine.result import summarize
 from pipesim.engine.simulate import warm_up
 from pipesim.hardware import hardware
-from pipesim.jit import numba_available
 from pipesim.schedules import Schedule, build, schedule_names
 from pipesim.schedules.registry import clear_build_memo
-from pipesim.sweep import sweep_points
+from pipesim.sweep.grid import sweep_points
 from pipesim.workload import model
 
 ENGINE_CASES: tuple[tuple[str, int, int, int], ...] = (

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from pipesim import __version__
-from pipesim.cli import (
+from cli import (
     bench_cmd,
     catalogue_cmd,
     partition_cmd,
@@ -18,7 +17,13 @@ from pipesim.cli import (
     sweep_cmd,
     validate_cmd,
 )
-from pipesim.cli.parsing import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED, ArgumentParser
+from pipesim import __version__
+from pipesim.common.command_line import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
+    ArgumentParser,
+)
 from pipesim.errors import Interrupted, PipesimError, RunFailed
 
 

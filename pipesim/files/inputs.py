@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipesim.common.limits import Limit, check, limit
 from pipesim.errors import PipesimError
-from pipesim.limits import Limit, check, limit
 
 
 def read_input(path: str | Path, what: str, error: type[PipesimError] = PipesimError) -> bytes:

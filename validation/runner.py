@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pipesim import __version__
+from pipesim.common.progress import progress
 from pipesim.errors import Interrupted, PipesimError
-from pipesim.outputs import output_directory, write_text_atomically
-from pipesim.progress import progress
+from pipesim.files.outputs import output_directory, write_text_atomically
 from validation.compare import (
     RunKey,
     aggregate,
@@ -28,9 +28,9 @@ from validation.compare import (
 )
 from validation.estimate import STATISTIC, Statistic
 from validation.predict import RoundPrediction
-from validation.records import CaseMeasurement, Summary
 from validation.report import write_report
 from validation.results import CaseResult, ValidationResult, Verdict
+from validation.schema import CaseMeasurement, Summary
 from validation.session import Stability, run_case
 from validation.suites import Case, full_suite, quick_suite
 from validation.uncertainty import CaseSeries, error_intervals

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from pipesim.finite import json_text
+from pipesim.files.strict_json import json_text
 
 Handler = Callable[[argparse.Namespace], int]
 

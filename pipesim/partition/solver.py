@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
+from pipesim.common.limits import Limit, check
+from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.limits import Limit, check
-from pipesim.partition.memory import MemoryForm
+from pipesim.memory.forms import MemoryForm
 from pipesim.partition.problem import PartitionProblem, counts_to_cuts
-from pipesim.units import format_bytes
 
 _TOLERANCE = 1e-9
 NODE_BUDGET = 200_000

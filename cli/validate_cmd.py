@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_CHECK_FAILED, EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK, write_json
 from pipesim.errors import PipesimError
-from pipesim.outputs import output_directory
+from pipesim.files.outputs import output_directory
 
 DEFAULT_MAX_MEDIAN_ERROR = 0.05
 DEFAULT_MAX_ERROR = 0.25
@@ -96,8 +96,8 @@ def _validate(args: argparse.Namespace) -> int:
         raise PipesimError("--reuse and --resume: choose one")
     try:
         from validation.report import summary_lines, table
+        from validation.runner import run_validation
         from validation.session import Stability
-        from validation.validate import run_validation
     except ImportError as error:
         raise PipesimError(
             f"pipesim validate needs the executor extra (torch): {error}; install with "

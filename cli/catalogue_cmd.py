@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
-from pipesim.units import format_bytes
+from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.units import format_bytes
 
 
 def register(subparsers: Any) -> None:

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.limits import Limit, check
+from pipesim.common.units import format_bytes, format_seconds
 from pipesim.errors import PipesimError, shown
-from pipesim.limits import Limit, check
-from pipesim.units import format_bytes, format_seconds
 
 
 def register(subparsers: Any) -> None:
@@ -218,7 +218,7 @@ def _costs_problem(text: str, placement: tuple[int, ...]) -> Any:
 
 def _model_problem(args: argparse.Namespace, placement: tuple[int, ...]) -> tuple[Any, list[str]]:
     from pipesim.hardware import resolve_hardware
-    from pipesim.partition.model import mixed_problem, model_problem
+    from pipesim.partition.from_model import mixed_problem, model_problem
     from pipesim.workload import resolve_model
     from pipesim.workload.optimizer import with_optimizer
 

@@ -6,13 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
-from pipesim.cli.schedule_source import (
+from cli.schedule_source import (
     add_schedule_source_arguments,
     add_update_rule_argument,
     load_schedule,
 )
-from pipesim.outputs import write_text_atomically
+from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.files.outputs import write_text_atomically
 from pipesim.schedules import (
     Schedule,
     UpdateRule,

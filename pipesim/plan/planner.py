@@ -19,7 +19,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
+from pipesim.common.progress import progress
 from pipesim.costs.data_parallel import (
     add_to_optimizer_step,
     allreduce_times_s,
@@ -30,6 +31,7 @@ from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.costs.request import ModelRequest, resolved_model
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.memory.forms import MemoryForm
 from pipesim.partition import (
     NoPartitionFits,
     PartitionProblem,
@@ -38,13 +40,11 @@ from pipesim.partition import (
     memory_aware,
     memory_forms,
 )
-from pipesim.partition.memory import MemoryForm
-from pipesim.partition.model import layer_costs, model_problem
-from pipesim.partition.search import Partition, partition_stage_costs
+from pipesim.partition.from_model import layer_costs, model_problem
+from pipesim.partition.solver import Partition, partition_stage_costs
 from pipesim.plan.bounds import iteration_lower_bound_s
 from pipesim.plan.evaluate import simulate_plan
 from pipesim.plan.space import DEFAULT_SCHEDULES, Candidate, candidates
-from pipesim.progress import progress
 from pipesim.schedules import UpdateRule, build
 from pipesim.workload.model import Model
 

@@ -16,11 +16,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pipesim import checks
+from pipesim.common import checks
+from pipesim.common.limits import Limit, cap_jobs, check
 from pipesim.costs.request import CostRequest, ModelRequest
 from pipesim.errors import LimitError, PipesimError
-from pipesim.finite import overflow_checked, result_problem
-from pipesim.limits import Limit, cap_jobs, check
+from pipesim.files.strict_json import overflow_checked, result_problem
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import check_size
 
@@ -106,7 +106,7 @@ def run_point(
     """Simulate one point with ``engine`` (simpy, fast or auto); the result's JSON object, or
     the point with an ``error`` text if the costs cannot be built for this shape (e.g. more
     stages than layers) or the result cannot be saved (costs that overflow, or all zero: see
-    :func:`pipesim.finite.result_problem`)."""
+    :func:`pipesim.files.strict_json.result_problem`)."""
     from pipesim.engine import simulate
 
     schedule = build(
@@ -148,7 +148,7 @@ def run_sweep(
 ) -> Generator[dict[str, Any], None, None]:
     """Results in the order of ``points``, each yielded as soon as it and those before it are
     done. ``jobs`` > 1 uses worker processes, capped at the CPU count and the number of
-    points (:func:`pipesim.limits.cap_jobs`); closing the iterator early (Ctrl-C in the
+    points (:func:`pipesim.common.limits.cap_jobs`); closing the iterator early (Ctrl-C in the
     caller) cancels the points not started and waits only for those running."""
     steps = checks.positive_int("steps", steps)
     jobs = checks.positive_int("jobs", jobs)

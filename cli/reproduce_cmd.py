@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_OK, write_json
 
 
 def register(subparsers: Any) -> None:

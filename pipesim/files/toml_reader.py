@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipesim import checks
-from pipesim.checks import SpecError
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.errors import few, shown
-from pipesim.inputs import decode_text, read_input
+from pipesim.files.inputs import decode_text, read_input
 
 T = TypeVar("T")
 _MISSING = object()

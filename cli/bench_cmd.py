@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, positive_int, write_json
-from pipesim.finite import json_text
-from pipesim.limits import Limit, check
-from pipesim.outputs import output_path, write_text_atomically
+from pipesim.common.command_line import EXIT_OK, positive_int, write_json
+from pipesim.common.limits import Limit, check
+from pipesim.files.outputs import output_path, write_text_atomically
+from pipesim.files.strict_json import json_text
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from pipesim import bench
+    from pipesim.sweep import bench
 
     check(Limit.CONFIGS, args.configs, f"--configs {args.configs:,}")
     if args.out is not None:

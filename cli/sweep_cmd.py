@@ -7,18 +7,18 @@ import contextlib
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, positive_ints, write_json
-from pipesim.cli.simulate_cmd import (
+from cli.simulate_cmd import (
     add_cost_arguments,
     add_engine_argument,
     add_steps_argument,
     cost_request,
 )
+from pipesim.common.command_line import EXIT_OK, positive_ints, write_json
+from pipesim.common.progress import progress
+from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import Interrupted, PipesimError, shown
-from pipesim.outputs import output_path
-from pipesim.progress import progress
-from pipesim.sweep_file import SweepFile, row_of
-from pipesim.units import format_bytes, format_percent, format_seconds
+from pipesim.files.outputs import output_path
+from pipesim.sweep.rows_file import SweepFile, row_of
 
 
 def _int_list(flag: str, text: str) -> list[int]:
@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pipesim.sweep import preflight, run_sweep, sweep_points
+    from pipesim.sweep.grid import preflight, run_sweep, sweep_points
 
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")

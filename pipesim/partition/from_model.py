@@ -11,14 +11,14 @@ import math
 from collections.abc import Sequence
 from enum import Enum
 
-from pipesim.checks import SpecError
+from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.costs.spec_derived import costs_from_model
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Cluster, Link, Network, Topology
-from pipesim.partition.memory import memory_forms
+from pipesim.memory.forms import memory_forms
 from pipesim.partition.problem import PartitionProblem
-from pipesim.partition.search import balanced, memory_aware
+from pipesim.partition.solver import balanced, memory_aware
 from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule
 from pipesim.workload.model import Model

@@ -15,7 +15,7 @@ from typing import Any
 
 from matplotlib.patches import Patch
 
-from pipesim.units import format_bytes
+from pipesim.common.units import format_bytes
 from plots.facets import (
     Row,
     draw_series,

@@ -6,13 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.cli.parsing import EXIT_OK, write_json
-from pipesim.cli.schedule_source import add_schedule_source_arguments, load_schedule
+from cli.schedule_source import add_schedule_source_arguments, load_schedule
+from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.limits import Limit, check
+from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import PipesimError
-from pipesim.finite import json_text, overflow_checked, require_reportable
-from pipesim.limits import Limit, check
-from pipesim.outputs import output_path, write_text_atomically
-from pipesim.units import format_bytes, format_percent, format_seconds
+from pipesim.files.outputs import output_path, write_text_atomically
+from pipesim.files.strict_json import json_text, overflow_checked, require_reportable
 
 
 def register(subparsers: Any) -> None:
@@ -259,7 +259,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def check_steps(schedule: Any, steps: int) -> None:
-    """Refuse ``steps`` that would simulate more actions than :mod:`pipesim.limits` allows."""
+    """Refuse ``steps`` that would simulate more actions than :mod:`pipesim.common.limits`
+    allows."""
     actions = len(schedule.actions()) * steps
     check(Limit.ACTIONS, actions, f"--steps {steps:,} x {len(schedule.actions()):,} actions")
 
