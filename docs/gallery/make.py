@@ -1,4 +1,4 @@
-"""Regenerate the gallery: the figures a new user sees first, from the README's own commands.
+"""Regenerate the gallery: the figures a new user sees first, from the user guide's own commands.
 
     python docs/gallery/make.py [--out DIR]       # default: this folder
 

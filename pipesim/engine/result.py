@@ -1,4 +1,4 @@
-"""The result of a simulation: timeline, memory and the metrics of DESIGN.md."""
+"""The result of a simulation: timeline, memory and the metrics of docs/architecture.md."""
 
 from __future__ import annotations
 
