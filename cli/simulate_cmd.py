@@ -71,7 +71,7 @@ def _parse_partition(text: str) -> tuple[int, ...] | str:
 
 def cost_request(args: argparse.Namespace) -> Any:
     """The cost request (synthetic, or model on hardware) the arguments ask for."""
-    from pipesim.costs.request import ModelRequest, SyntheticRequest
+    from pipesim.request.cost_request import ModelRequest, SyntheticRequest
 
     if (args.costs is None) == (args.model is None):
         raise PipesimError(

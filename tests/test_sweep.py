@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.costs.request import ModelRequest, SyntheticRequest
 from pipesim.errors import ScheduleError
+from pipesim.request.cost_request import ModelRequest, SyntheticRequest
 from pipesim.sweep.grid import run_point, run_sweep, sweep_points
 
 from .cli.test_schedule_cli import run

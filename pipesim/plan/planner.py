@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim.common.checks import SpecError
@@ -27,8 +26,9 @@ from pipesim.costs.data_parallel import (
     replica_group,
     ring_allreduce_s,
 )
+from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.costs.request import ModelRequest, resolved_model
+from pipesim.engine import simulate
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.memory.forms import MemoryForm
@@ -43,8 +43,8 @@ from pipesim.partition import (
 from pipesim.partition.from_model import layer_costs, model_problem
 from pipesim.partition.solver import Partition, partition_stage_costs
 from pipesim.plan.bounds import iteration_lower_bound_s
-from pipesim.plan.evaluate import simulate_plan
 from pipesim.plan.space import DEFAULT_SCHEDULES, Candidate, candidates
+from pipesim.request.cost_request import resolved_model
 from pipesim.schedules import UpdateRule, build
 from pipesim.workload.model import Model
 
@@ -201,20 +201,6 @@ class _Context:
         self.rings: dict[tuple[int, int], tuple[float, float]] = {}
         self.rules: dict[str, UpdateRule] = {}
 
-    def request(self, candidate: Candidate, partition: Sequence[int]) -> ModelRequest:
-        s = self.settings
-        return ModelRequest(
-            s.model,
-            s.hardware,
-            s.batch,
-            tuple(partition),
-            True,
-            s.dtype,
-            s.optimizer_state,
-            s.master_weights,
-            candidate.data_parallel,
-        )
-
     def problem(self, candidate: Candidate, placement: tuple[int, ...]) -> PartitionProblem:
         b = candidate.microbatch_size
         if b not in self.layers:
@@ -333,16 +319,22 @@ class _Context:
         )
 
     def simulate(self, item: Evaluated) -> Evaluated:
+        """``item`` simulated in full with the default engine, its costs built from the model
+        and hardware the context holds by :func:`model_on_hardware`, as ``pipesim simulate``
+        builds them for the same settings: the plan and its re-simulation agree exactly."""
         c = item.candidate
-        _, result = simulate_plan(
-            self.request(c, item.partition),
-            c.schedule,
+        schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
+        costs = model_on_hardware(
+            self.model,
+            self.hardware,
             c.devices,
-            c.microbatches,
             c.chunks,
-            c.remat,
-            item.steps,
+            c.microbatch_size,
+            item.partition,
+            data_parallel=c.data_parallel,
+            placement=schedule.placement,
         )
+        result = simulate(schedule, costs, steps=item.steps)
         return dataclasses.replace(
             item,
             iteration_time_s=result.iteration_time_s,

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipesim.common.jit import numba_available
-from pipesim.costs.request import ModelRequest, SyntheticRequest, model_on_hardware
+from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
 from pipesim.engine.fast import run_fast
 from pipesim.engine.result import summarize
 from pipesim.engine.simulate import warm_up
 from pipesim.hardware import hardware
+from pipesim.request.cost_request import ModelRequest, SyntheticRequest
 from pipesim.schedules import Schedule, build, schedule_names
 from pipesim.schedules.registry import clear_build_memo
 from pipesim.sweep.grid import sweep_points

@@ -18,9 +18,9 @@ from typing import Any
 
 from pipesim.common import checks
 from pipesim.common.limits import Limit, cap_jobs, check
-from pipesim.costs.request import CostRequest, ModelRequest
 from pipesim.errors import LimitError, PipesimError
 from pipesim.files.strict_json import overflow_checked, result_problem
+from pipesim.request.cost_request import CostRequest, ModelRequest, resolved_model
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import check_size
 
@@ -90,7 +90,6 @@ def preflight(costs: CostRequest) -> None:
     if not isinstance(costs, ModelRequest):
         costs.build(1, 1, 1)
         return
-    from pipesim.costs.request import resolved_model
     from pipesim.hardware import resolve_hardware
 
     # The model exactly as every row will read it (optimizer state, master weights, dtype).

@@ -141,7 +141,7 @@ def test_an_unknown_engine_is_refused_with_the_choices() -> None:
 def test_spec_derived_costs_give_the_same_json(hardware_name: str, name: str) -> None:
     """A catalogue model on catalogue hardware (torus, shared bus, nodes over InfiniBand,
     NVSwitch): the same JSON from both engines, over two steps."""
-    from pipesim.costs.request import ModelRequest
+    from pipesim.request.cost_request import ModelRequest
     from pipesim.schedules import build
 
     schedule = build(name, 4, 8)

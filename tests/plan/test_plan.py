@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from cli.main import main
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
-from pipesim.plan.planner import _Context
-from pipesim.plan.report import report_json
+from pipesim.plan.planner import _Context, _sim_oom
+from pipesim.plan.report import plan_json, report_json, simulate_command
 from pipesim.schedules import schedule_names
 from pipesim.workload import resolve_model
 
@@ -106,6 +108,30 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
     assert report.simulated < len(times)  # the bounds pruned something
 
 
+def _assert_simulate_reproduces(
+    item: dict[str, Any], command: str, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    """``command`` (a plan's ``pipesim simulate`` line) run through the command line gives
+    exactly the numbers the plan reports in ``item`` (its ``plan --json`` object): iteration
+    time, throughput, bubble, the peak of the fullest device, the shape. Returns the
+    simulation's JSON."""
+    words = shlex.split(command)
+    assert words[:2] == ["pipesim", "simulate"]
+    assert main([*words[1:], "--json"]) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    label = f"{command}: "
+    assert result["iteration_time"] == item["iteration_time"], label
+    assert result["throughput"] == item["throughput"], label
+    assert result["bubble_fraction"] == item["bubble_fraction"], label
+    peak = max(d["peak_memory_bytes"] for d in result["per_device"])
+    assert peak == item["peak_memory_bytes"], label
+    shape = ("devices", "microbatches", "chunks", "schedule")
+    assert [result[k] for k in shape] == [item[k] for k in shape], label
+    assert result["rematerialize"] == item["remat"], label
+    assert result["steps"] == item["steps"], label
+    return result
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -129,24 +155,85 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
 def test_every_printed_plan_resimulates_to_the_same_numbers(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``pipesim plan --json`` then each plan's printed ``pipesim simulate`` command, both
+    through the command line."""
     assert main(["plan", *argv, "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["plans"]
     for item in payload["plans"]:
-        command = item["simulate_command"].split()
-        assert command[:2] == ["pipesim", "simulate"]
-        assert main([*command[1:], "--json"]) == 0
-        result = json.loads(capsys.readouterr().out)
-        assert result["iteration_time"] == item["iteration_time"]
-        assert result["throughput"] == pytest.approx(item["throughput"], rel=1e-12)
-        peak = max(d["peak_memory_bytes"] for d in result["per_device"])
-        assert peak == item["peak_memory_bytes"]
-        assert result["oom"] is False and item["oom"] is False
-        assert [result[k] for k in ("devices", "microbatches", "chunks")] == [
-            item["devices"],
-            item["microbatches"],
-            item["chunks"],
-        ]
+        result = _assert_simulate_reproduces(item, item["simulate_command"], capsys)
+        assert result["oom"] is item["oom"] is False
+
+
+# Settings over models, hardware (all-to-all, torus, hierarchical), dtypes, optimizer states and
+# master weights, every schedule (looped and V-shaped placements, no-flush steady states), data
+# parallelism, memory-aware partitions and re-materialization.
+FINALIST_CASES: dict[str, Callable[[Callable[..., str], Callable[..., str]], PlanSettings]] = {
+    "uniform-8 a100": lambda m, h: PlanSettings("uniform-8", "a100", 4, 16),
+    "gpt-355m adam v100": lambda m, h: PlanSettings(
+        "gpt-355m", "v100-16gb-nvlink", 8, 64, optimizer_state="adam", top=3
+    ),
+    "gpt-1.3b adam v100 memory-aware": lambda m, h: PlanSettings(
+        "gpt-1.3b", "v100-16gb-nvlink", 8, 64, optimizer_state="adam", top=3
+    ),
+    "zb-1.5b fp16 a100-ib": lambda m, h: PlanSettings(
+        "zb-1.5b", "a100-ib", 16, 32, dtype="fp16", master_weights=False, top=3
+    ),
+    "amoebanet tpu-v3 every schedule": lambda m, h: PlanSettings(
+        "amoebanet-d-18-256",
+        "tpu-v3",
+        8,
+        64,
+        optimizer_state="momentum",
+        schedules=schedule_names(),
+        top=3,
+    ),
+    "gpt-1.3b bf16 master weights h100-ib": lambda m, h: PlanSettings(
+        "gpt-1.3b",
+        "h100-ib",
+        16,
+        64,
+        optimizer_state="adam",
+        master_weights=True,
+        dtype="bf16",
+        top=3,
+    ),
+    "gpt-1.3b V-shaped data parallel on a torus": lambda m, h: PlanSettings(
+        "gpt-1.3b", "tpu-v3", 16, 64, schedules=("zbv", "dualpipev"), dtype="bf16", top=3
+    ),
+    "constructed remat slow links": lambda m, h: PlanSettings(
+        m(activation_bytes=40e6),
+        h(memory_bytes=250e6, bandwidth_bytes_per_s=1e8),
+        4,
+        8,
+        schedules=schedule_names(),
+        top=3,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FINALIST_CASES))
+def test_every_finalist_resimulates_to_the_same_numbers(
+    case: str,
+    model_file: Callable[..., str],
+    hardware_file: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every configuration the planner simulated (not only the printed top ones) reports, in
+    the JSON ``plan --json`` prints for it, exactly what ``pipesim simulate`` gives for its
+    re-simulation command; each device's closed-form peak is the simulator's."""
+    settings = FINALIST_CASES[case](model_file, hardware_file)
+    report = plan(settings, show_progress=False)
+    finalists = [e for e in report.evaluated if e.simulated]
+    assert finalists and report.plans
+    printed = report_json(report)["plans"]
+    assert [p["iteration_time"] for p in printed] == [e.iteration_time_s for e in report.plans]
+    for e in finalists:
+        command = simulate_command(report, e)
+        result = _assert_simulate_reproduces(plan_json(e, settings.batch), command, capsys)
+        assert result["oom"] is _sim_oom(e), command
+        peaks = [d["peak_memory_bytes"] for d in result["per_device"]]
+        assert peaks == pytest.approx(list(e.peak_memory_bytes), rel=1e-9), command
 
 
 def test_report_json_has_the_documented_fields() -> None:

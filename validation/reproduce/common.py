@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from pipesim.costs.request import model_on_hardware
+from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.engine import SimulationResult, simulate
 from pipesim.hardware import hardware
 from pipesim.schedules import build

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim.common.checks import SpecError
-from pipesim.costs.request import ModelRequest
+from pipesim.request.cost_request import ModelRequest
 
 
 @pytest.mark.parametrize("replicas", [0, -1])

@@ -1,22 +1,29 @@
 """What costs to use, independent of the pipeline shape: synthetic figures, or a model on a
 hardware spec. A request builds :class:`PipelineCosts` for any (K, v, M), which is what a
 command line or a sweep over shapes needs. Requests are plain data, so they pickle to worker
-processes."""
+processes.
+
+A model request resolves its names, chooses the partition its objective asks for
+(:mod:`pipesim.partition`) and builds the costs with
+:func:`~pipesim.costs.model_on_hardware.model_on_hardware`, the function the planner's finalists
+use too."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipesim.common.checks import SpecError, positive_int
+from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.costs.spec_derived import costs_from_model
 from pipesim.costs.synthetic import synthetic_costs
+from pipesim.hardware import resolve_hardware
+from pipesim.partition.from_model import choose_partition, objective
+from pipesim.workload import resolve_model
+from pipesim.workload.optimizer import with_optimizer
 
 if TYPE_CHECKING:
-    from pipesim.hardware.catalogue import HardwareSpec
     from pipesim.schedules.schedule import Schedule
     from pipesim.workload.model import Model
 
@@ -83,8 +90,6 @@ class ModelRequest:
         """The model cut into K·v stages on K devices, the batch split into M micro-batches
         (per replica under data parallelism); ``schedule`` and ``steps`` serve the
         memory-aware partition."""
-        from pipesim.hardware import resolve_hardware
-
         positive_int("--data-parallel", self.data_parallel)
         model = resolved_model(self.model, self.optimizer_state, self.master_weights, self.dtype)
         batch = model.default_batch if self.batch is None else self.batch
@@ -99,8 +104,6 @@ class ModelRequest:
         microbatch_size = batch / (microbatches * replicas)
         partition = self.partition
         if isinstance(partition, str):
-            from pipesim.partition.from_model import choose_partition, objective
-
             partition = choose_partition(
                 objective(partition),
                 model,
@@ -111,7 +114,7 @@ class ModelRequest:
                 steps,
                 optimizer=self.optimizer,
             )
-        costs = model_on_hardware(
+        return model_on_hardware(
             model,
             hardware,
             devices,
@@ -119,14 +122,9 @@ class ModelRequest:
             microbatch_size,
             partition,
             optimizer=self.optimizer,
+            data_parallel=replicas,
+            placement=None if schedule is None else schedule.placement,
         )
-        if replicas == 1:
-            return costs
-        from pipesim.costs.data_parallel import with_data_parallel
-        from pipesim.schedules.placement import looped
-
-        placement = schedule.placement if schedule is not None else looped(devices, chunks)
-        return with_data_parallel(costs, placement, hardware.network(devices * replicas), replicas)
 
 
 def resolved_model(
@@ -135,39 +133,10 @@ def resolved_model(
     """The model named (or the TOML file at) ``name`` with its optimizer state and master
     weights as asked, in ``dtype`` when given: the one reading of ``--model``,
     ``--optimizer``, ``--master-weights`` and ``--dtype`` that simulating and planning share."""
-    from pipesim.workload import resolve_model
-    from pipesim.workload.optimizer import with_optimizer
-
     model = with_optimizer(resolve_model(name), optimizer_state, master_weights)
     if dtype is not None:
         model = dataclasses.replace(model, dtype=dtype)
     return model
-
-
-def model_on_hardware(
-    model: Model,
-    hardware: HardwareSpec,
-    devices: int,
-    chunks: int,
-    microbatch_size: float,
-    partition: Sequence[int] | None = None,
-    *,
-    optimizer: bool = True,
-    dtype: str | None = None,
-) -> PipelineCosts:
-    """The one composition of a model and a hardware spec into pipeline costs: ``model`` (in
-    ``dtype`` when given) cut into K·v stages (``partition`` layers per stage, or the even
-    split) on K devices of ``hardware``, at ``microbatch_size`` samples per micro-batch."""
-    if dtype is not None:
-        model = dataclasses.replace(model, dtype=dtype)
-    return costs_from_model(
-        model,
-        hardware.cluster(devices),
-        devices * chunks,
-        microbatch_size,
-        partition,
-        optimizer=optimizer,
-    )
 
 
 CostRequest = SyntheticRequest | ModelRequest
