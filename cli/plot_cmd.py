@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
 
 def _plot(args: argparse.Namespace) -> int:
     import plots
-    from plots import saved
+    from pipesim.export import saved
     from plots.style import figure_path
 
     figure_path(args.out, "--out")  # before any work: a bad --out costs nothing

@@ -235,15 +235,9 @@ def _simulate(args: argparse.Namespace) -> int:
             field="--timeline-csv",
         )
     if args.save is not None:
-        saved = {
-            "result": result.to_json(),
-            "compute": [[r.device, r.label, r.start_s, r.end_s] for r in result.compute],
-            "transfers": [
-                [t.source_device, t.destination_device, t.label, t.start_s, t.end_s]
-                for t in result.transfers
-            ],
-            "memory": [list(map(list, d.memory.timeline)) for d in result.per_device],
-        }
+        from pipesim.export.saved import saved_run
+
+        saved = saved_run(result)
         write_text_atomically(args.save, json_text(saved), field="--save")
     if args.timeline is not None:
         from plots import bars_from_timeline, save, timeline_figure

@@ -2,7 +2,7 @@
 
 Every function returns a :class:`matplotlib.figure.Figure` (pyplot is never used, so importing
 this package picks no backend); :func:`plots.style.save` writes it as PNG or SVG. Saved
-results are read, and checked against their schema, by :mod:`plots.saved`.
+results are read, and checked against their schema, by :mod:`pipesim.export.saved`.
 """
 
 from plots.bubble import bubble_figure

@@ -14,6 +14,7 @@ from typing import Any
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
+from pipesim.export.saved import ComputeBar, TransferBar
 from plots.style import (
     KIND_COLOURS,
     KIND_NAMES,
@@ -24,10 +25,8 @@ from plots.style import (
     time_unit,
 )
 
-ComputeBar = tuple[int, str, float, float]
 # The tallest figure drawn: pixels per side are bounded, and a taller chart is unreadable anyway.
 MAX_HEIGHT_IN = 60.0
-TransferBar = tuple[int, int, str, float, float]
 
 
 def bars_from_timeline(timeline: Any) -> tuple[list[ComputeBar], list[TransferBar]]:

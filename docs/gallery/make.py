@@ -3,7 +3,7 @@
     python docs/gallery/make.py [--out DIR]       # default: this folder
 
 Each figure is made the way a user makes it: ``pipesim simulate --save`` or ``pipesim sweep
---out`` (run in-process), the saved file read back by :mod:`plots.saved` (the loader of
+--out`` (run in-process), the saved file read back by :mod:`pipesim.export.saved` (the loader of
 ``pipesim plot``), drawn by :mod:`plots` and written at a modest resolution so the PNGs stay
 small. It runs in seconds; CI runs it into a temporary folder (tests/plots/test_gallery.py).
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import plots
 from cli.main import main as pipesim
+from pipesim.export import saved
 from pipesim.plan import PlanSettings, plan
-from plots import saved
 from plots.plan import plan_figure as pareto_figure
 from validation.reproduce.gpipe import table_2 as gpipe_table_2
 

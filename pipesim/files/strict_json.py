@@ -6,10 +6,11 @@ speedup nanx" or writes ``Infinity`` into a file no reader accepts is refused in
 first offending field named.
 
 A result must also fit the range of numbers pipesim saves and plots back (:data:`LARGEST`,
-:data:`SMALLEST`; ``plots.saved`` refuses what lies outside it): ``--costs 1e300,1e300`` is
-finite but gives a file ``pipesim plot`` could not read, and all-zero costs give an iteration
-time of 0 (a throughput of infinity). :func:`result_problem` says what is wrong with such a
-result, so that ``simulate`` refuses it and ``sweep`` reports it as the point's error.
+:data:`SMALLEST`; ``pipesim.export.saved`` refuses what lies outside it): ``--costs
+1e300,1e300`` is finite but gives a file ``pipesim plot`` could not read, and all-zero costs
+give an iteration time of 0 (a throughput of infinity). :func:`result_problem` says what is
+wrong with such a result, so that ``simulate`` refuses it and ``sweep`` reports it as the
+point's error.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pipesim.errors import PipesimError
 
 # The range of the numbers pipesim saves: far beyond any real run (seconds, bytes, ratios), yet
 # far enough inside a float's range that no axis, tick or ratio drawn from them overflows.
-# ``plots.saved`` imports them, so that it reads back exactly this range.
+# ``pipesim.export.saved`` imports them, so that it reads back exactly this range.
 LARGEST = 1e15
 SMALLEST = 1e-12
 # A result's fields that must be > 0: figures divide by them or draw them on log axes.

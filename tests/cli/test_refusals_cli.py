@@ -343,7 +343,7 @@ def test_whatever_simulate_saves_plot_reads_back(
     from contextlib import redirect_stderr, redirect_stdout
 
     from cli.main import main
-    from plots.saved import load_run
+    from pipesim.export.saved import load_run
 
     with tempfile.TemporaryDirectory() as folder:
         saved = Path(folder) / "run.json"

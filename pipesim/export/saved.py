@@ -1,13 +1,14 @@
-"""Saved results read back for ``pipesim plot``, checked against their schema on load.
+"""The saved-result formats: a saved run written here, and every saved result read back for
+``pipesim plot``, checked against its schema on load.
 
-Three kinds of file: a run (``pipesim simulate --save``: ``result``, ``compute``,
-``transfers``, ``memory``), a sweep (``pipesim sweep --out FILE.json``: ``results``) and a
-validation (``pipesim validate``'s ``results.json``: ``records``). Every field a figure uses is
-checked for its type and for being a finite number where it is one, so a corrupted or
-hand-edited file (a label that is a list, ``"speedup": "fast"``, NaN, a missing key, a result of
-overflowing costs) is refused with one line naming the file, the field and the value, a
-:class:`pipesim.errors.PipesimError`, and never reaches matplotlib as a TypeError or as NaN axis
-limits. Whatever these loaders accept, the figures draw.
+Three kinds of file: a run (``pipesim simulate --save``, written by :func:`saved_run`:
+``result``, ``compute``, ``transfers``, ``memory``), a sweep (``pipesim sweep --out FILE.json``:
+``results``) and a validation (``pipesim validate``'s ``results.json``: ``records``). Every
+field a figure uses is checked for its type and for being a finite number where it is one, so a
+corrupted or hand-edited file (a label that is a list, ``"speedup": "fast"``, NaN, a missing
+key, a result of overflowing costs) is refused with one line naming the file, the field and the
+value, a :class:`pipesim.errors.PipesimError`, and never reaches matplotlib as a TypeError or as
+NaN axis limits. Whatever these loaders accept, the figures draw.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pipesim.common.limits import Limit, limit
 from pipesim.common.units import format_percent, format_seconds
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import LARGEST, SMALLEST
-from plots.timeline import ComputeBar, TransferBar
 
 # The range a plotted number may take is pipesim.files.strict_json's LARGEST and SMALLEST
 # (what simulate and sweep save), and the most devices (rows) a file may hold is pipesim's
@@ -34,6 +34,11 @@ MAX_MICROBATCHES = 10**9
 # The largest file read: a saved run of K=64, M=1024 is about 10 MB.
 MAX_FILE_BYTES = 256 * 2**20
 RUN_FROM = "pipesim simulate --save"
+
+# A compute bar: (device, label, start_s, end_s); a transfer bar: (source, destination, label,
+# start_s, end_s). Labels are action strings (``2F0``) or ``opt`` for an optimizer step.
+ComputeBar = tuple[int, str, float, float]
+TransferBar = tuple[int, int, str, float, float]
 SWEEP_FROM = "pipesim sweep --out FILE.json"
 RECORDS_FROM = "pipesim validate (results.json)"
 
@@ -153,6 +158,26 @@ class SavedRun:
             f"{format_seconds(self.iteration_time_s)}, bubble "
             f"{format_percent(self.bubble_fraction)}{oom}"
         )
+
+
+def saved_run(result: Any) -> dict[str, Any]:
+    """The saved-run file of a :class:`~pipesim.engine.result.SimulationResult`: what
+    ``pipesim simulate --save`` writes and :func:`load_run` reads back.
+
+    ``result`` is the result's JSON; ``compute`` one ``[device, label, start_s, end_s]`` per
+    action or optimizer step; ``transfers`` one ``[source, destination, label, start_s,
+    end_s]`` per message; ``memory`` per device the ``[time_s, bytes]`` points of its memory
+    curve.
+    """
+    return {
+        "result": result.to_json(),
+        "compute": [[r.device, r.label, r.start_s, r.end_s] for r in result.compute],
+        "transfers": [
+            [t.source_device, t.destination_device, t.label, t.start_s, t.end_s]
+            for t in result.transfers
+        ],
+        "memory": [list(map(list, d.memory.timeline)) for d in result.per_device],
+    }
 
 
 def load_run(path: str, *, timeline: bool = True, memory: bool = True) -> SavedRun:

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.errors import PipesimError
+from pipesim.export.saved import SWEEP_CHECKS, load_records, load_run, load_sweep
 from plots import memory_timeline_figure, save, timeline_figure
-from plots.saved import SWEEP_CHECKS, load_records, load_run, load_sweep
 
-from .test_plot_cli import valid_run
+from ..plots.test_plot_cli import valid_run
 
 # JSON values, NaN and infinities included (Python's json reads and writes them).
 LEAVES = (
