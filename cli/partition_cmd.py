@@ -77,12 +77,8 @@ def register(subparsers: Any) -> None:
 
 
 def _partition(args: argparse.Namespace) -> int:
-    from pipesim.partition import (
-        balanced,
-        memory_aware,
-        memory_forms,
-        partition_stage_costs,
-    )
+    from pipesim.partition import balanced, memory_aware, memory_forms
+    from pipesim.partition.report import memory_steps, partition_report
     from pipesim.schedules.placement import looped
 
     if args.devices < 1:
@@ -106,46 +102,13 @@ def _partition(args: argparse.Namespace) -> int:
         problem, names = _model_problem(args, placement)
     problem = _heterogeneous(problem, args)
     found = (
-        memory_aware(problem, memory_forms(schedule, _steps(schedule)))
+        memory_aware(problem, memory_forms(schedule, memory_steps(schedule)))
         if args.objective == "memory-aware" and schedule is not None
         else balanced(problem)
     )
-    stage_costs = partition_stage_costs(problem, found.counts)
-    if schedule is not None:
-        forms = memory_forms(schedule, _steps(schedule))
-        device_peak = [form.peak_bytes(stage_costs) for form in forms]
-        memory = [device_peak[placement[s]] for s in range(len(stage_costs))]
-    else:
-        memory = [
-            c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes + c.activation_bytes
-            for c in stage_costs
-        ]
-    stages = []
-    start = 0
-    for s, count in enumerate(found.counts):
-        stages.append(
-            {
-                "stage": s,
-                "device": placement[s],
-                "layers": count,
-                "first_layer": start,
-                "last_layer": start + count - 1,
-                "time": found.stage_times_s[s],
-                "memory_bytes": memory[s],
-            }
-        )
-        start += count
-    payload = {
-        "objective": args.objective,
-        "devices": args.devices,
-        "chunks": chunks,
-        "schedule": None if schedule is None else schedule.name,
-        "partition": list(found.counts),
-        "stages": stages,
-        "bottleneck_time": found.bottleneck_s,
-        "imbalance": found.imbalance,
-        "exact": found.exact,
-    }
+    payload = partition_report(
+        problem, found, schedule, objective=args.objective, devices=args.devices, chunks=chunks
+    )
     if args.json:
         write_json(payload)
         return EXIT_OK
@@ -180,12 +143,6 @@ def _heterogeneous(problem: Any, args: argparse.Namespace) -> Any:
         device_speeds=speeds or problem.device_speeds,
         memory_capacity_bytes=memory or problem.memory_capacity_bytes,
     )
-
-
-def _steps(schedule: Any) -> int:
-    from pipesim.schedules import UpdateRule
-
-    return 1 if schedule.update_rule is UpdateRule.FLUSH else 2
 
 
 def _schedule(args: argparse.Namespace) -> Any:
