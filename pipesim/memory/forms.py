@@ -1,6 +1,6 @@
 """Per-device peak memory without a simulation: the simulator's memory model, in closed form.
 
-The simulator (:mod:`pipesim.memory.timeline`) changes a device's activation level when an action
+The simulator (:mod:`pipesim.memory.over_time`) changes a device's activation level when an action
 starts or ends; a device runs its actions one after another, so (for actions that take time)
 the sequence of levels depends only on each device's action order, never on the timing. Each
 level is a sum over the device's stages of ``n_stash * stash + n_keep * keep + n_input * input``
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.schedules.action import Kind
+from pipesim.memory import rules
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.unroll import Work, unroll
 
@@ -38,13 +38,9 @@ class MemoryForm:
     levels: tuple[_Counts, ...]
 
     def static_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
-        """Weights x versions, gradients and optimizer state of the device's stages."""
-        return sum(
-            stage_costs[s].parameter_bytes * self.versions
-            + stage_costs[s].gradient_bytes
-            + stage_costs[s].optimizer_bytes
-            for s in self.stages
-        )
+        """Weights x versions, gradients and optimizer state of the device's stages
+        (:func:`pipesim.memory.rules.static_bytes`)."""
+        return rules.static_bytes(stage_costs, self.stages, self.versions)
 
     def peak_activation_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
         """The largest activation level for these stage sizes (0 if none is positive)."""
@@ -68,7 +64,7 @@ def memory_forms(schedule: Schedule, steps: int = 1) -> tuple[MemoryForm, ...]:
     return tuple(
         MemoryForm(
             schedule.stages_on(device),
-            schedule.weight_staleness_steps(device) + 1,
+            rules.weight_versions(schedule, device),
             _maximal(_levels(schedule, device, work)),
         )
         for device, work in enumerate(unroll(schedule, steps))
@@ -86,16 +82,8 @@ def _levels(schedule: Schedule, device: int, work: Sequence[Work]) -> list[_Coun
         if action is None:
             continue
         base = 3 * index[action.stage]
-        changes: list[tuple[int, int, int]]
-        if action.kind is Kind.F:
-            changes = [(1, 0, 0), (-1, 0, 1)] if remat else [(1, 0, 0)]
-        elif action.kind is Kind.B:
-            changes = [(1, 0, 0), (-1, 0, -1)] if remat else [(-1, 0, 0)]
-        elif action.kind is Kind.I:
-            changes = [(-1, 1, 0)]
-        else:
-            changes = [(0, -1, 0)]
-        for stash, keep, inputs in changes:
+        kind_changes = rules.changes(action.kind, remat)
+        for stash, keep, inputs in (change.counts for change in kind_changes):
             counts[base] += stash
             counts[base + 1] += keep
             counts[base + 2] += inputs

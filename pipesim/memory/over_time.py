@@ -1,11 +1,9 @@
-"""Memory per device over time, from the compute timeline and the schedule's semantics.
+"""Memory per device over time, from the compute timeline and the memory model's rules.
 
-Static: per stage, weights x versions (1 for flush, 2 for 2BW, K-d for PipeDream's stashing on
-device d), gradients and optimizer state. Dynamic: each F stashes the stage's activations until
-its backward frees them; under the I/W split the part W needs lives until W; with
-re-materialization the forward keeps only the stage input, and the backward re-creates one
-micro-batch's activations while it runs. Allocations happen when an action starts and frees when
-it ends; at equal times frees come first (and otherwise the records' completion order holds).
+The rules (static memory, and each action's changes to the activations it holds) live in
+:mod:`pipesim.memory.rules`; this module applies them to a run's records, in bytes, at each
+change's time. At equal times frees come first (and otherwise the records' completion order
+holds).
 """
 
 from __future__ import annotations
@@ -17,7 +15,8 @@ import numpy as np
 
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.engine.arrays import FloatArray, RunArrays, running_totals
-from pipesim.schedules.encoded import B, F, I, W
+from pipesim.memory import rules
+from pipesim.schedules.encoded import KINDS
 from pipesim.schedules.schedule import Schedule
 
 
@@ -52,12 +51,42 @@ def static_bytes_by_device(schedule: Schedule, costs: PipelineCosts) -> list[flo
 
 
 def static_bytes(schedule: Schedule, costs: PipelineCosts, device: int) -> float:
-    """Weights x versions, gradients and optimizer state of the stages on ``device``."""
-    versions = schedule.weight_staleness_steps(device) + 1
-    return sum(
-        stage.parameter_bytes * versions + stage.gradient_bytes + stage.optimizer_bytes
-        for stage in (costs.stages[s] for s in schedule.stages_on(device))
+    """Weights x versions, gradients and optimizer state of the stages on ``device``
+    (:func:`pipesim.memory.rules.static_bytes`)."""
+    return rules.static_bytes(
+        costs.stages, schedule.stages_on(device), rules.weight_versions(schedule, device)
     )
+
+
+def _change_table(remat: bool) -> list[tuple[FloatArray, ...]]:
+    """Per change slot (first, second) and kind code: whether it happens, whether at the
+    action's start, and its counts of (stash, keep, input), from :data:`rules.CHANGES`; the
+    last row (index -1) is the optimizer step, which changes nothing."""
+    table = []
+    for slot in range(2):
+        happens, at_start, counts = [], [], []
+        for kind in KINDS:
+            found = rules.changes(kind, remat)
+            change = found[slot] if slot < len(found) else None
+            happens.append(change is not None)
+            at_start.append(change is not None and change.at is rules.At.START)
+            counts.append((0, 0, 0) if change is None else change.counts)
+        happens.append(False)
+        at_start.append(False)
+        counts.append((0, 0, 0))
+        columns = np.array(counts, dtype=np.int64)
+        table.append((np.array(happens), np.array(at_start), *columns.T))
+    return table
+
+
+def _bytes(counts: tuple[FloatArray, ...], sizes: tuple[FloatArray, ...]) -> FloatArray:
+    """:meth:`rules.Change.bytes`, elementwise: the same operations in the same order."""
+    total = np.zeros(len(sizes[0]))
+    for count, size in zip(counts, sizes, strict=True):
+        total = np.where(
+            count == 1, total + size, np.where(count == -1, total - size, total + count * size)
+        )
+    return total
 
 
 def device_memory(
@@ -65,34 +94,23 @@ def device_memory(
 ) -> tuple[DeviceMemory, ...]:
     """Memory of every device over the whole run in ``run``.
 
-    Each record gives at most two changes, (time, bytes): F stashes at its start (and under
-    remat swaps the stash for the stage input at its end); B frees at its end (under remat it
-    re-creates the stash at its start); I frees the part W does not need; W frees the rest.
+    Each record makes the changes :mod:`pipesim.memory.rules` gives its kind (at most two),
+    each at the record's start or end, in bytes of its stage's sizes.
     """
     stages = costs.stages
     stash = np.array([s.activation_bytes for s in stages] + [0.0])
     keep = np.array([s.weight_grad_activation_bytes for s in stages] + [0.0])
     inputs = np.array([s.input_bytes for s in stages] + [0.0])
-    # The optimizer (stage -1) reads the padding 0.0 at index -1 and changes nothing.
-    a, w, x = stash[run.stage], keep[run.stage], inputs[run.stage]
+    # The optimizer (stage -1, kind -1) reads the padding at index -1 and changes nothing.
+    sizes = (stash[run.stage], keep[run.stage], inputs[run.stage])
     kind, start, end = run.kind, run.start_s, run.end_s
-    remat = schedule.rematerialize
-    is_f, is_b = kind == F, kind == B
-    # First change of each record: F and (under remat) B at their start, the rest at the end.
-    first_time = np.where(is_f | (is_b & remat), start, end)
-    first_delta = np.where(
-        is_f | (is_b & remat),
-        a,
-        np.where(is_b, -a, np.where(kind == I, -(a - w), np.where(kind == W, -w, 0.0))),
-    )
-    # Second change, under remat only: F swaps its stash for the input; B frees both.
-    second_delta = np.where(is_f, x - a, -a - x)
     count = len(kind)
     times, deltas = np.empty(2 * count), np.empty(2 * count)
     valid = np.empty(2 * count, dtype=bool)
-    times[0::2], times[1::2] = first_time, end
-    deltas[0::2], deltas[1::2] = first_delta, second_delta
-    valid[0::2], valid[1::2] = kind >= 0, (is_f | is_b) & remat
+    for slot, (happens, at_start, *counts) in enumerate(_change_table(schedule.rematerialize)):
+        times[slot::2] = np.where(at_start[kind], start, end)
+        deltas[slot::2] = _bytes(tuple(c[kind] for c in counts), sizes)
+        valid[slot::2] = happens[kind]
     devices = np.repeat(run.device, 2)[valid]
     times, deltas = times[valid], deltas[valid]
     # Stable: by device, then time, frees (and zero changes) before allocations, then as made.
