@@ -1,14 +1,9 @@
 """The fast engine: the SimPy engine's semantics on flat arrays, in one tight loop.
 
-The schedule arrives already encoded as integers by its validator
-(:class:`~pipesim.schedules.encoded.EncodedSchedule`); this module lays out the *items* of a
-run (every action of every step, plus each device's optimizer step after its last action of a
-step, device by device as :mod:`pipesim.schedules.unroll` orders them), their durations,
-dependencies and transfers, and plays them with :mod:`pipesim.engine.kernels`. For one step the
-execution order is the validator's dry run (with each optimizer step right after its device's
-last action): the validator's walk serves the engine too; for several steps one more dry run
-orders the unrolled lists. All of that depends on the schedule alone and is kept on it
-(:meth:`Schedule.derived`), so a schedule simulated under many costs is laid out once.
+The run's items, what each waits for and sends, and their execution order come from
+:mod:`pipesim.engine.run_layout` (the same layout the SimPy engine reads, made once per
+schedule); this module gives the items their durations and transfers under the costs and plays
+them with :mod:`pipesim.engine.kernels`.
 
 Kernels run compiled by numba when ``compiled`` is true (the ``fast`` extra), in the
 interpreter otherwise (:func:`should_compile` chooses by default); the numbers are the same.
@@ -18,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,24 +23,11 @@ from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine.arrays import OPTIMIZER, FloatArray, IntArray, RunArrays
 from pipesim.engine.kernels import play_by_events, play_in_order
 from pipesim.engine.records import TransferRecord
-from pipesim.errors import ScheduleError
+from pipesim.engine.run_layout import Items, run_layout
 from pipesim.schedules.action import Action
-from pipesim.schedules.encoded import EncodedSchedule, F
+from pipesim.schedules.dry_run import dry_run_kernel
 from pipesim.schedules.registry import build
-from pipesim.schedules.schedule import Schedule, UpdateRule
-from pipesim.schedules.unroll import OPTIMIZER_STEP, no_flush_order, with_optimizer_steps
-from pipesim.schedules.validator import dry_run_kernel
-
-
-@dataclass(frozen=True, eq=False)
-class _Items:
-    """The items of a run, device by device; ``flat`` is -1 for an optimizer step."""
-
-    device: IntArray
-    step: IntArray
-    flat: IntArray
-    device_starts: IntArray
-
+from pipesim.schedules.schedule import Schedule
 
 # Above this many items a one-off run pays for importing numba and loading its cached kernels
 # (about 1.5 s on a 2-core machine) with the time the interpreted walk would take.
@@ -58,7 +39,7 @@ def warm_up() -> bool:
     later run uses them; a planner or sweep calls this once. False when numba is missing."""
     if not numba_available():
         return False
-    dry_run_kernel.compiled()  # the validator's walk, used from now on
+    dry_run_kernel.compiled()  # the dry run (validator and run layout), compiled from now on
     schedule = build("1f1b", 2, 2)
     costs = synthetic_costs(2, 1, 1.0, 1.0)
     run_fast(schedule, costs, 1, compiled=True)
@@ -89,9 +70,9 @@ def run_fast(
     ``force_events`` skips the in-order walk and plays with the event loop alone (for tests:
     both must agree).
     """
-    plan = schedule.derived(("fast engine plan", steps), lambda: _plan(schedule, steps))
-    items, stage, kind, microbatch = plan.items, plan.stage, plan.kind, plan.microbatch
-    source, consumer, order, key = plan.source, plan.consumer, plan.order, plan.key
+    layout = run_layout(schedule, steps)
+    items, stage, kind, microbatch = layout.items, layout.stage, layout.kind, layout.microbatch
+    source, consumer, order, key = layout.source, layout.consumer, layout.order, layout.key
     count = len(items.device)
     if compiled is None:
         compiled = should_compile(count)
@@ -163,78 +144,6 @@ def run_fast(
     return run, transfer_records
 
 
-@dataclass(frozen=True, eq=False)
-class _Plan:
-    """What a run of a schedule over ``steps`` steps is, whatever the costs: the items, what
-    each is, which item on another device it waits for (``source``) and which waits for it
-    (``consumer``), and the execution order (``order``; ``key`` is each item's position)."""
-
-    items: _Items
-    stage: IntArray
-    kind: IntArray
-    microbatch: IntArray
-    source: IntArray
-    consumer: IntArray
-    order: IntArray
-    key: IntArray
-
-
-def _plan(schedule: Schedule, steps: int) -> _Plan:
-    encoded = schedule.encoded
-    items = _lay_out(schedule, encoded, steps)
-    count = len(items.device)
-    is_action = items.flat >= 0
-    flat = np.where(is_action, items.flat, 0)
-    stage = np.where(is_action, encoded.stage[flat], OPTIMIZER)
-    kind = np.where(is_action, encoded.kind[flat], OPTIMIZER)
-    microbatch = np.where(is_action, encoded.microbatch[flat], 0)
-    upstream = _upstream(encoded, items, steps)
-    crosses = upstream >= 0
-    crosses[crosses] = items.device[upstream[crosses]] != items.device[crosses]
-    source = np.where(crosses, upstream, -1)
-    consumer = np.full(count, -1, dtype=np.int64)
-    consumer[source[crosses]] = np.flatnonzero(crosses)
-    order = _execution_order(schedule, encoded, items, steps, upstream)
-    key = np.empty(count, dtype=np.int64)
-    key[order] = np.arange(count, dtype=np.int64)
-    return _Plan(items, stage, kind, microbatch, source, consumer, order, key)
-
-
-def _lay_out(schedule: Schedule, encoded: EncodedSchedule, steps: int) -> _Items:
-    """Each device's list over ``steps`` steps, with its optimizer steps, as items."""
-    row_starts = encoded.row_starts
-    lengths = np.diff(row_starts)
-    devices = len(lengths)
-    if schedule.update_rule is UpdateRule.FLUSH or steps == 1:
-        per_step = lengths + 1
-        sizes = per_step * steps
-        device_starts = np.zeros(devices + 1, dtype=np.int64)
-        np.cumsum(sizes, out=device_starts[1:])
-        device = np.repeat(np.arange(devices, dtype=np.int64), sizes)
-        local = np.arange(int(device_starts[-1]), dtype=np.int64) - device_starts[device]
-        step, position = np.divmod(local, per_step[device])
-        flat = np.where(position < lengths[device], row_starts[device] + position, -1)
-        return _Items(device, step, flat, device_starts)
-    lists = [_unroll_no_flush(encoded, d, steps) for d in range(devices)]
-    device_starts = np.array([0, *itertools.accumulate(map(len, lists))], dtype=np.int64)
-    pairs = np.array([pair for items in lists for pair in items], dtype=np.int64)
-    device = np.repeat(np.arange(devices, dtype=np.int64), np.diff(device_starts))
-    return _Items(device, pairs[:, 0], pairs[:, 1], device_starts)
-
-
-def _unroll_no_flush(encoded: EncodedSchedule, device: int, steps: int) -> list[tuple[int, int]]:
-    """Device ``device``'s (step, flat) items as :func:`pipesim.schedules.unroll.unroll` lays
-    out a no-flush schedule (the same two functions), each step's optimizer as flat -1."""
-    first = int(encoded.row_starts[device])
-    row = range(first, int(encoded.row_starts[device + 1]))
-    forward = [bool(encoded.kind[flat] == F) for flat in row]
-    devices = len(encoded.row_starts) - 1
-    order = with_optimizer_steps(no_flush_order(forward, device, devices, steps))
-    return [
-        (step, -1 if position == OPTIMIZER_STEP else first + position) for step, position in order
-    ]
-
-
 def _durations(
     schedule: Schedule, costs: PipelineCosts, stage: IntArray, kind: IntArray, device: IntArray
 ) -> FloatArray:
@@ -252,23 +161,9 @@ def _durations(
     return np.where(kind == OPTIMIZER, optimizer[device], table[stage, np.maximum(kind, 0)])
 
 
-def _upstream(encoded: EncodedSchedule, items: _Items, steps: int) -> IntArray:
-    """Per item, the item of the same step on another stage that it consumes (-1 none): F the
-    previous stage's F, a backward the next stage's. Its other dependency (a backward's own F,
-    a W's I) sits earlier on its own device, so the device's order covers it."""
-    item_of = np.full((steps, encoded.actions), -1, dtype=np.int64)
-    is_action = items.flat >= 0
-    item_of[items.step[is_action], items.flat[is_action]] = np.flatnonzero(is_action)
-    dependency = np.where(is_action, encoded.upstream[np.maximum(items.flat, 0)], -1)
-    has = dependency >= 0
-    out = np.full(len(items.device), -1, dtype=np.int64)
-    out[has] = item_of[items.step[has], dependency[has]]
-    return out
-
-
 def _transfers(
     costs: PipelineCosts,
-    items: _Items,
+    items: Items,
     stage: IntArray,
     source: IntArray,
     consumer: IntArray,
@@ -308,48 +203,11 @@ def _transfers(
     return route, occupancy, transfer, route_starts, route_channels, list(channel_number), routes
 
 
-def _execution_order(
-    schedule: Schedule,
-    encoded: EncodedSchedule,
-    items: _Items,
-    steps: int,
-    upstream: IntArray,
-) -> IntArray:
-    """The items in execution order (:mod:`pipesim.engine.order`)."""
-    count = len(items.device)
-    if steps == 1:
-        # The validator's walk, with each optimizer step right after its device's last action.
-        rank = np.empty(encoded.actions, dtype=np.int64)
-        rank[encoded.order] = np.arange(encoded.actions, dtype=np.int64)
-        is_action = items.flat >= 0
-        last_flat = encoded.row_starts[1:] - 1
-        item_rank = np.where(
-            is_action, rank[np.maximum(items.flat, 0)], rank[last_flat][items.device]
-        )
-        return np.lexsort((~is_action, item_rank)).astype(np.int64)
-    walked = [0] * count
-    ran = dry_run_kernel.python(items.device_starts.tolist(), upstream.tolist(), walked)
-    if ran < count:
-        stuck = sorted(
-            {int(d) for d in range(schedule.devices) if not _device_done(walked[:ran], items, d)}
-        )
-        raise ScheduleError(
-            f"the steps of schedule {schedule.name!r} deadlock when run back to back: "
-            f"device(s) {', '.join(map(str, stuck))} never finish"
-        )
-    return np.array(walked, dtype=np.int64)
-
-
-def _device_done(walked: list[int], items: _Items, device: int) -> bool:
-    last = int(items.device_starts[device + 1]) - 1
-    return last < int(items.device_starts[device]) or last in set(walked)
-
-
 def _play(
     arguments: dict[str, Any],
     order: IntArray,
     key: IntArray,
-    items: _Items,
+    items: Items,
     consumer: IntArray,
     channels: int,
     devices: int,

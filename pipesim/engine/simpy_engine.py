@@ -10,7 +10,7 @@ Execution semantics (shared with the executor and the fast engine):
    arrives ``latency`` after that plus the same ``bytes / bandwidth`` (the alpha-beta model of
    :mod:`pipesim.hardware.network`: latency is shared by messages in flight, only bytes occupy
    a channel). Requests made at the same instant are served in execution order
-   (:mod:`pipesim.engine.order`). Transfers overlap compute unless the accelerator's compute
+   (:mod:`pipesim.engine.run_layout`). Transfers overlap compute unless the accelerator's compute
    must issue them (``transfers_use_compute``), in which case the sender is busy until its
    transfer arrives.
 3. Flush schedules end a step with each device's optimizer step after its last action; no-flush
@@ -33,8 +33,8 @@ from simpy.events import EventPriority
 
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.engine.durations import action_duration_s
-from pipesim.engine.order import work_order
 from pipesim.engine.records import ComputeRecord, TransferRecord
+from pipesim.engine.run_layout import run_layout
 from pipesim.hardware.network import Route
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule
@@ -65,15 +65,17 @@ def run_simpy(
     return run.compute, run.transfers
 
 
-def _one_step_keys(schedule: Schedule) -> list[list[int]]:
-    """Execution order of one step: the validator's dry run, each device's optimizer step right
-    after its last action (what :func:`work_order` finds for one step, without walking)."""
-    position = {a: 2 * i for i, a in enumerate(schedule.execution_order())}
-    keys = []
-    for row in schedule.device_actions:
-        row_keys = [position[a] for a in row]
-        keys.append([*row_keys, row_keys[-1] + 1])  # the optimizer, just after the last action
-    return keys  # only their order matters
+def _execution_keys(
+    schedule: Schedule, steps: int, work_lists: tuple[tuple[Work, ...], ...]
+) -> list[list[int]]:
+    """Per device, each work item's position in execution order: the one order both engines
+    read (:func:`pipesim.engine.run_layout.run_layout`, whose items are these work lists)."""
+    layout = run_layout(schedule, steps)
+    key, starts = layout.key.tolist(), layout.items.device_starts.tolist()
+    keys = [key[starts[d] : starts[d + 1]] for d in range(schedule.devices)]
+    if [len(k) for k in keys] != [len(w) for w in work_lists]:  # pragma: no cover - one layout
+        raise AssertionError(f"schedule {schedule.name!r}: the engines lay out different items")
+    return keys
 
 
 class _Run:
@@ -91,8 +93,8 @@ class _Run:
         self.schedule = schedule
         self.costs = costs
         self.env = simpy.Environment(initial_time=0.0)
-        self.plan = unroll(schedule, steps)
-        self.keys = work_order(schedule, self.plan) if steps > 1 else _one_step_keys(schedule)
+        self.work_lists = unroll(schedule, steps)
+        self.keys = _execution_keys(schedule, steps, self.work_lists)
         self.compute: list[ComputeRecord] = []
         self.transfers: list[TransferRecord] = []
         self.channel_free: dict[str, float] = {}
@@ -115,7 +117,7 @@ class _Run:
         return duration
 
     def execute(self) -> None:
-        for device, work in enumerate(self.plan):
+        for device, work in enumerate(self.work_lists):
             self.env.process(self._device(device, work, self.keys[device]))
         self.env.run()
 

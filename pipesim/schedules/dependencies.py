@@ -2,30 +2,51 @@
 
 Dependencies are implied by the actions, never stored: F(s,m) needs F(s-1,m); B(s,m) and I(s,m)
 need F(s,m) and whichever of B or I produces the gradient of (s+1,m) (the last stage needs only
-its own F: the loss); W(s,m) needs I(s,m).
+its own F: the loss); W(s,m) needs I(s,m). The rule is written once, on the integer encoding
+(:mod:`pipesim.schedules.encoded`) that the validator builds and the engines read; per-action
+views (:meth:`Schedule.dependencies <pipesim.schedules.schedule.Schedule.dependencies>`) are
+derived from its result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import numpy as np
+import numpy.typing as npt
 
-from pipesim.schedules.action import Action, Kind
+from pipesim.schedules.encoded import F, I, W
+
+IntArray = npt.NDArray[np.int64]
 
 
-def action_dependencies(
-    action: Action, stages: int, backward_kinds: Mapping[tuple[int, int], Kind]
-) -> tuple[Action, ...]:
-    """The actions ``action`` consumes the results of, in a pipeline of ``stages`` stages.
+def dependency_arrays(
+    stage: IntArray,
+    kind: IntArray,
+    microbatch: IntArray,
+    flat_index: IntArray,
+    backward_kind: IntArray,
+) -> tuple[IntArray, IntArray]:
+    """Per action (flat index), the flat indices of the actions it consumes, ``(N, 2)`` and -1
+    padded, and the one of them on another stage (``upstream``, -1 for none).
 
-    ``backward_kinds[(s, m)]`` is ``Kind.B`` or ``Kind.I``: which backward (s, m) runs.
+    ``flat_index[s, m, k]`` is the flat index of (stage s, micro-batch m, kind k) and
+    ``backward_kind[s, m]`` the backward (B or I) that (s, m) runs; the caller has checked that
+    every action the rule names exists and that each non-F action comes after its own F (or a
+    W after its I) on its device.
     """
-    stage, microbatch = action.stage, action.microbatch
-    if action.kind is Kind.F:
-        return () if stage == 0 else (Action(stage - 1, Kind.F, microbatch),)
-    if action.kind is Kind.W:
-        return (Action(stage, Kind.I, microbatch),)
-    own_forward = Action(stage, Kind.F, microbatch)
-    if stage == stages - 1:
-        return (own_forward,)
-    upstream = Action(stage + 1, backward_kinds[(stage + 1, microbatch)], microbatch)
-    return (own_forward, upstream)
+    stages = flat_index.shape[0]
+    count = len(stage)
+    # A backward's and a W's own-stage dependency: its F, or its I.
+    earlier = np.where(
+        kind == W, flat_index[stage, microbatch, I], flat_index[stage, microbatch, F]
+    )
+    dependencies = np.full((count, 2), -1, dtype=np.int64)
+    previous_stage = np.maximum(stage - 1, 0)
+    next_stage = np.minimum(stage + 1, stages - 1)
+    next_backward = flat_index[next_stage, microbatch, backward_kind[next_stage, microbatch]]
+    previous_forward = np.where(stage > 0, flat_index[previous_stage, microbatch, F], -1)
+    dependencies[:, 0] = np.where(kind == F, previous_forward, earlier)
+    dependencies[:, 1] = np.where(
+        (kind != F) & (kind != W) & (stage < stages - 1), next_backward, -1
+    )
+    upstream = np.where(kind == F, dependencies[:, 0], dependencies[:, 1])
+    return dependencies, upstream

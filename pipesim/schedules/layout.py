@@ -8,16 +8,43 @@ gives times.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from pipesim.schedules.action import Action
+from pipesim.schedules.action import Action, UpdateRule
 from pipesim.schedules.render import render_grid
 
-if TYPE_CHECKING:
-    from pipesim.schedules.schedule import Schedule
+
+class ScheduleView(Protocol):
+    """What the layout reads of a :class:`pipesim.schedules.schedule.Schedule` (which renders
+    itself with it, so this module names no schedule class)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def microbatches(self) -> int: ...
+
+    @property
+    def update_rule(self) -> UpdateRule: ...
+
+    @property
+    def rematerialize(self) -> bool: ...
+
+    @property
+    def devices(self) -> int: ...
+
+    @property
+    def chunks(self) -> int: ...
+
+    def device_of(self, stage: int) -> int: ...
+
+    def dependencies(self, action: Action) -> Sequence[Action]: ...
+
+    def execution_order(self) -> Sequence[Action]: ...
 
 
-def unit_slots(schedule: Schedule) -> tuple[tuple[Action | None, ...], ...]:
+def unit_slots(schedule: ScheduleView) -> tuple[tuple[Action | None, ...], ...]:
     """Each device's row of slots: an action, or None where the device idles."""
     slot: dict[Action, int] = {}
     device_free = [0] * schedule.devices
@@ -33,7 +60,7 @@ def unit_slots(schedule: Schedule) -> tuple[tuple[Action | None, ...], ...]:
     return tuple(tuple(row) for row in rows)
 
 
-def render_schedule(schedule: Schedule) -> str:
+def render_schedule(schedule: ScheduleView) -> str:
     """The unit-slot grid of ``schedule`` with a one-line heading."""
     heading = (
         f"{schedule.name}: K={schedule.devices} devices, M={schedule.microbatches} "

@@ -21,23 +21,44 @@ kept for the engines.
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import numpy as np
 
-from pipesim.common.jit import kernel
 from pipesim.errors import ScheduleError, few
 from pipesim.schedules.action import Action, Kind, UpdateRule
-from pipesim.schedules.dependencies import action_dependencies
+from pipesim.schedules.dependencies import dependency_arrays
+from pipesim.schedules.dry_run import DryRun, dry_run
 from pipesim.schedules.encoded import KIND_CODES, B, EncodedSchedule, F, I, W
 from pipesim.schedules.render import render_grid
 
-if TYPE_CHECKING:
-    from pipesim.schedules.schedule import Schedule
+
+class ScheduleFields(Protocol):
+    """The fields the validator checks: those of :class:`pipesim.schedules.schedule.Schedule`
+    (which validates itself on creation, so this module names no schedule class) or of any
+    object that carries them, such as a schedule read from a file before it is built."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def microbatches(self) -> int: ...
+
+    @property
+    def placement(self) -> Sequence[int]: ...
+
+    @property
+    def device_actions(self) -> Sequence[Sequence[Action]]: ...
+
+    @property
+    def update_rule(self) -> UpdateRule: ...
+
+    @property
+    def rematerialize(self) -> bool: ...
+
 
 _MAX_ERROR_COLUMNS = 16
 
@@ -51,10 +72,12 @@ class Checked:
     encoded: EncodedSchedule
 
 
-def validate(schedule: Schedule) -> Checked:
+def validate(schedule: ScheduleFields) -> Checked:
     """Check ``schedule``; return what was learned, or raise :class:`ScheduleError`."""
     _check_shape(schedule)
     encoded = _encode(schedule)
+    if isinstance(encoded, _Deadlock):
+        raise _deadlock_error(schedule, encoded)
     if encoded is None:
         _validate_readably(schedule)  # raises the first fault, with its grid
         raise AssertionError(  # pragma: no cover - the two passes must agree
@@ -63,19 +86,26 @@ def validate(schedule: Schedule) -> Checked:
     return Checked(encoded)
 
 
-def _validate_readably(schedule: Schedule) -> None:
-    """Every check in order, on the actions themselves; raise the first fault found."""
-    rows = schedule.device_actions
+def _validate_readably(schedule: ScheduleFields) -> None:
+    """Checks 2 to 4 in order, on the actions themselves; raise the first fault found (the
+    dry run, check 5, is the integer one whichever way: :func:`_deadlock_error`)."""
     positions = _check_actions(schedule)
-    backward_kinds = _check_complete(schedule, positions)
-    _check_local_order(rows, positions)
-    stages = len(schedule.placement)
-    dependencies = {a: action_dependencies(a, stages, backward_kinds) for a in positions}
-    _dry_run(rows, positions, dependencies)
+    _check_complete(schedule, positions)
+    _check_local_order(schedule.device_actions, positions)
 
 
-def _encode(schedule: Schedule) -> EncodedSchedule | None:
-    """The integer encoding of a valid schedule, or None when any check fails."""
+@dataclass(frozen=True, eq=False)
+class _Deadlock:
+    """A schedule that passes checks 2 to 4 and whose dry run stops short."""
+
+    row_starts: np.ndarray
+    upstream: np.ndarray
+    walk: DryRun
+
+
+def _encode(schedule: ScheduleFields) -> EncodedSchedule | _Deadlock | None:
+    """The integer encoding of a valid schedule; None when one of checks 2 to 4 fails; the dry
+    run's state when only the dry run fails."""
     rows = schedule.device_actions
     devices, stages, microbatches = len(rows), len(schedule.placement), schedule.microbatches
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=devices)
@@ -111,33 +141,16 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
     if schedule.rematerialize and split.any():
         return None
     backward_kind = np.where(split, I, B).astype(np.int64)
-    # Local order: F before B or I, I before W, on the same device (so in the same row).
-    earlier = np.where(
-        kind == W, flat_index[stage, microbatch, I], flat_index[stage, microbatch, F]
-    )
-    if (earlier[kind != F] > index[kind != F]).any():
+    dependencies, upstream = dependency_arrays(stage, kind, microbatch, flat_index, backward_kind)
+    # Local order: F before B or I, I before W, on the same device (so in the same row): a
+    # non-F action's first dependency is that earlier piece.
+    later = kind != F
+    if (dependencies[later, 0] > index[later]).any():
         return None
-    dependencies = np.full((count, 2), -1, dtype=np.int64)
-    previous_stage = np.maximum(stage - 1, 0)
-    next_stage = np.minimum(stage + 1, stages - 1)
-    upstream_kind = backward_kind[next_stage, microbatch]
-    next_backward = flat_index[next_stage, microbatch, upstream_kind]
-    # F needs the previous stage's F; B and I their own F; W its I (``earlier`` holds both).
-    previous_forward = np.where(stage > 0, flat_index[previous_stage, microbatch, F], -1)
-    dependencies[:, 0] = np.where(kind == F, previous_forward, earlier)
-    dependencies[:, 1] = np.where(
-        (kind != F) & (kind != W) & (stage < stages - 1), next_backward, -1
-    )
-    upstream = np.where(kind == F, dependencies[:, 0], dependencies[:, 1])
-    if dry_run_kernel.is_compiled:  # loaded by pipesim.engine.warm_up: use it
-        order = np.empty(count, dtype=np.int64)
-        done = dry_run_kernel.compiled()(row_starts, upstream, order)
-    else:
-        walked = [0] * count
-        done = dry_run_kernel.python(row_starts.tolist(), upstream.tolist(), walked)
-        order = np.array(walked, dtype=np.int64)
-    if done < count:
-        return None  # deadlock
+    walk = dry_run(row_starts, upstream)
+    if not walk.complete:
+        return _Deadlock(row_starts, upstream, walk)
+    order = walk.order
     return EncodedSchedule(
         row_starts,
         stage,
@@ -152,58 +165,6 @@ def _encode(schedule: Schedule) -> EncodedSchedule | None:
     )
 
 
-@kernel
-def dry_run_kernel(row_starts: Any, needs: Any, order: Any) -> int:
-    """The validator's dry run on integers: devices in a queue, each running its list until an
-    action needs one not yet done (``needs[i]``, -1 for none). Fills ``order`` with the flat
-    indices in the order run; returns how many ran (all of them, or fewer at a deadlock).
-
-    One dependency per action is enough: an action's other dependency (a backward's own
-    forward, a W's I) sits earlier on its own device, which the local-order check proved, so
-    it is always done when the device reaches the action. Each blocked device waits on one
-    action, so the waiting lists are linked through ``next_waiting``.
-    """
-    devices = len(row_starts) - 1
-    count = row_starts[devices]
-    done = [False] * count
-    pointer = [row_starts[d] for d in range(devices)]
-    waiting_head = [-1] * count
-    next_waiting = [-1] * devices
-    queue = [0] * (devices + count + 1)
-    for d in range(devices):
-        queue[d] = d
-    head, tail, ran = 0, devices, 0
-    while head < tail:
-        device = queue[head]
-        head += 1
-        i, end = pointer[device], row_starts[device + 1]
-        while i < end:
-            missing = needs[i]
-            if missing >= 0 and not done[missing]:
-                next_waiting[device] = waiting_head[missing]
-                waiting_head[missing] = device
-                break
-            done[i] = True
-            order[ran] = i
-            ran += 1
-            woken = waiting_head[i]
-            if woken >= 0:
-                # the list is newest first; wake devices in the order they began to wait
-                first_new = tail
-                while woken >= 0:
-                    queue[tail] = woken
-                    tail += 1
-                    woken = next_waiting[woken]
-                left, right = first_new, tail - 1
-                while left < right:
-                    queue[left], queue[right] = queue[right], queue[left]
-                    left += 1
-                    right -= 1
-            i += 1
-        pointer[device] = i
-    return ran
-
-
 def fail(
     message: str,
     rows: Sequence[Sequence[Action | None]],
@@ -214,7 +175,7 @@ def fail(
     return ScheduleError(f"{message}\n{grid}")
 
 
-def _check_shape(schedule: Schedule) -> None:
+def _check_shape(schedule: ScheduleFields) -> None:
     if not isinstance(schedule.name, str) or not schedule.name:
         raise ScheduleError(f"schedule name must be a non-empty string, got {schedule.name!r}")
     m = schedule.microbatches
@@ -254,7 +215,7 @@ def _check_shape(schedule: Schedule) -> None:
         raise ScheduleError(f"rematerialize must be True or False, got {schedule.rematerialize!r}")
 
 
-def _check_actions(schedule: Schedule) -> dict[Action, tuple[int, int]]:
+def _check_actions(schedule: ScheduleFields) -> dict[Action, tuple[int, int]]:
     """Range, placement and uniqueness; returns each action's (device, step)."""
     rows = schedule.device_actions
     stages, microbatches = len(schedule.placement), schedule.microbatches
@@ -297,7 +258,7 @@ def _check_actions(schedule: Schedule) -> dict[Action, tuple[int, int]]:
 
 
 def _check_complete(
-    schedule: Schedule, positions: dict[Action, tuple[int, int]]
+    schedule: ScheduleFields, positions: dict[Action, tuple[int, int]]
 ) -> dict[tuple[int, int], Kind]:
     """One F and either one B or one I and one W per (stage, micro-batch)."""
     rows = schedule.device_actions
@@ -380,49 +341,29 @@ def _check_local_order(
             )
 
 
-def _dry_run(
-    rows: Sequence[Sequence[Action]],
-    positions: dict[Action, tuple[int, int]],
-    dependencies: dict[Action, tuple[Action, ...]],
-) -> tuple[Action, ...]:
-    """Run every device's list, each action once its dependencies ran; report a deadlock."""
-    done: set[Action] = set()
-    order: list[Action] = []
-    pointer = [0] * len(rows)
-    waiting: dict[Action, list[int]] = {}
-    blocked_on: dict[int, Action] = {}
-    ready = deque(range(len(rows)))
-    while ready:
-        device = ready.popleft()
-        row, step = rows[device], pointer[device]
-        while step < len(row):
-            action = row[step]
-            missing = next((dep for dep in dependencies[action] if dep not in done), None)
-            if missing is not None:
-                waiting.setdefault(missing, []).append(device)
-                blocked_on[device] = missing
-                break
-            done.add(action)
-            order.append(action)
-            step += 1
-            woken = waiting.pop(action, None)
-            if woken:
-                ready.extend(woken)
-        pointer[device] = step
-    stuck = [d for d in range(len(rows)) if pointer[d] < len(rows[d])]
-    if stuck:
-        waits = []
-        for device in stuck:
-            head = rows[device][pointer[device]]
-            need = blocked_on[device]
-            need_device, need_step = positions[need]
-            waits.append(
-                f"device {device} waits at step {pointer[device]} ({head}) for {need} "
-                f"(device {need_device} step {need_step})"
-            )
-        raise fail(
-            "deadlock: no device can go on; " + few(waits, separator="; "),
-            rows,
-            [(d, pointer[d]) for d in stuck],
+def _deadlock_error(schedule: ScheduleFields, deadlock: _Deadlock) -> ScheduleError:
+    """The deadlock the dry run found: where each stuck device waits, and for what."""
+    rows = schedule.device_actions
+    flat = [action for row in rows for action in row]
+    starts = deadlock.row_starts.tolist()
+    stopped = deadlock.walk.stopped_at.tolist()
+
+    def where(index: int) -> tuple[int, int]:
+        device = int(np.searchsorted(deadlock.row_starts, index, side="right")) - 1
+        return device, index - starts[device]
+
+    stuck = [d for d in range(len(rows)) if stopped[d] < starts[d + 1]]
+    waits = []
+    for device in stuck:
+        head = stopped[device]
+        need = int(deadlock.upstream[head])
+        need_device, need_step = where(need)
+        waits.append(
+            f"device {device} waits at step {head - starts[device]} ({flat[head]}) for "
+            f"{flat[need]} (device {need_device} step {need_step})"
         )
-    return tuple(order)
+    return fail(
+        "deadlock: no device can go on; " + few(waits, separator="; "),
+        rows,
+        [(d, stopped[d] - starts[d]) for d in stuck],
+    )

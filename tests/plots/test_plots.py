@@ -12,6 +12,7 @@ import pytest
 from pipesim.costs import synthetic_costs
 from pipesim.engine import simulate
 from pipesim.errors import PipesimError
+from pipesim.export.saved import ComputeBar, TransferBar
 from pipesim.schedules import build
 from plots import (
     bars_from_timeline,
@@ -22,7 +23,7 @@ from plots import (
     timeline_figure,
 )
 from plots.style import text_colour
-from plots.timeline import ComputeBar, TransferBar, _lighter, label_size
+from plots.timeline import _lighter, label_size
 
 
 def sample_bars() -> tuple[list[ComputeBar], list[TransferBar]]:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pipesim.common.jit import numba_available
 from pipesim.errors import ScheduleError
 from pipesim.schedules import Action, Schedule
+from pipesim.schedules.dry_run import dry_run_kernel
 
 from .strategies import schedules
 
@@ -52,6 +53,7 @@ def broken(schedule: Schedule, rng: random.Random) -> Any:
 
 
 def readable_verdict(candidate: Any) -> bool:
+    """Whether the readable checks (2 to 4) pass."""
     try:
         validate_module._validate_readably(candidate)
     except ScheduleError:
@@ -66,17 +68,11 @@ def test_the_fast_pass_and_the_readable_checks_agree(
 ) -> None:
     candidate = broken(schedule, rng)
     encoded = validate_module._encode(candidate)
+    # None: checks 2 to 4 failed; a deadlock or an encoding: they passed.
     assert (encoded is not None) == readable_verdict(candidate)
-    if encoded is not None:
-        flat = [a for row in candidate.device_actions for a in row]
-        order = [flat[i] for i in encoded.order.tolist()]
-        # the readable dry run finds the same execution order
-        positions = validate_module._check_actions(candidate)
-        kinds = validate_module._check_complete(candidate, positions)
-        from pipesim.schedules.dependencies import action_dependencies
-
-        needs = {a: action_dependencies(a, len(candidate.placement), kinds) for a in positions}
-        assert list(validate_module._dry_run(candidate.device_actions, positions, needs)) == order
+    if isinstance(encoded, validate_module._Deadlock):
+        error = validate_module._deadlock_error(candidate, encoded)
+        assert str(error).startswith("deadlock: no device can go on; device ")
 
 
 @pytest.mark.skipif(not numba_available(), reason="the fast extra (numba) is not installed")
@@ -91,8 +87,10 @@ def test_the_compiled_dry_run_walks_as_the_interpreted_one(
     if rng.random() < 0.5:  # a random extra wait, which may deadlock
         i, j = rng.randrange(len(needs)), rng.randrange(len(needs))
         needs[i] = j
-    walked = [0] * len(needs)
-    ran = validate_module.dry_run_kernel.python(rows.tolist(), needs.tolist(), walked)
+    walked, stopped = [0] * len(needs), [0] * (len(rows) - 1)
+    ran = dry_run_kernel.python(rows.tolist(), needs.tolist(), walked, stopped)
     order = np.zeros(len(needs), dtype=np.int64)
-    assert validate_module.dry_run_kernel.compiled()(rows, needs, order) == ran
+    stopped_at = np.zeros(len(rows) - 1, dtype=np.int64)
+    assert dry_run_kernel.compiled()(rows, needs, order, stopped_at) == ran
     assert order[:ran].tolist() == walked[:ran]
+    assert stopped_at.tolist() == stopped
