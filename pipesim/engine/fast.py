@@ -24,6 +24,7 @@ from pipesim.engine.arrays import OPTIMIZER, FloatArray, IntArray, RunArrays
 from pipesim.engine.kernels import play_by_events, play_in_order
 from pipesim.engine.records import TransferRecord
 from pipesim.engine.run_layout import Items, run_layout
+from pipesim.hardware.network import occupancy_s, transfer_time_s
 from pipesim.schedules.action import Action
 from pipesim.schedules.dry_run import dry_run_kernel
 from pipesim.schedules.registry import build
@@ -192,14 +193,11 @@ def _transfers(
     output = np.array([s.output_bytes for s in costs.stages])
     size = np.zeros(len(items.device))
     size[has] = output[np.minimum(stage[has], stage[consumer[has]])]
-    safe = np.maximum(route, 0)
-    finite = np.isfinite(bandwidth[safe]) if len(pairs) else np.zeros(len(route), dtype=bool)
-    # Route.occupancy_s and Route.transfer_time_s, elementwise: the same IEEE operations.
-    if len(pairs):
-        occupancy = np.where(has & finite, size / np.where(finite, bandwidth[safe], 1.0), 0.0)
-        transfer = np.where(has, latency[safe] + occupancy, 0.0)
-    else:
-        occupancy = transfer = np.zeros(len(route))
+    occupancy, transfer = np.zeros(len(route)), np.zeros(len(route))
+    if len(pairs):  # the link model's formulas, elementwise over the items that send
+        on = route[has]
+        occupancy[has] = occupancy_s(size[has], bandwidth[on])
+        transfer[has] = transfer_time_s(size[has], latency[on], bandwidth[on])
     return route, occupancy, transfer, route_starts, route_channels, list(channel_number), routes
 
 

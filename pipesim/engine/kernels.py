@@ -15,6 +15,11 @@ SimPy engine:
   with ``use_compute`` the device stays busy until then;
 * channels serve requests in order of request time, and at equal times in execution order.
 
+That booking rule is :func:`reserve_route`, written once: both loops here call it, and so does
+the SimPy engine (:mod:`pipesim.engine.simpy_engine`), in the interpreter, on its own channel
+names. It lives in this file because numba's on-disk cache is invalidated by a change to the
+caller's source file only: a callee in another file could leave stale compiled loops behind.
+
 :func:`play_in_order` walks the items in execution order once: a longest-path walk. It is exact
 as long as every channel receives its requests in time order, which holds for every channel
 used by one sending device only (a device's actions end in list order); when a channel shared
@@ -29,6 +34,25 @@ import heapq
 from typing import Any
 
 from pipesim.common.jit import kernel
+
+
+@kernel
+def reserve_route(
+    channel_free: Any, route_channels: Any, first: int, last: int, now: float, occupancy: float
+) -> float:
+    """The link model's booking: a message requested at ``now`` starts once every channel of
+    its route (``route_channels[first:last]``) is free, holds them all for ``occupancy``, and
+    they are free again after that. Updates ``channel_free`` (indexed by channel: a list or
+    array of channel numbers in the fast engine, a mapping of channel names in SimPy's) and
+    returns the start."""
+    begin = now
+    for k in range(first, last):
+        if channel_free[route_channels[k]] > begin:
+            begin = channel_free[route_channels[k]]
+    busy_until = begin + occupancy
+    for k in range(first, last):
+        channel_free[route_channels[k]] = busy_until
+    return begin
 
 
 @kernel
@@ -70,17 +94,12 @@ def play_in_order(
         if path < 0:
             device_free[here] = finish
             continue
-        begin = finish
-        for k in range(route_starts[path], route_starts[path + 1]):
-            channel = route_channels[k]
-            if last_request[channel] > finish:
+        first, last = route_starts[path], route_starts[path + 1]
+        for k in range(first, last):
+            if last_request[route_channels[k]] > finish:
                 return position
-            last_request[channel] = finish
-            if channel_free[channel] > begin:
-                begin = channel_free[channel]
-        busy_until = begin + occupancy[item]
-        for k in range(route_starts[path], route_starts[path + 1]):
-            channel_free[route_channels[k]] = busy_until
+            last_request[route_channels[k]] = finish
+        begin = reserve_route(channel_free, route_channels, first, last, finish, occupancy[item])
         sent[item] = begin
         came = begin + transfer[item]
         arrival[item] = came
@@ -134,14 +153,10 @@ def play_by_events(
         free = finish
         path = route[item]
         if path >= 0:
-            begin = finish
-            for k in range(route_starts[path], route_starts[path + 1]):
-                channel = route_channels[k]
-                if channel_free[channel] > begin:
-                    begin = channel_free[channel]
-            busy_until = begin + occupancy[item]
-            for k in range(route_starts[path], route_starts[path + 1]):
-                channel_free[route_channels[k]] = busy_until
+            first, last = route_starts[path], route_starts[path + 1]
+            begin = reserve_route(
+                channel_free, route_channels, first, last, finish, occupancy[item]
+            )
             sent[item] = begin
             came = begin + transfer[item]
             arrival[item] = came

@@ -25,6 +25,7 @@ its execution-order key, after every plain event of the same instant.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Generator
 from typing import Any
 
@@ -33,6 +34,7 @@ from simpy.events import EventPriority
 
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.engine.durations import action_duration_s
+from pipesim.engine.kernels import reserve_route
 from pipesim.engine.records import ComputeRecord, TransferRecord
 from pipesim.engine.run_layout import run_layout
 from pipesim.hardware.network import Route
@@ -97,7 +99,7 @@ class _Run:
         self.keys = _execution_keys(schedule, steps, self.work_lists)
         self.compute: list[ComputeRecord] = []
         self.transfers: list[TransferRecord] = []
-        self.channel_free: dict[str, float] = {}
+        self.channel_free: defaultdict[str, float] = defaultdict(float)  # free from 0
         self.done: dict[_Key, simpy.Event] = {}
         self.arrival: dict[tuple[int, Action, Action], float] = {}
         self.device_of = schedule.placement
@@ -174,16 +176,15 @@ class _Run:
         now: float,
     ) -> float:
         """Reserve the route's channels first come, first served from ``now`` (the producer's
-        end); return the arrival time."""
+        end), by the engines' one booking rule (:func:`~pipesim.engine.kernels.reserve_route`);
+        return the arrival time."""
         route = self.routes.get((source, target))
         if route is None:
             route = self.routes[(source, target)] = self.costs.network.route(source, target)
         size = self.costs.stages[min(producer.stage, consumer.stage)].output_bytes
-        start = now
-        for channel in route.channels:
-            start = max(start, self.channel_free.get(channel, 0.0))
-        for channel in route.channels:
-            self.channel_free[channel] = start + route.occupancy_s(size)
+        channels = route.channels
+        occupancy = route.occupancy_s(size)
+        start: float = reserve_route(self.channel_free, channels, 0, len(channels), now, occupancy)
         end = start + route.transfer_time_s(size)
         self.transfers.append(
             TransferRecord(

@@ -19,10 +19,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, TypeVar, overload
+
+import numpy as np
+import numpy.typing as npt
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.hardware.accelerator import Accelerator
+
+FloatArray = npt.NDArray[np.float64]
+Number = TypeVar("Number", float, FloatArray)
 
 
 @dataclass(frozen=True)
@@ -72,17 +79,38 @@ class Route:
     latency_s: float
     bandwidth_bytes_per_s: float
 
-    def occupancy_s(self, size_bytes: float) -> float:
-        """How long a message of ``size_bytes`` holds the route's channels: bytes / bandwidth
-        (0 on an ideal link of infinite bandwidth)."""
-        if math.isinf(self.bandwidth_bytes_per_s):
-            return 0.0
-        return size_bytes / self.bandwidth_bytes_per_s
+    @overload
+    def occupancy_s(self, size_bytes: float) -> float: ...
+    @overload
+    def occupancy_s(self, size_bytes: FloatArray) -> FloatArray: ...
+    def occupancy_s(self, size_bytes: Any) -> Any:
+        """How long a message of ``size_bytes`` holds the route's channels (elementwise over
+        an array of sizes): :func:`occupancy_s`."""
+        return occupancy_s(size_bytes, self.bandwidth_bytes_per_s)
 
-    def transfer_time_s(self, size_bytes: float) -> float:
-        """From the moment the message starts to its arrival: latency + bytes / bandwidth (an
-        ideal link moves any size in its latency)."""
-        return self.latency_s + self.occupancy_s(size_bytes)
+    @overload
+    def transfer_time_s(self, size_bytes: float) -> float: ...
+    @overload
+    def transfer_time_s(self, size_bytes: FloatArray) -> FloatArray: ...
+    def transfer_time_s(self, size_bytes: Any) -> Any:
+        """From the moment the message starts to its arrival (elementwise over an array of
+        sizes): :func:`transfer_time_s`."""
+        return transfer_time_s(size_bytes, self.latency_s, self.bandwidth_bytes_per_s)
+
+
+def occupancy_s(size_bytes: Number, bandwidth_bytes_per_s: Number) -> Number:
+    """The alpha-beta model's beta term, the one place it is written: a message holds its
+    channels for bytes / bandwidth, 0 on an ideal link of infinite bandwidth (IEEE: a finite
+    size over infinity is 0). Scalars, or numpy arrays elementwise (the fast engine costs all
+    its transfers at once with it; a route's methods and the SimPy engine one at a time), in
+    the same IEEE operation either way."""
+    return size_bytes / bandwidth_bytes_per_s
+
+
+def transfer_time_s(size_bytes: Number, latency_s: Number, bandwidth_bytes_per_s: Number) -> Number:
+    """From a message's start to its arrival: latency (alpha) + :func:`occupancy_s` (an ideal
+    link moves any size in its latency). Scalars or numpy arrays elementwise."""
+    return latency_s + occupancy_s(size_bytes, bandwidth_bytes_per_s)
 
 
 @dataclass(frozen=True)

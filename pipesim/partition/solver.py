@@ -199,7 +199,7 @@ def _boundary_times(problem: PartitionProblem, stage: int, sizes: np.ndarray) ->
         return times
     for a, b in ((source, target), (target, source)):
         # The route's own formula, applied to the whole array (numpy divides elementwise).
-        times += problem.network.route(a, b).transfer_time_s(sizes)  # type: ignore[arg-type]
+        times += problem.network.route(a, b).transfer_time_s(sizes)
     times[0] = times[-1] = 0.0
     return times
 

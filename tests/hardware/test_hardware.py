@@ -206,3 +206,20 @@ def test_unreadable_hardware_file(tmp_path: Path) -> None:
 def test_infinite_link_moves_any_size_in_its_latency() -> None:
     net = Network(2, Topology.ALL_TO_ALL, Link("l", math.inf, 0.25))
     assert net.route(0, 1).transfer_time_s(1e12) == 0.25
+
+
+def test_the_link_formulas_are_one_operation_on_scalars_and_arrays() -> None:
+    """The fast engine costs every transfer at once with the formulas a route applies to one."""
+    import numpy as np
+
+    from pipesim.hardware.network import Route, occupancy_s, transfer_time_s
+
+    sizes = np.array([0.0, 1.0, 3e9, 7.5])
+    for bandwidth, latency in ((2e9, 1e-6), (float("inf"), 5e-6)):
+        route = Route(("x",), latency, bandwidth)
+        assert route.occupancy_s(3e9) == (1.5 if bandwidth == 2e9 else 0.0)
+        assert route.transfer_time_s(3e9) == latency + route.occupancy_s(3e9)
+        elementwise = occupancy_s(sizes, np.full(4, bandwidth))
+        assert elementwise.tolist() == [route.occupancy_s(float(s)) for s in sizes]
+        arrivals = transfer_time_s(sizes, np.full(4, latency), np.full(4, bandwidth))
+        assert arrivals.tolist() == [route.transfer_time_s(float(s)) for s in sizes]

@@ -14,8 +14,7 @@ import pytest
 import pipesim.files.outputs
 from pipesim.errors import OutputError, PipesimError
 from pipesim.files.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
-
-from .cli.test_schedule_cli import run
+from tests.cli.test_schedule_cli import run
 
 EXPORT = ["schedule", "export", "--schedule", "gpipe", "-K", "2", "-M", "2"]
 GPIPE_CSV = "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n"

@@ -10,8 +10,7 @@ import pytest
 from pipesim.errors import ScheduleError
 from pipesim.request.cost_request import ModelRequest, SyntheticRequest
 from pipesim.sweep.grid import run_point, run_sweep, sweep_points
-
-from .cli.test_schedule_cli import run
+from tests.cli.test_schedule_cli import run
 
 
 def test_grid_and_skipped_reasons() -> None:
