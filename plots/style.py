@@ -64,6 +64,15 @@ def darker(colour: str, amount: float = 0.45) -> str:
     return to_hex((red * (1 - amount), green * (1 - amount), blue * (1 - amount)))
 
 
+def lighter(colour: str, depth: float) -> tuple[float, float, float]:
+    """``colour`` mixed with white, from none (``depth`` 0: the first chunk) to 60% (``depth``
+    1: the last), so the chunks of an interleaved or V schedule tell apart as in the papers'
+    figures."""
+    mix = 0.6 * depth
+    red, green, blue = to_rgb(colour)
+    return (red + (1 - red) * mix, green + (1 - green) * mix, blue + (1 - blue) * mix)
+
+
 def text_colour(fill: Any) -> str:
     """Black or white, whichever contrasts more with ``fill`` (WCAG relative luminance)."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
 from pipesim.export.saved import ComputeBar, TransferBar
@@ -19,6 +18,7 @@ from plots.style import (
     KIND_COLOURS,
     KIND_NAMES,
     kind_of,
+    lighter,
     new_figure,
     subplots,
     text_colour,
@@ -65,7 +65,7 @@ def draw_timeline(
     chunks = 1 + max(chunk_of.values(), default=0)
     for device, label, start, finish in compute:
         kind = kind_of(label)
-        fill = _lighter(KIND_COLOURS[kind], chunk_of.get(label, 0) / max(1, chunks - 1))
+        fill = lighter(KIND_COLOURS[kind], chunk_of.get(label, 0) / max(1, chunks - 1))
         axes.barh(
             device,
             (finish - start) * scale,
@@ -128,15 +128,6 @@ def _axes_width_points(axes: Any) -> float:
     return max(72.0, 72.0 * (float(figure.get_figwidth()) / columns - 1.1))
 
 
-def _lighter(colour: str, depth: float) -> tuple[float, float, float]:
-    """``colour`` mixed with white, from none (``depth`` 0: the first chunk) to 60% (``depth``
-    1: the last), so the chunks of an interleaved or V schedule tell apart as in the papers'
-    figures."""
-    mix = 0.6 * depth
-    red, green, blue = to_rgb(colour)
-    return (red + (1 - red) * mix, green + (1 - green) * mix, blue + (1 - blue) * mix)
-
-
 def timeline_figure(
     compute: Sequence[ComputeBar], transfers: Sequence[TransferBar] = (), *, title: str = ""
 ) -> Any:
@@ -168,7 +159,7 @@ def _legend(figure: Any, computes: Sequence[Sequence[ComputeBar]], transfers: bo
     if transfers:
         handles.append(Patch(color="#c44e52", alpha=0.7, label="transfer"))
     if chunked:
-        handles.append(Patch(color=_lighter("#555555", 1.0), label="lighter: later chunk"))
+        handles.append(Patch(color=lighter("#555555", 1.0), label="lighter: later chunk"))
     figure.legend(
         handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False
     )

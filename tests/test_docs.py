@@ -113,7 +113,7 @@ def test_the_cli_reference_covers_every_sub_command() -> None:
     assert set(_subparser_names(parser)) <= paths
     assert {"schedule show", "hardware list", "models list"} <= paths  # nested ones too
     page = hook.render(parser)
-    with hook._columns(hook.WIDTH):  # each section is exactly the parser's own --help
+    with hook.terminal_columns(hook.WIDTH):  # each section is exactly the parser's own --help
         for path, sub in hook.walk(parser):
             title = " ".join(("pipesim", *path))
             assert f"`{title}`" in page

@@ -75,7 +75,7 @@ class CaseSeries:
         return int(self.measured_s.shape[1])
 
 
-def _reduce(values: np.ndarray, statistic: Statistic) -> np.ndarray:
+def reduce_rows(values: np.ndarray, statistic: Statistic) -> np.ndarray:
     """``statistic`` of each row."""
     if statistic is Statistic.MIN:
         return np.asarray(values.min(axis=1))
@@ -88,10 +88,10 @@ def _reduce(values: np.ndarray, statistic: Statistic) -> np.ndarray:
 
 def _errors(case: CaseSeries, columns: np.ndarray, statistic: Statistic) -> tuple[np.ndarray, ...]:
     """|time error| and |speedup error| of every run, estimated from ``columns`` only."""
-    predicted = _reduce(case.predicted_s[:, columns], statistic)
-    measured = _reduce(case.measured_s[:, columns], statistic)
-    predicted_speedup = _reduce(case.predicted_unpipelined_s[:, columns], statistic) / predicted
-    measured_speedup = _reduce(case.measured_unpipelined_s[:, columns], statistic) / measured
+    predicted = reduce_rows(case.predicted_s[:, columns], statistic)
+    measured = reduce_rows(case.measured_s[:, columns], statistic)
+    predicted_speedup = reduce_rows(case.predicted_unpipelined_s[:, columns], statistic) / predicted
+    measured_speedup = reduce_rows(case.measured_unpipelined_s[:, columns], statistic) / measured
     return (
         np.abs(predicted / measured - 1.0),
         np.abs(predicted_speedup / measured_speedup - 1.0),

@@ -21,7 +21,7 @@ WIDTH = "100"  # help text is wrapped to the terminal; fix it so every build ren
 
 
 @contextmanager
-def _columns(width: str) -> Iterator[None]:
+def terminal_columns(width: str) -> Iterator[None]:
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = width
     try:
@@ -69,7 +69,7 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         "[errors, limits and interrupts](guide/errors.md)).",
         "",
     ]
-    with _columns(WIDTH):
+    with terminal_columns(WIDTH):
         for path, sub in walk(parser):
             title = " ".join(("pipesim", *path))
             level = "#" * min(2 + max(len(path) - 1, 0), 4)

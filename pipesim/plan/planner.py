@@ -100,6 +100,12 @@ class Evaluated:
         """True when the full simulation ran."""
         return self.iteration_time_s is not None
 
+    @property
+    def simulated_oom(self) -> bool:
+        """True when the simulated peak exceeds the device's capacity (False before the
+        simulation); such a finalist is not ranked."""
+        return (self.simulated_peak_bytes or 0.0) > self.capacity_bytes
+
 
 @dataclass
 class PlanReport:
@@ -142,7 +148,7 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             f"no configuration: {settings.devices} devices and batch {settings.batch} admit no "
             f"schedule of {', '.join(settings.schedules)} for {len(model.layers)} layers"
         )
-    context = _Context(model, hardware, settings)
+    context = PlanContext(model, hardware, settings)
     ordered = sorted(((context.quick_bound(c), i, c) for i, c in enumerate(space)))
     examined: list[Evaluated] = []
     finished: list[Evaluated] = []
@@ -158,13 +164,13 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             if item.oom or item.bound_s * (1 - 1e-9) > limit:
                 continue
             finished.append(context.simulate(item))
-            times = sorted(e.iteration_time_s or math.inf for e in finished if not _sim_oom(e))
+            times = sorted(e.iteration_time_s or math.inf for e in finished if not e.simulated_oom)
             if len(times) >= settings.top:
                 limit = times[settings.top - 1]
             if times:
                 bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
     ranked = sorted(
-        (e for e in finished if not _sim_oom(e)),
+        (e for e in finished if not e.simulated_oom),
         key=lambda e: e.iteration_time_s or math.inf,
     )
     plans = ranked[: settings.top]
@@ -182,11 +188,7 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     )
 
 
-def _sim_oom(e: Evaluated) -> bool:
-    return (e.simulated_peak_bytes or 0.0) > e.capacity_bytes
-
-
-class _Context:
+class PlanContext:
     """Caches shared across candidates: layer costs per micro-batch size, schedules' memory
     forms, balanced partitions per shape."""
 

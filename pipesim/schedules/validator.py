@@ -11,10 +11,12 @@ device-by-step grid with the offending actions marked:
    (F before B or I, I before W);
 5. a dependency-driven dry run runs every device's list to the end: no deadlock.
 
-The checks run twice over only when they fail: a fast pass encodes the actions as integer
-arrays (:mod:`pipesim.schedules.encoded`) and checks them all at once with numpy and one
-integer dry run; when it finds any fault, the readable checks below run in order and raise
-the error with its grid. A valid schedule is thus checked in milliseconds, and the encoding is
+The checks run twice over only when they fail: a fast pass (:func:`encode`) encodes the
+actions as integer arrays (:mod:`pipesim.schedules.encoded`) and checks them all at once with
+numpy and one integer dry run; when it finds any fault, the readable checks
+(:func:`check_readably`) run in order and raise the error with its grid, and a deadlock is
+reported from where the dry run stopped (:func:`deadlock_error`). Tests hold the two passes to
+the same verdict. A valid schedule is thus checked in milliseconds, and the encoding is
 kept for the engines.
 """
 
@@ -75,27 +77,27 @@ class Checked:
 def validate(schedule: ScheduleFields) -> Checked:
     """Check ``schedule``; return what was learned, or raise :class:`ScheduleError`."""
     _check_shape(schedule)
-    encoded = _encode(schedule)
-    if isinstance(encoded, _Deadlock):
-        raise _deadlock_error(schedule, encoded)
+    encoded = encode(schedule)
+    if isinstance(encoded, Deadlock):
+        raise deadlock_error(schedule, encoded)
     if encoded is None:
-        _validate_readably(schedule)  # raises the first fault, with its grid
+        check_readably(schedule)  # raises the first fault, with its grid
         raise AssertionError(  # pragma: no cover - the two passes must agree
             f"schedule {schedule.name!r}: the fast checks found a fault the readable ones did not"
         )
     return Checked(encoded)
 
 
-def _validate_readably(schedule: ScheduleFields) -> None:
+def check_readably(schedule: ScheduleFields) -> None:
     """Checks 2 to 4 in order, on the actions themselves; raise the first fault found (the
-    dry run, check 5, is the integer one whichever way: :func:`_deadlock_error`)."""
+    dry run, check 5, is the integer one whichever way: :func:`deadlock_error`)."""
     positions = _check_actions(schedule)
     _check_complete(schedule, positions)
     _check_local_order(schedule.device_actions, positions)
 
 
 @dataclass(frozen=True, eq=False)
-class _Deadlock:
+class Deadlock:
     """A schedule that passes checks 2 to 4 and whose dry run stops short."""
 
     row_starts: np.ndarray
@@ -103,7 +105,7 @@ class _Deadlock:
     walk: DryRun
 
 
-def _encode(schedule: ScheduleFields) -> EncodedSchedule | _Deadlock | None:
+def encode(schedule: ScheduleFields) -> EncodedSchedule | Deadlock | None:
     """The integer encoding of a valid schedule; None when one of checks 2 to 4 fails; the dry
     run's state when only the dry run fails."""
     rows = schedule.device_actions
@@ -149,7 +151,7 @@ def _encode(schedule: ScheduleFields) -> EncodedSchedule | _Deadlock | None:
         return None
     walk = dry_run(row_starts, upstream)
     if not walk.complete:
-        return _Deadlock(row_starts, upstream, walk)
+        return Deadlock(row_starts, upstream, walk)
     order = walk.order
     return EncodedSchedule(
         row_starts,
@@ -341,7 +343,7 @@ def _check_local_order(
             )
 
 
-def _deadlock_error(schedule: ScheduleFields, deadlock: _Deadlock) -> ScheduleError:
+def deadlock_error(schedule: ScheduleFields, deadlock: Deadlock) -> ScheduleError:
     """The deadlock the dry run found: where each stuck device waits, and for what."""
     rows = schedule.device_actions
     flat = [action for row in rows for action in row]

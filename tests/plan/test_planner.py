@@ -14,14 +14,14 @@ import pytest
 from cli.main import main
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
-from pipesim.plan.planner import _Context, _sim_oom
+from pipesim.plan.planner import PlanContext
 from pipesim.plan.report import plan_json, report_json, simulate_command
 from pipesim.schedules import schedule_names
 from pipesim.workload import resolve_model
 
 
-def _context(settings: PlanSettings) -> _Context:
-    return _Context(resolve_model(settings.model), resolve_hardware(settings.hardware), settings)
+def _context(settings: PlanSettings) -> PlanContext:
+    return PlanContext(resolve_model(settings.model), resolve_hardware(settings.hardware), settings)
 
 
 def test_slow_interconnect_picks_the_shallowest_pipeline_that_fits(
@@ -231,7 +231,7 @@ def test_every_finalist_resimulates_to_the_same_numbers(
     for e in finalists:
         command = simulate_command(report, e)
         result = _assert_simulate_reproduces(plan_json(e, settings.batch), command, capsys)
-        assert result["oom"] is _sim_oom(e), command
+        assert result["oom"] is e.simulated_oom, command
         peaks = [d["peak_memory_bytes"] for d in result["per_device"]]
         assert peaks == pytest.approx(list(e.peak_memory_bytes), rel=1e-9), command
 

@@ -22,8 +22,8 @@ from plots import (
     speedup_figure,
     timeline_figure,
 )
-from plots.style import text_colour
-from plots.timeline import _lighter, label_size
+from plots.style import lighter, text_colour
+from plots.timeline import label_size
 
 
 def sample_bars() -> tuple[list[ComputeBar], list[TransferBar]]:
@@ -164,7 +164,7 @@ def test_every_wide_enough_bar_carries_its_microbatch_in_a_contrasting_colour() 
         fill = fills[(y, x)]
         assert text.get_color() == text_colour(fill)
     assert {t.get_color() for t in texts} == {"black", "white"}  # light chunks: black text
-    assert text_colour("#4c72b0") == "white" and text_colour(_lighter("#4c72b0", 1.0)) == "black"
+    assert text_colour("#4c72b0") == "white" and text_colour(lighter("#4c72b0", 1.0)) == "black"
 
 
 def test_labels_shrink_then_vanish_on_narrow_bars() -> None:

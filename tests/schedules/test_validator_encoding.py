@@ -55,7 +55,7 @@ def broken(schedule: Schedule, rng: random.Random) -> Any:
 def readable_verdict(candidate: Any) -> bool:
     """Whether the readable checks (2 to 4) pass."""
     try:
-        validate_module._validate_readably(candidate)
+        validate_module.check_readably(candidate)
     except ScheduleError:
         return False
     return True
@@ -67,11 +67,11 @@ def test_the_fast_pass_and_the_readable_checks_agree(
     schedule: Schedule, rng: random.Random
 ) -> None:
     candidate = broken(schedule, rng)
-    encoded = validate_module._encode(candidate)
+    encoded = validate_module.encode(candidate)
     # None: checks 2 to 4 failed; a deadlock or an encoding: they passed.
     assert (encoded is not None) == readable_verdict(candidate)
-    if isinstance(encoded, validate_module._Deadlock):
-        error = validate_module._deadlock_error(candidate, encoded)
+    if isinstance(encoded, validate_module.Deadlock):
+        error = validate_module.deadlock_error(candidate, encoded)
         assert str(error).startswith("deadlock: no device can go on; device ")
 
 

@@ -79,13 +79,13 @@ def test_series_must_pair_rounds() -> None:
 
 
 def test_the_bootstrap_reduces_rows_as_estimate_does() -> None:
-    # uncertainty._reduce is the row-wise numpy form of validation.estimate.estimate; the two
+    # uncertainty.reduce_rows is the row-wise numpy form of validation.estimate.estimate; the two
     # must agree for every statistic, or the intervals would bound another figure.
     from validation.estimate import estimate
-    from validation.uncertainty import _reduce
+    from validation.uncertainty import reduce_rows
 
     rng = random.Random(2)
     rows = [[rng.uniform(0.1, 0.3) for _ in range(n)] for n in (7, 7, 7)]
     for statistic in Statistic:
-        reduced = _reduce(np.asarray(rows), statistic)
+        reduced = reduce_rows(np.asarray(rows), statistic)
         assert list(reduced) == pytest.approx([estimate(row, statistic) for row in rows])
