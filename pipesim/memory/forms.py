@@ -44,13 +44,16 @@ class MemoryForm:
 
     def peak_activation_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
         """The largest activation level for these stage sizes (0 if none is positive)."""
-        sizes: list[float] = []
-        for s in self.stages:
-            stage = stage_costs[s]
-            sizes += [stage.activation_bytes, stage.weight_grad_activation_bytes, stage.input_bytes]
+        sizes = [
+            (stage.activation_bytes, stage.weight_grad_activation_bytes, stage.input_bytes)
+            for stage in (stage_costs[s] for s in self.stages)
+        ]
         best = 0.0
         for counts in self.levels:
-            level = sum(c * size for c, size in zip(counts, sizes, strict=True))
+            level = 0.0
+            for position, (stash, keep, inputs) in enumerate(sizes):
+                slot = 3 * position
+                level += rules.activation_level_bytes(counts[slot : slot + 3], stash, keep, inputs)
             best = max(best, level)
         return best
 

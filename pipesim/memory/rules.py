@@ -27,10 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.schedules.action import Kind
 from pipesim.schedules.schedule import Schedule
+
+Size = TypeVar("Size", float, npt.NDArray[np.float64])
+"""A size in bytes, or an array of them (the partitioner sizes every span of layers at once)."""
 
 
 class At(Enum):
@@ -92,9 +99,27 @@ def weight_versions(schedule: Schedule, device: int) -> int:
     return schedule.weight_staleness_steps(device) + 1
 
 
+def static_memory_bytes(
+    parameter_bytes: Size, gradient_bytes: Size, optimizer_bytes: Size, versions: int
+) -> Size:
+    """The static rule: weights x ``versions``, the gradient buffer and the optimizer state,
+    for one stage's sizes or elementwise for arrays of them."""
+    return parameter_bytes * versions + gradient_bytes + optimizer_bytes
+
+
+def activation_level_bytes(counts: Sequence[int], stash: Size, keep: Size, inputs: Size) -> Size:
+    """One stage's part of an activation level: ``counts`` = (n_stash, n_keep, n_input) of
+    each size held (the sums of :data:`CHANGES` up to that moment), for one stage's sizes or
+    elementwise for arrays of them."""
+    n_stash, n_keep, n_input = counts
+    return n_stash * stash + n_keep * keep + n_input * inputs
+
+
 def stage_static_bytes(stage: StageCosts, versions: int) -> float:
     """One stage's weights x ``versions``, gradient buffer and optimizer state."""
-    return stage.parameter_bytes * versions + stage.gradient_bytes + stage.optimizer_bytes
+    return static_memory_bytes(
+        stage.parameter_bytes, stage.gradient_bytes, stage.optimizer_bytes, versions
+    )
 
 
 def static_bytes(stage_costs: Sequence[StageCosts], stages: Iterable[int], versions: int) -> float:

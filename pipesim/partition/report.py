@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipesim.memory.forms import memory_forms
+from pipesim.memory.rules import stage_static_bytes
 from pipesim.partition.problem import PartitionProblem
 from pipesim.partition.solver import Partition, partition_stage_costs
 from pipesim.schedules.action import UpdateRule
@@ -31,10 +32,7 @@ def stage_memory_bytes(
     stage's static memory plus one micro-batch's activations."""
     stage_costs = partition_stage_costs(problem, partition.counts)
     if schedule is None:
-        return [
-            c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes + c.activation_bytes
-            for c in stage_costs
-        ]
+        return [stage_static_bytes(c, versions=1) + c.activation_bytes for c in stage_costs]
     forms = memory_forms(schedule, memory_steps(schedule))
     peaks = [form.peak_bytes(stage_costs) for form in forms]
     return [peaks[device] for device in problem.placement]

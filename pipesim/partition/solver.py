@@ -29,6 +29,7 @@ from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.memory.forms import MemoryForm
+from pipesim.memory.rules import activation_level_bytes, static_memory_bytes
 from pipesim.partition.problem import PartitionProblem, counts_to_cuts
 
 _TOLERANCE = 1e-9
@@ -219,18 +220,22 @@ def _memory_parts(
         return np.asarray(p[None, :] - p[:, None], dtype=float)
 
     params = span(prefix([x.parameter_bytes for x in layers]))
-    fixed = span(prefix([x.gradient_bytes + x.optimizer_bytes for x in layers]))
+    gradients = span(prefix([x.gradient_bytes for x in layers]))
+    optimizer = span(prefix([x.optimizer_bytes for x in layers]))
     stash = span(prefix([x.activation_bytes for x in layers]))
     keep = span(prefix([x.weight_grad_activation_bytes for x in layers]))
-    inputs = np.array([problem.input_bytes] + [x.output_bytes for x in layers])[:, None]
+    inputs = np.broadcast_to(
+        np.array([problem.input_bytes] + [x.output_bytes for x in layers])[:, None], stash.shape
+    )
     parts = []
     for s in range(problem.stages):
         form = forms[problem.placement[s]]
         slot = 3 * form.stages.index(s)
-        static = params * form.versions + fixed
+        # the memory model's own rules (pipesim.memory.rules), over every span [i, j) at once
+        static = static_memory_bytes(params, gradients, optimizer, form.versions)
         levels = np.array(
             [
-                counts[slot] * stash + counts[slot + 1] * keep + counts[slot + 2] * inputs
+                activation_level_bytes(counts[slot : slot + 3], stash, keep, inputs)
                 for counts in form.levels
             ]
             or [np.zeros_like(static)]
