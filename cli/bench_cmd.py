@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK, positive_int, write_json
+from pipesim.common.command_line import EXIT_OK, positive_int
 from pipesim.common.limits import Limit, check
 from pipesim.files.outputs import output_path, write_text_atomically
-from pipesim.files.strict_json import json_text
+from pipesim.files.strict_json import json_text, write_json
 
 
 def register(subparsers: Any) -> None:

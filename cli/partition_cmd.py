@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_OK
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_seconds
 from pipesim.errors import PipesimError, shown
+from pipesim.files.strict_json import write_json
 
 
 def register(subparsers: Any) -> None:

@@ -6,8 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK, positive_ints, write_json
+from pipesim.common.command_line import EXIT_OK, positive_ints
 from pipesim.errors import PipesimError
+from pipesim.files.strict_json import write_json
 
 
 def register(subparsers: Any) -> None:

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_OK
+from pipesim.files.strict_json import write_json
 
 
 def register(subparsers: Any) -> None:

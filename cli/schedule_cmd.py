@@ -11,8 +11,9 @@ from cli.schedule_source import (
     add_update_rule_argument,
     load_schedule,
 )
-from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_OK
 from pipesim.files.outputs import write_text_atomically
+from pipesim.files.strict_json import write_json
 from pipesim.schedules import (
     Schedule,
     UpdateRule,

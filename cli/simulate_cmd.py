@@ -7,12 +7,12 @@ import sys
 from typing import Any
 
 from cli.schedule_source import add_schedule_source_arguments, load_schedule
-from pipesim.common.command_line import EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_OK
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import PipesimError
 from pipesim.files.outputs import output_path, write_text_atomically
-from pipesim.files.strict_json import json_text, overflow_checked, require_reportable
+from pipesim.files.strict_json import json_text, overflow_checked, require_reportable, write_json
 
 
 def register(subparsers: Any) -> None:

@@ -13,11 +13,12 @@ from cli.simulate_cmd import (
     add_steps_argument,
     cost_request,
 )
-from pipesim.common.command_line import EXIT_OK, positive_ints, write_json
+from pipesim.common.command_line import EXIT_OK, positive_ints
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import Interrupted, PipesimError, shown
 from pipesim.files.outputs import output_path
+from pipesim.files.strict_json import write_json
 from pipesim.sweep.rows_file import SweepFile, row_of
 
 

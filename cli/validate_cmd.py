@@ -6,9 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK, write_json
+from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK
 from pipesim.errors import PipesimError
 from pipesim.files.outputs import output_directory
+from pipesim.files.strict_json import write_json
 
 DEFAULT_MAX_MEDIAN_ERROR = 0.05
 DEFAULT_MAX_ERROR = 0.25

@@ -1,13 +1,12 @@
-"""argparse plumbing shared by the sub-commands: one-line errors, common options, output."""
+"""argparse plumbing shared by both command lines (pipesim's and the executor's): one-line errors,
+exit codes, argument types. JSON on stdout is :func:`pipesim.files.strict_json.write_json`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
-
-from pipesim.files.strict_json import json_text
+from typing import NoReturn
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -44,9 +43,3 @@ def positive_ints(text: str) -> tuple[int, ...] | None:
     except ValueError:
         return None
     return values if values and all(v >= 1 for v in values) else None
-
-
-def write_json(payload: Any) -> None:
-    """Print ``payload`` as indented JSON on stdout (strict JSON: NaN and infinities, which
-    JSON cannot hold, are refused, so no reader ever chokes on pipesim's output)."""
-    sys.stdout.write(json_text(payload, indent=2) + "\n")

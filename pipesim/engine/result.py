@@ -11,8 +11,8 @@ import numpy as np
 from pipesim.analysis.bubble import analytic_bubble_fraction
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.engine.arrays import RunArrays, running_totals
+from pipesim.engine.memory_over_time import DeviceMemory, device_memory
 from pipesim.engine.records import ComputeRecord, Timeline, TransferRecord
-from pipesim.memory.over_time import DeviceMemory, device_memory
 from pipesim.schedules.schedule import Schedule
 
 

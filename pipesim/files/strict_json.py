@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -116,6 +117,12 @@ def json_text(payload: Any, indent: int | None = None) -> str:
     :class:`PipesimError` naming the field, never ``NaN``/``Infinity`` in a file."""
     require_finite(payload, "JSON output")
     return json.dumps(payload, indent=indent, allow_nan=False)
+
+
+def write_json(payload: Any) -> None:
+    """Print ``payload`` as indented JSON on stdout (strict JSON: NaN and infinities, which
+    JSON cannot hold, are refused, so no reader ever chokes on pipesim's output)."""
+    sys.stdout.write(json_text(payload, indent=2) + "\n")
 
 
 @contextlib.contextmanager

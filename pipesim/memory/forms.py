@@ -1,11 +1,11 @@
 """Per-device peak memory without a simulation: the simulator's memory model, in closed form.
 
-The simulator (:mod:`pipesim.memory.over_time`) changes a device's activation level when an action
-starts or ends; a device runs its actions one after another, so (for actions that take time)
-the sequence of levels depends only on each device's action order, never on the timing. Each
-level is a sum over the device's stages of ``n_stash * stash + n_keep * keep + n_input * input``
-with counts fixed by the order: a :class:`MemoryForm` records the distinct count vectors once
-per schedule, and the peak for any partition is the largest of those linear forms. Static
+The simulator (:mod:`pipesim.engine.memory_over_time`) changes a device's activation level when
+an action starts or ends; a device runs its actions one after another, so (for actions that take
+time) the sequence of levels depends only on each device's action order, never on the timing.
+Each level is a sum over the device's stages of ``n_stash * stash + n_keep * keep + n_input *
+input`` with counts fixed by the order: a :class:`MemoryForm` records the distinct count vectors
+once per schedule, and the peak for any partition is the largest of those linear forms. Static
 memory is weights x versions, gradients and optimizer state, as the simulator counts them.
 """
 

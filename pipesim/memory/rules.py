@@ -2,9 +2,9 @@
 changes the activations it holds.
 
 Both forms of the model read these rules: the engines' memory over time
-(:mod:`pipesim.memory.over_time`, sizes in bytes at each action's start and end) and the closed
-form of the partitioner and the planner (:mod:`pipesim.memory.forms`, counts of each size per
-activation level). A change to the model is made here and reaches both.
+(:mod:`pipesim.engine.memory_over_time`, sizes in bytes at each action's start and end) and the
+closed form of the partitioner and the planner (:mod:`pipesim.memory.forms`, counts of each size
+per activation level). A change to the model is made here and reaches both.
 
 Static memory, per stage on a device: weights x versions (1 for flush schedules, 2 for 2BW,
 K-d for PipeDream's weight stashing on device d), the gradient buffer and the optimizer state.

@@ -1,7 +1,7 @@
 """The memory model's rules (pipesim.memory.rules), and both of their consumers reading them.
 
 The table is literal; the consumers are held to it: the engine's memory over time
-(memory.over_time) and the closed form of the partitioner and planner (memory.forms).
+(engine.memory_over_time) and the closed form of the partitioner and planner (memory.forms).
 """
 
 from __future__ import annotations
