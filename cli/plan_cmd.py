@@ -104,7 +104,7 @@ def _plan(args: argparse.Namespace) -> int:
     )
     report = plan(settings, show_progress=not args.json)
     if args.plot is not None:
-        from plots.plan import plan_figure
+        from plots.plan_figures import plan_figure
         from plots.style import save
 
         save(plan_figure(report), args.plot, field="--plot")

@@ -10,7 +10,7 @@ from torch import nn
 from executor.errors import SplitError
 from pipesim.common.checks import SpecError
 from pipesim.schedules import Schedule
-from pipesim.workload.partition import layer_ranges
+from pipesim.workload.stage_layers import layer_ranges
 
 
 def split_model(

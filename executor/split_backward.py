@@ -329,20 +329,20 @@ class _UnionFind:
 
 
 @dataclass
-class _Plan:
+class _WeightGroups:
     """The result of analysing one stage graph: groups and the intermediates they read."""
 
     groups: list[_Group]
     intermediates: list[Node]
 
 
-def _plan_weight_groups(
+def _group_weights(
     params: Sequence[torch.Tensor],
     root_edges: Sequence[GradientEdge],
     root_grads: Sequence[torch.Tensor],
     parents: dict[Node, list[Node]],
     input_path: set[Node],
-) -> _Plan:
+) -> _WeightGroups:
     """Group the parameters used by this graph by the frontier their gradients come through.
 
     A frontier element is an intermediate (on the input path) or an output node off the input
@@ -386,7 +386,7 @@ def _plan_weight_groups(
             if root_edge.node in roots and not any(e is root_edge for e in group.root_edges):
                 group.root_edges.append(root_edge)
                 group.root_grads.append(grad)
-    return _Plan(groups=list(by_rep.values()), intermediates=intermediates_order)
+    return _WeightGroups(groups=list(by_rep.values()), intermediates=intermediates_order)
 
 
 # --------------------------------------------------------------------------- hooks and grads
@@ -491,12 +491,12 @@ def backward_input(
     parents = _parents_map(edge.node for edge in root_edges)
     input_nodes = [get_gradient_edge(inp).node for inp in ins if inp.requires_grad]
     input_path = _ancestors((n for n in input_nodes if n in parents), parents)
-    plan = _plan_weight_groups(ps, root_edges, grads, parents, input_path)
+    weight_groups = _group_weights(ps, root_edges, grads, parents, input_path)
 
-    captured: list[_NodeGrads | None] = [None] * len(plan.intermediates)
+    captured: list[_NodeGrads | None] = [None] * len(weight_groups.intermediates)
     handles = [
         node.register_prehook(_capture_hook(captured, i))
-        for i, node in enumerate(plan.intermediates)
+        for i, node in enumerate(weight_groups.intermediates)
     ]
     try:
         if input_path:
@@ -506,12 +506,12 @@ def backward_input(
     finally:
         _remove_all(handles)
 
-    python_nodes = any(isinstance(n, torch._C._FunctionBase) for n in plan.intermediates)
+    python_nodes = any(isinstance(n, torch._C._FunctionBase) for n in weight_groups.intermediates)
     state = WeightGradState(
-        _groups=plan.groups,
-        _intermediates=plan.intermediates,
+        _groups=weight_groups.groups,
+        _intermediates=weight_groups.intermediates,
         _captured=captured,
-        _param_versions=[(p, p._version) for g in plan.groups for p in g.params],
+        _param_versions=[(p, p._version) for g in weight_groups.groups for p in g.params],
         _graph_owners=root_edges if python_nodes else [],
     )
     return input_grads, state

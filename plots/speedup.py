@@ -159,9 +159,9 @@ def speedup_figure(rows: Sequence[Row], *, against: str = "M", title: str = "") 
     """Speedup over one device from either kind of rows: sweep rows (``speedup``: one panel per
     K, a line per schedule, the closed form dashed) or validation records
     (``predicted_speedup`` and ``measured_speedup``: one panel per schedule, see
-    :func:`plots.validation.speedup_figure`)."""
+    :func:`plots.validation_figures.speedup_figure`)."""
     if rows and all("predicted_speedup" in r and "measured_speedup" in r for r in rows):
-        from plots.validation import speedup_figure as validation_speedup_figure
+        from plots.validation_figures import speedup_figure as validation_speedup_figure
 
         figure = validation_speedup_figure(rows)
         if title:

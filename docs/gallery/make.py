@@ -11,7 +11,7 @@ Validation against a paper: GPipe's Table 2 beside pipesim's numbers (``pipesim 
 gpipe``). Validation against measurements is drawn from ``data/validation-quick.json``, a real
 ``pipesim validate --suite quick`` run kept beside this script (measuring takes minutes, not
 seconds, and wants a quiet machine); it is left out while that file is missing. The planner's
-Pareto figure is the README's ``pipesim plan`` example, drawn by ``plots.plan``.
+Pareto figure is the README's ``pipesim plan`` example, drawn by ``plots.plan_figures``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import plots
 from cli.main import main as pipesim
 from pipesim.export import saved
 from pipesim.plan import PlanSettings, plan
-from plots.plan import plan_figure as pareto_figure
+from plots.plan_figures import plan_figure as pareto_figure
 from validation.reproduce.gpipe import table_2 as gpipe_table_2
 
 HERE = Path(__file__).resolve().parent

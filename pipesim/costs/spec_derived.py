@@ -16,7 +16,7 @@ from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster
 from pipesim.workload.model import Layer, Model
-from pipesim.workload.partition import check_partition, even_partition
+from pipesim.workload.stage_layers import check_partition, even_partition
 
 
 def costs_from_model(

@@ -22,7 +22,7 @@ from pipesim.partition.solver import balanced, memory_aware
 from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule
 from pipesim.workload.model import Model
-from pipesim.workload.partition import even_partition
+from pipesim.workload.stage_layers import even_partition
 
 
 class Objective(Enum):

@@ -2,7 +2,7 @@
 
 from pipesim.workload.catalogue import FAMILIES, model, resolve_model
 from pipesim.workload.model import Layer, Model
-from pipesim.workload.partition import check_partition, even_partition
+from pipesim.workload.stage_layers import check_partition, even_partition
 from pipesim.workload.toml_spec import load_model
 
 __all__ = [

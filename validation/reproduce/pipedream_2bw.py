@@ -10,7 +10,7 @@ from pathlib import Path
 from pipesim.analysis import paper_memory as memory
 from pipesim.engine import SimulationResult
 from pipesim.workload import Model, model
-from pipesim.workload.partition import even_partition
+from pipesim.workload.stage_layers import even_partition
 from plots import memory_timeline_figure, peak_memory_figure, save
 from validation.reproduce.common import GiB, simulate_model, suite_readme
 from validation.reproduce.framework import Outcome, Row
