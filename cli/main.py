@@ -24,6 +24,7 @@ from pipesim.common.command_line import (
     EXIT_INTERRUPTED,
     ArgumentParser,
 )
+from pipesim.common.limits import check_environment
 from pipesim.errors import Interrupted, PipesimError, RunFailed
 
 
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        check_environment()
         status: int = args.handler(args)
     except PipesimError as error:
         sys.stderr.write(f"pipesim: error: {error}\n")
@@ -76,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pipesim ... | head` is not an error
         return 0
+    except MemoryError:  # a limit raised beyond this machine's memory
+        sys.stderr.write(
+            "pipesim: failed: out of memory (a PIPESIM_MAX_* limit raised beyond what this "
+            "machine holds? lower it or the request)\n"
+        )
+        return EXIT_CHECK_FAILED
     return status
 
 

@@ -90,6 +90,8 @@ def _partition(args: argparse.Namespace) -> int:
     chunks = schedule.chunks if schedule is not None else (args.chunks or 1)
     if chunks < 1:
         raise PipesimError(f"-v/--chunks must be an integer >= 1, got {chunks}")
+    check(Limit.DEVICES, args.devices, f"-K {args.devices:,}")
+    check(Limit.CHUNKS, chunks, f"-v {chunks:,}")
     placement = schedule.placement if schedule is not None else looped(args.devices, chunks)
     if args.objective == "memory-aware" and (schedule is None or args.costs is not None):
         raise PipesimError(
@@ -117,16 +119,26 @@ def _partition(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _per_device(text: str | None, field: str, devices: int) -> tuple[float, ...] | None:
+# Relative speeds far outside this range only overflow the stage times (a layer taking 1e308 s).
+SPEED_RANGE = (1e-6, 1e6)
+
+
+def _per_device(
+    text: str | None, field: str, devices: int, bounds: tuple[float, float] | None = None
+) -> tuple[float, ...] | None:
     if text is None:
         return None
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if len(values) != devices or any(not 0 < v < float("inf") for v in values):
+    low, high = bounds or (0.0, float("inf"))
+    if len(values) != devices or any(
+        not (0 < v < float("inf") and low <= v <= high) for v in values
+    ):
+        within = f" between {low:g} and {high:g}" if bounds else ""
         raise PipesimError(
-            f"{field} must be {devices} positive numbers (one per device), got {text!r}"
+            f"{field} must be {devices} positive numbers{within} (one per device), got {text!r}"
         )
     return values
 
@@ -135,7 +147,7 @@ def _heterogeneous(problem: Any, args: argparse.Namespace) -> Any:
     """``problem`` with the per-device speeds and memories the options give."""
     import dataclasses
 
-    speeds = _per_device(args.device_speeds, "--device-speeds", args.devices)
+    speeds = _per_device(args.device_speeds, "--device-speeds", args.devices, SPEED_RANGE)
     memory = _per_device(args.device_memory, "--device-memory", args.devices)
     if speeds is None and memory is None:
         return problem

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK, positive_ints
+from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK, positive_ints
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
@@ -87,9 +87,11 @@ def _plan(args: argparse.Namespace) -> int:
     batch = args.batch if args.batch is not None else resolve_model(args.model).default_batch
     schedules = (
         tuple(s.strip() for s in args.schedules.split(",") if s.strip())
-        if args.schedules
+        if args.schedules is not None
         else DEFAULT_SCHEDULES
     )
+    if not schedules:
+        raise PipesimError(f"--schedules must name at least one schedule, got {args.schedules!r}")
     settings = PlanSettings(
         args.model,
         args.hardware,
@@ -112,4 +114,10 @@ def _plan(args: argparse.Namespace) -> int:
         write_json(report_json(report))
     else:
         sys.stdout.write(report_table(report))
+    if not report.plans:  # the search ran, and nothing fits: the table says why, per config
+        sys.stderr.write(
+            f"pipesim: failed: no configuration of {args.model} on {args.devices:,} devices "
+            f"fits memory ({len(report.evaluated):,} examined; the best rejected are listed)\n"
+        )
+        return EXIT_CHECK_FAILED
     return EXIT_OK

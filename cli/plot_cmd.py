@@ -25,6 +25,9 @@ KINDS = {
 MAX_TIMELINES = 12
 
 
+MAX_TITLE_CHARACTERS = 300  # a few lines across a figure; longer only costs time and memory
+
+
 def register(subparsers: Any) -> None:
     """Add ``plot``."""
     parser = subparsers.add_parser(
@@ -64,6 +67,10 @@ def _plot(args: argparse.Namespace) -> int:
     if len(files) > MAX_TIMELINES:
         raise PipesimError(f"FILE: timeline stacks at most {MAX_TIMELINES} files, got {len(files)}")
     title = args.title
+    if len(title) > MAX_TITLE_CHARACTERS:
+        raise PipesimError(
+            f"--title has {len(title):,} characters; at most {MAX_TITLE_CHARACTERS} fit a figure"
+        )
     if args.kind == "timeline":
         runs = [saved.load_run(path, memory=False) for path in files]
         if len(runs) == 1:

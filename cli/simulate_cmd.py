@@ -85,6 +85,8 @@ def cost_request(args: argparse.Namespace) -> Any:
             ("--dtype", args.dtype),
             ("--optimizer", args.optimizer),
             ("--master-weights", args.master_weights),
+            ("--data-parallel", args.data_parallel),
+            ("--no-optimizer", True if args.no_optimizer else None),
         ):
             if value is not None:
                 raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")
@@ -95,8 +97,9 @@ def cost_request(args: argparse.Namespace) -> Any:
     if args.comm or args.activation_bytes:
         raise PipesimError("--comm and --activation-bytes go with --costs, not with --model")
     partition = None if args.partition is None else _parse_partition(args.partition)
-    if args.data_parallel < 1:
-        raise PipesimError(f"--data-parallel must be an integer >= 1, got {args.data_parallel}")
+    data_parallel = 1 if args.data_parallel is None else args.data_parallel
+    if data_parallel < 1:
+        raise PipesimError(f"--data-parallel must be an integer >= 1, got {data_parallel}")
     return ModelRequest(
         args.model,
         args.hardware,
@@ -106,7 +109,7 @@ def cost_request(args: argparse.Namespace) -> Any:
         args.dtype,
         args.optimizer,
         args.master_weights,
-        args.data_parallel,
+        data_parallel,
     )
 
 
@@ -188,7 +191,6 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument(
         "--data-parallel",
         type=int,
-        default=1,
         metavar="N",
         help="N replicas of the pipeline, --batch split among them; each device's gradient "
         "all-reduce (ring) joins its optimizer step (default 1)",

@@ -153,6 +153,11 @@ def _sweep(args: argparse.Namespace) -> int:
     failed = [e for e in entries if e.get("error")]
     if entries and len(failed) == len(entries):
         raise PipesimError(f"every point failed; the first: {failed[0]['error']}")
+    if not entries and skipped:  # the grid held points, and no schedule can take any of them
+        raise PipesimError(
+            f"every point of the sweep was skipped ({len(skipped):,}); the first: "
+            f"{skipped[0].reason}"
+        )
     return EXIT_OK
 
 

@@ -34,6 +34,21 @@ def positive_or_inf(field: str, value: object) -> float:
     return number
 
 
+MIN_RATE_PER_S = 1.0
+"""The slowest rate a spec may state (1 byte or FLOP per second): slower ones are typos, and
+they only overflow every time computed from them (a message of 1 GB over 1e-300 B/s)."""
+
+
+def rate(field: str, value: object) -> float:
+    """``value`` as a rate per second: at least :data:`MIN_RATE_PER_S`, infinity allowed."""
+    number = _number(value)
+    if number is None or math.isnan(number) or number < MIN_RATE_PER_S:
+        raise SpecError(
+            f"{field} must be a number >= {MIN_RATE_PER_S:g} (per second), got {shown(value)}"
+        )
+    return number
+
+
 def non_negative(field: str, value: object) -> float:
     """``value`` as a finite float >= 0."""
     number = _number(value)

@@ -12,6 +12,7 @@ limit                      environment variable              default    what it 
 =========================  ================================  =========  ==========================
 actions                    ``PIPESIM_MAX_ACTIONS``           1,048,576  a schedule's actions x steps
 devices                    ``PIPESIM_MAX_DEVICES``           1,024      K
+cluster devices            ``PIPESIM_MAX_CLUSTER_DEVICES``   65,536     K x data parallelism
 chunks                     ``PIPESIM_MAX_CHUNKS``            64         v
 layers                     ``PIPESIM_MAX_LAYERS``            100,000    a model's layers, repeated
 configurations             ``PIPESIM_MAX_CONFIGS``           100,000    sweep points, bench configs
@@ -45,6 +46,9 @@ class Limit(Enum):
 
     ACTIONS = _Spec("PIPESIM_MAX_ACTIONS", 1 << 20, "actions")
     DEVICES = _Spec("PIPESIM_MAX_DEVICES", 1024, "devices")
+    # The whole cluster, pipeline depth times data-parallel replicas: what a plan searches and
+    # a data-parallel all-reduce spans (65,536 GPUs: beyond today's largest published runs).
+    CLUSTER_DEVICES = _Spec("PIPESIM_MAX_CLUSTER_DEVICES", 1 << 16, "devices in the cluster")
     CHUNKS = _Spec("PIPESIM_MAX_CHUNKS", 64, "chunks per device")
     LAYERS = _Spec("PIPESIM_MAX_LAYERS", 100_000, "layers")
     CONFIGS = _Spec("PIPESIM_MAX_CONFIGS", 100_000, "configurations")
@@ -72,6 +76,13 @@ def limit(which: Limit, environ: Mapping[str, str] | None = None) -> int:
     if value < 1:
         raise PipesimError(f"{which.variable} must be an integer >= 1, got {text!r}")
     return value
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a limit's environment variable that is set but not an integer >= 1, whichever
+    command runs (a command that never reads that limit would otherwise ignore it)."""
+    for which in Limit:
+        limit(which, environ)
 
 
 def check(which: Limit, amount: int | float, what: str) -> None:

@@ -41,6 +41,8 @@ def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> P
     text = str(path)
     if not text.strip():
         raise PipesimError(f"{field} must name a file, got {text!r}")
+    if text.endswith(("/", os.sep)):
+        raise PipesimError(f"{field} {text!r} ends in a slash: it names a folder, not a file")
     target = Path(text)
     if suffixes and target.suffix.lower() not in suffixes:
         allowed = " or ".join(suffixes)

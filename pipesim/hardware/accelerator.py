@@ -42,15 +42,13 @@ class Accelerator:
                 f"got {self.peak_flops_per_s!r}"
             )
         peaks = {
-            str(dtype): checks.positive(f"accelerator.peak_flops_per_s.{dtype}", value)
+            str(dtype): checks.rate(f"accelerator.peak_flops_per_s.{dtype}", value)
             for dtype, value in self.peak_flops_per_s.items()
         }
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(peaks))
         checks.fraction("accelerator.efficiency", self.efficiency)
         checks.positive_or_inf("accelerator.memory_bytes", self.memory_bytes)
-        checks.positive_or_inf(
-            "accelerator.memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s
-        )
+        checks.rate("accelerator.memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
         checks.non_negative("accelerator.kernel_overhead_s", self.kernel_overhead_s)
         if not isinstance(self.transfers_use_compute, bool):
             raise SpecError(

@@ -42,9 +42,7 @@ class Link:
 
     def __post_init__(self) -> None:
         checks.name("link.name", self.name)
-        checks.positive_or_inf(
-            f"link {self.name!r} bandwidth_bytes_per_s", self.bandwidth_bytes_per_s
-        )
+        checks.rate(f"link {self.name!r} bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
         checks.non_negative(f"link {self.name!r} latency_s", self.latency_s)
 
 

@@ -61,9 +61,7 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         acc.take("peak_flops_per_s", _peaks),
         efficiency=acc.take("efficiency", checks.fraction),
         memory_bytes=acc.take("memory_bytes", checks.positive_or_inf),
-        memory_bandwidth_bytes_per_s=acc.take(
-            "memory_bandwidth_bytes_per_s", checks.positive_or_inf
-        ),
+        memory_bandwidth_bytes_per_s=acc.take("memory_bandwidth_bytes_per_s", checks.rate),
         kernel_overhead_s=acc.take("kernel_overhead_s", checks.non_negative, 0.0),
         transfers_use_compute=acc.take("transfers_use_compute", boolean, False),
         source=str(path),
@@ -73,7 +71,7 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     topology = net.take("topology", _topology)
     link = Link(
         topology.value,
-        net.take("bandwidth_bytes_per_s", checks.positive_or_inf),
+        net.take("bandwidth_bytes_per_s", checks.rate),
         net.take("latency_s", checks.non_negative),
     )
     inter_node_link = None
@@ -82,7 +80,7 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         devices_per_node = net.take("devices_per_node", checks.positive_int)
         inter_node_link = Link(
             "inter-node",
-            net.take("inter_node_bandwidth_bytes_per_s", checks.positive_or_inf),
+            net.take("inter_node_bandwidth_bytes_per_s", checks.rate),
             net.take("inter_node_latency_s", checks.non_negative),
         )
     torus_columns = (

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from pipesim.common.checks import SpecError
+from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
 from pipesim.costs.data_parallel import (
     add_to_optimizer_step,
@@ -130,9 +131,13 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             f"--devices, --batch and --top must be integers >= 1, got {settings.devices}, "
             f"{settings.batch} and {settings.top}"
         )
+    check(Limit.CLUSTER_DEVICES, settings.devices, f"--devices {settings.devices:,}")
+    if not settings.schedules:
+        raise SpecError("--schedules must name at least one schedule, got none")
     model = resolved_model(
         settings.model, settings.optimizer_state, settings.master_weights, settings.dtype
     )
+    check(Limit.LAYERS, len(model.layers), f"{settings.model}: {len(model.layers):,} layers")
     hardware = resolve_hardware(settings.hardware)
     space = list(
         candidates(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipesim.common.checks import SpecError, positive_int
+from pipesim.common.limits import Limit, check
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
@@ -91,6 +92,12 @@ class ModelRequest:
         (per replica under data parallelism); ``schedule`` and ``steps`` serve the
         memory-aware partition."""
         positive_int("--data-parallel", self.data_parallel)
+        cluster = devices * self.data_parallel
+        check(
+            Limit.CLUSTER_DEVICES,
+            cluster,
+            f"-K {devices:,} x --data-parallel {self.data_parallel:,}: {cluster:,} devices",
+        )
         model = resolved_model(self.model, self.optimizer_state, self.master_weights, self.dtype)
         batch = model.default_batch if self.batch is None else self.batch
         replicas = self.data_parallel

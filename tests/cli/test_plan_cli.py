@@ -50,9 +50,12 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_memory_that_fits_nothing_is_explained(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """gpt-3.8b on one V100-16GB: nothing fits, and the error says so."""
+    """gpt-3.8b on one V100-16GB: nothing fits; the report (rejected alternatives and why) is
+    printed whole, and the exit status (1) and one line on stderr say the search found none."""
     argv = ["plan", "--model", "gpt-3.8b", "--hardware", "v100-16gb-nvlink", "--devices", "1"]
-    assert main([*argv, "--batch", "8", "--json"]) == 0
-    payload = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--batch", "8", "--json"]) == 1
+    out, err = capsys.readouterr()
+    payload = json.loads(out)
+    assert err.count("\n") == 1 and err.startswith("pipesim: failed: no configuration of gpt-3.8b")
     assert payload["plans"] == []
     assert payload["rejected"] and "overflows device 0" in payload["rejected"][0]["reason"]

@@ -97,7 +97,7 @@ def test_hierarchical_uses_the_inter_node_link_between_nodes() -> None:
     [
         (
             lambda: Link("l", -1.0, 0.0),
-            "link 'l' bandwidth_bytes_per_s must be a number > 0, got -1.0",
+            "link 'l' bandwidth_bytes_per_s must be a number >= 1 (per second), got -1.0",
         ),
         (lambda: Link("l", 1.0, -2), "link 'l' latency_s must be a number >= 0, got -2"),
         (
@@ -122,7 +122,7 @@ def test_hierarchical_uses_the_inter_node_link_between_nodes() -> None:
         ),
         (
             lambda: Accelerator("a", {"bf16": 0}, 0.5, 1.0, 1.0),
-            "accelerator.peak_flops_per_s.bf16 must be a number > 0, got 0",
+            "accelerator.peak_flops_per_s.bf16 must be a number >= 1 (per second), got 0",
         ),
         (
             lambda: Accelerator("a", {"bf16": 1.0}, 0.5, -1.0, 1.0),
@@ -223,3 +223,15 @@ def test_the_link_formulas_are_one_operation_on_scalars_and_arrays() -> None:
         assert elementwise.tolist() == [route.occupancy_s(float(s)) for s in sizes]
         arrivals = transfer_time_s(sizes, np.full(4, latency), np.full(4, bandwidth))
         assert arrivals.tolist() == [route.transfer_time_s(float(s)) for s in sizes]
+
+
+@pytest.mark.parametrize("rate", [1e-300, 0.5, float("nan")])
+def test_a_rate_too_slow_to_be_meant_is_refused_before_it_overflows_any_time(rate: float) -> None:
+    """A link of 1e-300 B/s would turn every transfer into an infinite time; it is refused
+    where it is stated, naming the field."""
+    from pipesim.hardware.network import Link
+
+    with pytest.raises(SpecError, match=r"link 'l' bandwidth_bytes_per_s must be a number >= 1"):
+        Link("l", rate, 1e-6)
+    assert Link("l", 1.0, 0.0).bandwidth_bytes_per_s == 1.0
+    assert Link("l", float("inf"), 0.0).bandwidth_bytes_per_s == float("inf")
