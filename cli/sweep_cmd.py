@@ -78,7 +78,7 @@ def register(subparsers: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pipesim.sweep.grid import preflight, run_sweep, sweep_points
+    from pipesim.sweep.grid import preflight, run_point, run_sweep, sweep_points
 
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
@@ -112,8 +112,11 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.out is not None:
         output_path(args.out, "--out")  # before the sweep: a bad path loses no work
         sink = SweepFile(args.out, keys, skipped_json)
-        if args.resume:
-            sink.resume()
+        if args.resume and sink.resume():
+            by_key = dict(zip(keys, points, strict=True))
+            sink.check_same_sweep(
+                lambda key: run_point(by_key[key], request, args.steps, args.engine)
+            )
     done = sink.keys() if sink is not None else set()
     todo = [p for p, key in zip(points, keys, strict=True) if key not in done]
     fresh: list[dict[str, Any]] = []

@@ -14,10 +14,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,25 @@ class SweepFile:
         self._entries.update(loaded)
         return len(loaded)
 
+    def check_same_sweep(self, recompute: Callable[[Key], dict[str, Any]]) -> None:
+        """Refuse resumed rows that this sweep's arguments would not write. The first and the
+        last saved point are computed again (``recompute``) and their rows compared: other
+        costs, model, hardware, steps or options change every row, so a file written by
+        another sweep (or cut from one) is caught at the cost of two points."""
+        saved = self.entries()
+        for entry in {id(e): e for e in (saved[:1] + saved[-1:])}.values():
+            key = key_of(entry)
+            want, got = row_of(entry), row_of(recompute(key))
+            differ = [c for c in COLUMNS if not _same(want[c], got[c])]
+            if differ:
+                column = differ[0]
+                raise PipesimError(
+                    f"--resume: {str(self._path)!r} was written by another sweep: its row for "
+                    f"{key[0]} K={key[1]} M={key[2]} v={key[3]} has {column} {want[column]!r}, "
+                    f"these arguments give {got[column]!r}; resume with the arguments that "
+                    "wrote it"
+                )
+
     def add(self, result: dict[str, Any]) -> None:
         """Record a finished point; save when the last save is old enough."""
         self._entries[key_of(result)] = result
@@ -151,6 +171,16 @@ class SweepFile:
         if is_json(self._path):
             return json_text({"results": entries, "skipped": self._skipped}, indent=2)
         return csv_text(row_of(e) for e in entries)
+
+
+def _same(saved: Any, fresh: Any) -> bool:
+    """A saved cell equals a fresh one (numbers to 1e-12 relative: the engines agree exactly,
+    the margin only absorbs a float printed and read back)."""
+    if isinstance(saved, (int, float)) and isinstance(fresh, (int, float)):
+        if isinstance(saved, bool) or isinstance(fresh, bool):
+            return saved is fresh
+        return math.isclose(saved, fresh, rel_tol=1e-12, abs_tol=0.0)
+    return bool(saved == fresh)
 
 
 def _special(path: str | Path) -> bool:
@@ -180,16 +210,47 @@ def _read_csv(text: str, path: Path) -> dict[Key, dict[str, Any]]:
         row["schedule"] = cells[0]
         if row["error"] is not None:
             row["error"] = cells[-1]
-        try:
-            key = key_of(row)
-            if not all(isinstance(n, int) for n in key[1:]):
-                raise ValueError
-        except ValueError:
-            raise PipesimError(
-                f"--resume: {str(path)!r} line {line} does not name a point (schedule, K, M, v)"
-            ) from None
-        rows[key] = row
+        problem = row_problem(row)
+        if problem is not None:
+            raise PipesimError(f"--resume: {str(path)!r} line {line}: {problem}")
+        rows[key_of(row)] = row
     return rows
+
+
+_COUNTS = ("devices", "microbatches", "chunks")
+_NUMBERS = (
+    "iteration_time",
+    "bubble_fraction",
+    "analytic_bubble_fraction",
+    "throughput",
+    "speedup",
+    "max_peak_memory_bytes",
+)
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a row read back, or None: a schedule name, whole counts >= 1 (not
+    true/false), numbers that are finite and >= 0 or empty, oom true/false or empty, error
+    text or empty. A row that fails was not written by pipesim (edited, or cut mid-value)."""
+    if not isinstance(row.get("schedule"), str) or not row["schedule"]:
+        return f"schedule {row.get('schedule')!r} is not a schedule name"
+    for column in _COUNTS:
+        value = row.get(column)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{column} {value!r} is not a whole number >= 1"
+    for column in _NUMBERS:
+        value = row.get(column)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{column} {value!r} is not a number"
+        if not math.isfinite(value) or value < 0:
+            return f"{column} {value!r} is not a finite number >= 0"
+    if row.get("oom") is not None and not isinstance(row["oom"], bool):
+        return f"oom {row['oom']!r} is not True or False"
+    if row.get("error") is not None and not isinstance(row["error"], str):
+        return f"error {row['error']!r} is not text"
+    return None
 
 
 def _cell(text: str) -> Any:
@@ -210,9 +271,17 @@ def _read_json(text: str, path: Path) -> dict[Key, dict[str, Any]]:
     try:
         payload = json.loads(text)
         results = payload["results"]
-        return {key_of(result): result for result in results}
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise PipesimError(
             f'--resume: {str(path)!r} is not a sweep\'s JSON (an object whose "results" '
             "list objects with schedule, devices, microbatches and chunks)"
         ) from None
+    rows: dict[Key, dict[str, Any]] = {}
+    for index, result in enumerate(results):
+        problem = row_problem(row_of(result))
+        if problem is not None:
+            raise PipesimError(f"--resume: {str(path)!r} results[{index}]: {problem}")
+        rows[key_of(result)] = result
+    return rows

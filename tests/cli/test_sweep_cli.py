@@ -173,11 +173,13 @@ def test_an_interrupted_sweep_resumed_equals_an_uninterrupted_one(
     counter = _Interrupt(at=0)
     monkeypatch.setattr(pipesim.sweep.grid, "run_point", counter)
     status, resumed_out, _ = run(capsys, "sweep", *GRID, "--out", str(part), "--resume")
-    assert status == 0 and counter.calls == 8  # the 4 saved points are not run again
+    # the 8 missing points run; of the 4 saved ones only the first and the last run again, to
+    # check the file is this sweep's (SweepFile.check_same_sweep)
+    assert status == 0 and counter.calls == 8 + 2
     assert part.read_text() == whole.read_text()
     assert resumed_out == whole_out
     status, _, _ = run(capsys, "sweep", *GRID, "--out", str(part), "--resume")
-    assert status == 0 and counter.calls == 8 and part.read_text() == whole.read_text()
+    assert status == 0 and counter.calls == 10 + 2 and part.read_text() == whole.read_text()
 
 
 def test_resume_refuses_another_sweeps_file(
@@ -269,3 +271,66 @@ def test_a_fifo_out_gets_the_file_once_at_the_end(
     assert status == 0 and received == [regular.read_bytes()]
     status, _, err = run(capsys, "sweep", *GRID, "--out", str(fifo), "--resume")
     assert status == 2 and "is not a regular file to read back" in err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_resuming_with_other_arguments_is_refused_and_the_file_kept(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, suffix: str
+) -> None:
+    """A file written with --costs 1,2 resumed with --costs 1,3, --steps 2 (which changes the
+    no-flush schedule's rows) or a model on hardware is another sweep's: refused in one line,
+    the file left as it was."""
+    out = tmp_path / f"sweep{suffix}"
+    grid = ["--schedules", "1f1b,pipedream-2bw", "-K", "2,4", "-M", "8"]
+    status, _, _ = run(capsys, "sweep", *grid, "--costs", "1,2", "--out", str(out))
+    assert status == 0
+    before = out.read_text()
+    for other in (
+        ["--costs", "1,3"],
+        ["--costs", "1,2", "--steps", "2"],
+        ["--model", "uniform-8", "--hardware", "a100"],
+    ):
+        status, _, err = run(capsys, "sweep", *grid, *other, "--out", str(out), "--resume")
+        assert status == 2, other
+        assert err.count("\n") == 1 and "was written by another sweep: its row for " in err
+        assert out.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("cell", "problem"),
+    [
+        ("abc", "iteration_time 'abc' is not a number"),
+        ("nan", "iteration_time nan is not a finite number >= 0"),
+        ("-1", "iteration_time -1 is not a finite number >= 0"),
+    ],
+)
+def test_a_resumed_csv_row_with_a_bad_value_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, cell: str, problem: str
+) -> None:
+    out = tmp_path / "sweep.csv"
+    grid = ["--schedules", "1f1b", "-K", "2,4", "-M", "8", "--costs", "1,2"]
+    assert run(capsys, "sweep", *grid, "--out", str(out))[0] == 0
+    lines = out.read_text().splitlines(keepends=True)
+    cells = lines[1].split(",")
+    cells[4] = cell  # iteration_time
+    out.write_text(lines[0] + ",".join(cells) + "".join(lines[2:]))
+    status, _, err = run(capsys, "sweep", *grid, "--out", str(out), "--resume")
+    assert status == 2
+    assert err == f"pipesim: error: --resume: {str(out)!r} line 2: {problem}\n"
+
+
+def test_a_resumed_row_whose_count_is_true_or_a_nested_file_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    grid = ["--schedules", "1f1b", "-K", "2", "-M", "8", "--costs", "1,2"]
+    out = tmp_path / "sweep.json"
+    assert run(capsys, "sweep", *grid, "--out", str(out))[0] == 0
+    payload = json.loads(out.read_text())
+    payload["results"][0]["devices"] = True
+    out.write_text(json.dumps(payload))
+    status, _, err = run(capsys, "sweep", *grid, "--out", str(out), "--resume")
+    assert status == 2
+    assert err.endswith("results[0]: devices True is not a whole number >= 1\n")
+    out.write_text("[" * 100_000 + "]" * 100_000)
+    status, _, err = run(capsys, "sweep", *grid, "--out", str(out), "--resume")
+    assert status == 2 and err.count("\n") == 1 and "is not a sweep's JSON" in err
