@@ -60,12 +60,18 @@ def load_model(path: str | Path) -> Model:
         seq = spec.take("seq", checks.positive_int)
         count = spec.take("layers", checks.positive_int)
         check(Limit.LAYERS, count, f"transformer.layers = {count:,}")
+        heads = spec.take("heads", checks.positive_int)
+        if hidden % heads:
+            raise SpecError(
+                f"transformer.heads = {heads:,} must divide transformer.hidden = {hidden:,} "
+                "(each head gets hidden / heads of the width)"
+            )
         layers = transformer_layers(
             count,
             seq=seq,
             hidden=hidden,
             ffn=spec.take("ffn", checks.positive_int, 4 * hidden),
-            heads=spec.take("heads", checks.positive_int),
+            heads=heads,
             vocab=spec.take("vocab", checks.positive_int),
         )
         spec.done()

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from hypothesis import given
 
+from pipesim.common.checks import SpecError
 from pipesim.errors import PipesimError
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.toml_spec import load_hardware
@@ -133,3 +135,17 @@ def test_the_bases_load() -> None:
         assert _load(load_hardware, to_toml(base).encode(), _use_hardware) is not None
     for base in MODELS:
         assert _load(load_model, to_toml(base).encode(), _use_model) is not None
+
+
+def test_a_transformer_whose_heads_do_not_divide_its_width_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.toml"
+    path.write_text(
+        'dtype = "bf16"\ndefault_batch = 8\n[transformer]\nlayers = 2\nhidden = 30\nheads = 4\n'
+        "seq = 4\nvocab = 10\n"
+    )
+    with pytest.raises(SpecError) as error:
+        load_model(path)
+    assert str(error.value) == (
+        "transformer.heads = 4 must divide transformer.hidden = 30 (each head gets hidden / "
+        "heads of the width)"
+    )
