@@ -137,7 +137,6 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     model = resolved_model(
         settings.model, settings.optimizer_state, settings.master_weights, settings.dtype
     )
-    check(Limit.LAYERS, len(model.layers), f"{settings.model}: {len(model.layers):,} layers")
     hardware = resolve_hardware(settings.hardware)
     space = list(
         candidates(
