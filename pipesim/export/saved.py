@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipesim.common import limits
 from pipesim.common.limits import Limit, limit
 from pipesim.common.units import format_percent, format_seconds
 from pipesim.errors import PipesimError
@@ -237,6 +238,7 @@ def _compute(check: _Checker, data: Any, devices: int) -> list[ComputeBar]:
     shape = "a list of [device, label, start, end]"
     if not isinstance(rows, list) or not rows:
         raise check.fail("'compute'", f"a non-empty {shape}", rows)
+    _check_count(check, rows, "compute")
     bars = []
     for index, row in enumerate(rows):
         where = f"compute[{index}]"
@@ -255,11 +257,23 @@ def _compute(check: _Checker, data: Any, devices: int) -> list[ComputeBar]:
     return bars
 
 
+def _check_count(check: _Checker, rows: list[Any], field: str) -> None:
+    """Refuse a timeline with more bars than a run of the actions limit has (its actions, and
+    an optimizer step per device), before reading any: a bigger one was not made by pipesim
+    with these limits, and costs time and memory in proportion."""
+    limits.check(
+        Limit.ACTIONS,
+        len(rows) - limit(Limit.DEVICES),
+        f"FILE {check.path!r}: {len(rows):,} bars in {field!r}",
+    )
+
+
 def _transfers(check: _Checker, data: Any, devices: int) -> list[TransferBar]:
     rows = check.field(data, "transfers", "", RUN_FROM)
     shape = "a list of [source, destination, label, start, end]"
     if not isinstance(rows, list):
         raise check.fail("'transfers'", shape, rows)
+    _check_count(check, rows, "transfers")
     bars = []
     for index, row in enumerate(rows):
         where = f"transfers[{index}]"

@@ -277,3 +277,21 @@ def test_bad_figure_paths_are_refused_before_any_work(
         capsys, "plot", "timeline", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.png")
     )
     assert status == 2 and "cannot read it (No such file or directory)" in err
+
+
+def test_a_timeline_beyond_the_actions_limit_is_refused_before_it_is_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "run.json"
+    simulate(capsys, path, "1f1b")  # 36 actions, 3 optimizer steps, 24 transfers
+    monkeypatch.setenv("PIPESIM_MAX_DEVICES", "3")
+    monkeypatch.setenv("PIPESIM_MAX_ACTIONS", "35")
+    status, out, err = run(capsys, "plot", "timeline", str(path), "--out", str(tmp_path / "x.png"))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"pipesim: error: FILE {str(path)!r}: 39 bars in 'compute': beyond the limit of 35 "
+        "actions; set PIPESIM_MAX_ACTIONS to raise it\n"
+    )
+    monkeypatch.setenv("PIPESIM_MAX_ACTIONS", "36")
+    status, _, err = run(capsys, "plot", "timeline", str(path), "--out", str(tmp_path / "x.png"))
+    assert status == 0, err
