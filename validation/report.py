@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from pipesim.common.units import format_bytes
 from pipesim.files.outputs import write_text_atomically
+from pipesim.files.strict_json import json_text
 from validation.estimate import LOW_QUANTILE, STATISTIC, Statistic
 from validation.results import CaseResult, ValidationResult
 from validation.schema import Comparison, CrosscheckRecord, Summary
@@ -151,7 +151,7 @@ def _verdict_line(result: ValidationResult) -> str:
 def write_report(out: Path, result: ValidationResult, figures: dict[str, str]) -> None:
     """``results.json`` (every number) and ``report.md`` (tables, figures, what was skipped)."""
     write_text_atomically(
-        out / "results.json", json.dumps(result.to_json(), indent=2), field="--out results.json"
+        out / "results.json", json_text(result.to_json(), indent=2), field="--out results.json"
     )
     machine = result.cases[0].measurement.machine if result.cases else None
     statistic = result.cases[0].statistic if result.cases else STATISTIC

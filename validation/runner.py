@@ -16,7 +16,9 @@ from typing import Any
 from pipesim import __version__
 from pipesim.common.progress import progress
 from pipesim.errors import Interrupted, PipesimError
+from pipesim.files.inputs import decode_text, read_input
 from pipesim.files.outputs import output_directory, write_text_atomically
+from pipesim.files.strict_json import json_text
 from validation.compare import (
     RunKey,
     aggregate,
@@ -53,18 +55,32 @@ def measured_path(out: Path, case: Case) -> Path:
     return out / f"measured-{case.name}.json"
 
 
-def load_measurement(path: Path) -> CaseMeasurement:
-    """A saved measurement; an unreadable file or one lacking a field is a one-line error."""
+def load_measurement(path: Path, case: Case, option: str = "--reuse") -> CaseMeasurement:
+    """A saved measurement of ``case``; an unreadable file, one lacking a field or holding a
+    value of the wrong kind, or one measured for another case (or another definition of this
+    one) is a one-line error beginning with the ``option`` that read it."""
+    text = decode_text(read_input(path, f"{option}: measurements"), f"{option}: {str(path)!r}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise PipesimError(f"--reuse: cannot read {str(path)!r} ({error.strerror})") from None
-    except ValueError as error:
-        raise PipesimError(f"--reuse: {str(path)!r} is not JSON ({error})") from None
+        data = json.loads(text)  # NaN and Infinity are read, then refused naming their field
+    except (ValueError, RecursionError) as error:
+        raise PipesimError(f"{option}: {str(path)!r} is not JSON ({error})") from None
     try:
-        return CaseMeasurement.from_json(data)
+        measured = CaseMeasurement.from_json(data)
     except PipesimError as error:
-        raise PipesimError(f"--reuse: {str(path)!r}: {error}") from None
+        raise PipesimError(f"{option}: {str(path)!r}: {error}") from None
+    expected, found = case.to_json(), measured.case.to_json()
+    if measured.case.name != case.name:
+        raise PipesimError(
+            f"{option}: {str(path)!r} holds the measurements of case {measured.case.name!r}, "
+            f"not of {case.name!r}"
+        )
+    if found != expected:
+        field = next(key for key in expected if found.get(key) != expected.get(key))
+        raise PipesimError(
+            f"{option}: {str(path)!r} was measured with the case's {field} {found.get(field)!r}, "
+            f"and case {case.name!r} now has {expected.get(field)!r}; measure it again"
+        )
+    return measured
 
 
 def run_validation(
@@ -155,7 +171,7 @@ def _measure_cases(
             if reuse and not saved.is_file():
                 raise PipesimError(f"--reuse: no measurements at {str(saved)!r}")
             if reuse or (resume and saved.is_file()):
-                measured = load_measurement(saved)
+                measured = load_measurement(saved, case, "--reuse" if reuse else "--resume")
             else:
 
                 def show(text: str, name: str = case.name) -> None:
@@ -164,7 +180,7 @@ def _measure_cases(
                 show("starting")
                 measured = run_case(case, stability=stability, on_progress=show)
                 write_text_atomically(
-                    saved, json.dumps(measured.to_json()), field="--out measurements"
+                    saved, json_text(measured.to_json()), field="--out measurements"
                 )
             predictions = case_predictions(measured)
             measured_series.append((predictions, case_series(measured, predictions)))

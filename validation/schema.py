@@ -21,6 +21,7 @@ from pipesim.errors import PipesimError
 from validation.fields import require
 from validation.host import HostLoad
 from validation.suites import Case
+from validation.typed_json import FieldRules, decode
 
 R = TypeVar("R")
 
@@ -142,10 +143,6 @@ class CrosscheckMeasurement:
         return _flat_from_json(cls, data, "cross-check measurement")
 
 
-def _by_int(data: Mapping[str, Any]) -> dict[int, Any]:
-    return {int(key): value for key, value in data.items()}
-
-
 @dataclass(frozen=True)
 class CaseMeasurement:
     """Everything a case's processes measured; nothing here is predicted.
@@ -209,78 +206,98 @@ class CaseMeasurement:
 
     @classmethod
     def from_json(cls, data: object) -> CaseMeasurement:
-        """The inverse of :meth:`to_json`; a missing field is a one-line error naming it."""
-        where = "measurements"
-        link = require(data, "link", where)
-        isolated = require(data, "isolated_calibration", where)
-        return cls(
-            case=Case.from_json(require(data, "case", where)),
-            machine=Machine.from_json(require(data, "machine", where)),
-            host=HostLoad.from_json(require(data, "host", where)),
-            link=LinkProfile(
-                float(require(link, "latency_s", "link")),
-                float(require(link, "bandwidth_bytes_per_s", "link")),
-                tuple((int(b), float(t)) for b, t in require(link, "samples", "link")),
-            ),
-            isolated_calibration={
-                c: tuple(_stage_profile(p) for p in profiles)
-                for c, profiles in _by_int(isolated).items()
-            },
-            probes={
-                c: tuple(names) for c, names in _by_int(require(data, "probes", where)).items()
-            },
-            in_situ_samples={
-                c: tuple(
-                    {key: tuple(map(float, v)) for key, v in _round(r, "in_situ_samples").items()}
-                    for r in _rounds(rounds, "in_situ_samples")
-                )
-                for c, rounds in _by_int(require(data, "in_situ_samples", where)).items()
-            },
-            latency_samples={
-                c: tuple(
-                    tuple(map(float, _rounds(r, "latency_samples")))
-                    for r in _rounds(rounds, "latency_samples")
-                )
-                for c, rounds in _by_int(require(data, "latency_samples", where)).items()
-            },
-            runs=tuple(RunMeasurement.from_json(r) for r in require(data, "runs", where)),
-            baseline_samples={
-                m: tuple(v) for m, v in _by_int(require(data, "baseline_samples", where)).items()
-            },
-            solo_samples={key: tuple(v) for key, v in require(data, "solo_samples", where).items()},
-            crosscheck=tuple(
-                CrosscheckMeasurement.from_json(c) for c in require(data, "crosscheck", where)
-            ),
-            rounds=int(require(data, "rounds", where)),
+        """The inverse of :meth:`to_json`, strictly (:data:`MEASUREMENT_RULES`): a missing field
+        or a value of the wrong kind (text for a time, NaN, a negative duration) is a one-line
+        error naming its path."""
+        _check_per_round(data)
+        measured = decode(data, cls, "measurements", MEASUREMENT_RULES)
+        _check_runs(measured)
+        # The cross-check is not recorded with the case (its results are, in ``crosscheck``).
+        return dataclasses.replace(
+            measured, case=dataclasses.replace(measured.case, crosscheck=False)
         )
 
 
-def _rounds(value: object, field: str) -> list[Any]:
-    """A per-round list; anything else (the flat lists older files hold) is a one-line error."""
-    if not isinstance(value, list):
-        raise PipesimError(
-            f"measurements: {field} is not a list per round (written by an older pipesim? "
-            "measure again)"
-        )
-    return value
-
-
-def _round(value: object, field: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise PipesimError(
-            f"measurements: a round of {field} is not a mapping of samples (written by an "
-            "older pipesim? measure again)"
-        )
-    return value
-
-
-def _stage_profile(data: object) -> StageProfile:
-    return StageProfile(
-        **{
-            f.name: float(require(data, f.name, "stage profile"))
-            for f in dataclasses.fields(StageProfile)
+# What the types of a measurement do not say: latencies net of size over bandwidth may be
+# negative (a transfer faster than the fitted bandwidth); the times and counts below are
+# divided by, so they must be positive; a run measured no step or a case no run is no
+# measurement.
+MEASUREMENT_RULES = FieldRules(
+    signed=frozenset({"latency_samples"}),
+    positive=frozenset(
+        {
+            "bandwidth_bytes_per_s",
+            "step_times_s",
+            "wall_times_s",
+            "baseline_samples",
+            "ours_wall_times_s",
+            "torch_wall_times_s",
+            "devices",
+            "microbatches",
+            "chunks",
+            "rounds",
+            "repeats",
+            "width",
+            "layers",
+            "microbatch_size",
+            "sequence",
+            "heads",
+            "threads_per_process",
+            "cores",
         }
-    )
+    ),
+    non_empty=frozenset(
+        {"runs", "step_times_s", "wall_times_s", "microbatches", "schedules", "baseline_samples"}
+    ),
+)
+
+
+def _check_runs(measured: CaseMeasurement) -> None:
+    """Each run is one of the case's: its schedule, M and K, a peak per device, and a timeline
+    on the case's devices whose actions end no sooner than they start."""
+    case = measured.case
+    for index, run in enumerate(measured.runs):
+        where = f"measurements.runs[{index}]"
+        if run.schedule not in case.schedules:
+            raise PipesimError(
+                f"{where}.schedule {run.schedule!r} is not one of the case's "
+                f"({', '.join(case.schedules)})"
+            )
+        if run.microbatches not in case.microbatches or run.devices != case.devices:
+            raise PipesimError(
+                f"{where}: K={run.devices} M={run.microbatches} is not in the case's grid "
+                f"(K={case.devices}, M in {', '.join(map(str, case.microbatches))})"
+            )
+        for field in ("peak_stash_bytes", "peak_allocated_bytes", "peak_rss_bytes"):
+            if len(getattr(run, field)) != run.devices:
+                raise PipesimError(
+                    f"{where}.{field} has {len(getattr(run, field))} values for {run.devices} "
+                    "devices"
+                )
+        for position, (device, _, _, start_s, end_s) in enumerate(run.timeline):
+            if device >= run.devices or end_s < start_s:
+                raise PipesimError(
+                    f"{where}.timeline[{position}]: device {device} from {start_s:g} s to "
+                    f"{end_s:g} s is not an action of {run.devices} devices ending after it "
+                    "starts"
+                )
+
+
+def _check_per_round(data: object) -> None:
+    """Files from before per-round calibration pooled samples over rounds, which cannot be
+    paired with the rounds' steps: refused, saying so."""
+    if not isinstance(data, Mapping):
+        return
+    for field in ("in_situ_samples", "latency_samples"):
+        by_chunks = data.get(field)
+        for rounds in by_chunks.values() if isinstance(by_chunks, Mapping) else ():
+            if not isinstance(rounds, list) or not all(
+                isinstance(r, Mapping if field == "in_situ_samples" else list) for r in rounds
+            ):
+                raise PipesimError(
+                    f"measurements: {field} is not a list per round (written by an older "
+                    "pipesim? measure again)"
+                )
 
 
 @dataclass(frozen=True)

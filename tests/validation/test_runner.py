@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -127,6 +128,7 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     # A file written before a field existed is refused in one line naming the field.
     saved = tmp_path / "measured-tiny-K2.json"
     data = json.loads(saved.read_text())
+    reuse_refuses_corrupt_measurements(tmp_path, saved, data)
     del data["latency_samples"]
     saved.write_text(json.dumps(data))
     with pytest.raises(PipesimError, match="field 'latency_samples' is missing"):
@@ -142,6 +144,69 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     saved.write_text(json.dumps(data))
     with pytest.raises(PipesimError, match=r"in_situ_samples\[1\] has 1 rounds, the case"):
         run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
+
+
+def reuse_refuses_corrupt_measurements(out: Path, saved: Path, data: dict[str, Any]) -> None:
+    """Each corrupt measurement is refused in one line naming the value, and no report is
+    written from it."""
+
+    def changed(path: tuple[str | int, ...], value: object) -> dict[str, Any]:
+        copy: dict[str, Any] = json.loads(json.dumps(data))
+        target: Any = copy
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return copy
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            changed(("runs", 0, "step_times_s", 0), math.nan),
+            r"runs\[0\]\.step_times_s\[0\] must be a finite number > 0, got nan",
+        ),
+        (
+            changed(("runs", 1, "wall_times_s", 1), -0.5),
+            r"runs\[1\]\.wall_times_s\[1\] must be a finite number > 0, got -0\.5",
+        ),
+        (
+            changed(("latency_samples", "1", 0, 0), math.inf),
+            r"latency_samples\[1\]\[0\]\[0\] must be a finite number, got inf",
+        ),
+        (
+            changed(("solo_samples", "forward_s", 0), "fast"),
+            r"solo_samples\['forward_s'\]\[0\] must be a finite number >= 0, got 'fast'",
+        ),
+        (
+            changed(("runs", 0, "devices"), True),
+            r"runs\[0\]\.devices must be a whole number > 0, got True",
+        ),
+        (
+            changed(("runs", 0, "schedule"), "gpipe"),
+            r"runs\[0\]\.schedule 'gpipe' is not one of the case's \(1f1b, zb-h1, zbv\)",
+        ),
+        (
+            changed(("runs", 0, "timeline", 0, 4), 0.0),
+            r"runs\[0\]\.timeline\[0\]: device 0 from .* s to 0 s is not an action",
+        ),
+        (
+            changed(("case", "name"), "other-K2"),
+            r"holds the measurements of case 'other-K2', not of 'tiny-K2'$",
+        ),
+        (
+            changed(("case", "repeats"), 9),
+            r"was measured with the case's repeats 9, and case 'tiny-K2' now has 2; measure it again$",
+        ),
+    ]
+    results = out / "results.json"
+    before = results.read_bytes()
+    try:
+        for corrupt, message in cases:
+            saved.write_text(json.dumps(corrupt))
+            with pytest.raises(PipesimError, match=message) as caught:
+                run_validation("quick", "cpu", out, 0.05, 0.15, cases=[tiny_case()], reuse=True)
+            assert "\n" not in str(caught.value) and str(caught.value).startswith("--reuse: ")
+            assert results.read_bytes() == before
+    finally:
+        saved.write_text(json.dumps(data))
 
 
 def test_breaches_name_the_errors() -> None:
