@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
-from executor.options import PROG, parser, under_torchrun
+from executor.options import PROG, check_options, parser, rank_place, under_torchrun
 from pipesim.common.command_line import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 from pipesim.errors import PipesimError, RunFailed
 from pipesim.files.outputs import write_text_atomically
@@ -50,6 +50,8 @@ def _main(argv: Sequence[str] | None) -> int:
             args = parser().parse_args(argv)
         except SystemExit as leaving:  # argparse: --help (0) or a bad option (2, one line)
             return leaving.code if isinstance(leaving.code, int) else EXIT_BAD_INPUT
+        check_options(args)
+        place = rank_place()
         try:
             from executor.launcher import run
         except ModuleNotFoundError as error:
@@ -57,7 +59,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 raise
             return _fail("error", NO_TORCH, EXIT_BAD_INPUT)
         with _interrupts_that_stick():
-            status = run(args)
+            status = run(args, place)
     except PipesimError as error:
         return _fail("error", str(error), EXIT_BAD_INPUT)
     except RunFailed as error:  # the executor's errors: a stage, NaN, a peer

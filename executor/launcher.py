@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import os
 import sys
 from typing import Any
@@ -20,13 +21,13 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.backends import Backend, DeviceKind
-from executor.errors import BackendError
+from executor.errors import BackendError, PeerError
 from executor.models import mlp, transformer
 from executor.options import (
     TRANSFORMER_HEADS,
     TRANSFORMER_SEQUENCE,
+    RankPlace,
     check_memory,
-    under_torchrun,
 )
 from executor.runtime import StepResult
 from executor.split import split_model
@@ -38,28 +39,28 @@ from pipesim.files.strict_json import json_text
 from pipesim.schedules import Schedule, build
 
 
-def run(args: argparse.Namespace) -> int:
-    """The run; 0 done, 1 the gradient check failed. Bad input raises a ``PipesimError``
-    before any step ran."""
-    distributed = under_torchrun()
-    rank = int(os.environ.get("RANK", "0")) if distributed else 0
+def run(args: argparse.Namespace, place: RankPlace | None) -> int:
+    """The run, alone (``place`` None) or as one rank under torchrun; 0 done, 1 the gradient
+    check failed. Bad input raises a ``PipesimError`` before any step ran."""
+    distributed = place is not None
+    rank = place.rank if place else 0
     device_kind = DeviceKind(args.device)
-    devices = int(os.environ["WORLD_SIZE"]) if distributed else args.devices
+    devices = place.world_size if place else args.devices
     schedule = build(args.schedule, devices, args.microbatches, args.chunks)
     if args.trace and rank == 0:
         output_path(args.trace, "--trace")
     if device_kind is DeviceKind.CUDA:
-        _check_cuda(distributed)
+        _check_cuda(place.local_rank if place else 0)
     layers = args.layers or schedule.stages
     dtype = torch.float64 if args.check and device_kind is DeviceKind.CPU else torch.float32
     rows = args.microbatch_size * schedule.microbatches
     check_memory(args, layers, rows, torch.empty((), dtype=dtype).element_size())
     if args.threads:
         torch.set_num_threads(args.threads)
-    if distributed:
+    if place is not None:
         if device_kind is DeviceKind.CUDA:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(device_kind.process_group_backend)
+            torch.cuda.set_device(place.local_rank)
+        join_process_group(device_kind, place, args.timeout)
     model = (
         mlp(args.width, layers, dtype=dtype)
         if args.model == "mlp"
@@ -103,13 +104,29 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _check_cuda(distributed: bool) -> None:
+def join_process_group(device_kind: DeviceKind, place: RankPlace, timeout_s: float) -> None:
+    """Meet the other ranks at MASTER_ADDR:MASTER_PORT, waiting at most ``timeout_s`` (a rank
+    started alone, or whose peers never come, fails in one line instead of waiting for
+    torch's default of ten minutes or more)."""
+    try:
+        dist.init_process_group(
+            device_kind.process_group_backend, timeout=datetime.timedelta(seconds=timeout_s)
+        )
+    except (RuntimeError, ValueError) as error:  # torch's DistStoreError is a RuntimeError
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PeerError(
+            f"rank {place.rank} of {place.world_size}: the ranks did not all meet at "
+            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} within "
+            f"--timeout {timeout_s:g} s ({first[:200]})"
+        ) from None
+
+
+def _check_cuda(local: int) -> None:
     if not torch.cuda.is_available():
         raise BackendError(
             "--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
             "False); use --device cpu"
         )
-    local = int(os.environ.get("LOCAL_RANK", "0")) if distributed else 0
     if local >= torch.cuda.device_count():
         raise BackendError(
             f"--device cuda: local rank {local} has no GPU of its own (this host has "

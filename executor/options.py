@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from executor.backends import DeviceKind
 from executor.errors import LimitError
 from pipesim.common.command_line import ArgumentParser, positive_int
+from pipesim.common.limits import Limit, cpu_count, limit
+from pipesim.errors import PipesimError
 
 PROG = "python -m executor"
 DEFAULT_MAX_MEMORY_GIB = 16.0
@@ -28,6 +31,69 @@ PARAMETER_COPIES = 4
 def under_torchrun() -> bool:
     """True when torchrun (or another launcher setting ``WORLD_SIZE``) started this process."""
     return "WORLD_SIZE" in os.environ
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where this process stands under torchrun: the world's size, its rank and its rank on
+    this host, read from the variables torchrun sets."""
+
+    world_size: int
+    rank: int
+    local_rank: int
+
+
+def rank_place(environ: Mapping[str, str] | None = None) -> RankPlace | None:
+    """None when not under torchrun; else the rank's place, every variable the rendezvous
+    reads checked first (``WORLD_SIZE=two`` or no ``MASTER_ADDR`` is one line, not a
+    traceback from inside torch.distributed)."""
+    env = os.environ if environ is None else environ
+    if "WORLD_SIZE" not in env:
+        return None
+    world = _whole(env, "WORLD_SIZE", 1, limit(Limit.DEVICES))
+    rank = _whole(env, "RANK", 0, world - 1)
+    local = _whole(env, "LOCAL_RANK", 0, world - 1, default=rank)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not env.get(name, "").strip():
+            raise PipesimError(
+                f"{name} is not set: with WORLD_SIZE={world} the ranks meet at MASTER_ADDR:"
+                "MASTER_PORT (torchrun sets both; unset WORLD_SIZE to run without it)"
+            )
+    _whole(env, "MASTER_PORT", 1, 65535)
+    return RankPlace(world, rank, local)
+
+
+def _whole(
+    env: Mapping[str, str], name: str, low: int, high: int, default: int | None = None
+) -> int:
+    text = env.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        value = int((text or "").strip())
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise PipesimError(
+            f"{name} must be a whole number from {low} to {high}, got {text!r} (set by "
+            "torchrun; unset WORLD_SIZE to run without it)"
+        )
+    return value
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The checks that need no torch: the model's shape and the threads asked for (torch
+    crashes the process on more threads than it can start)."""
+    if args.model == "transformer" and args.width % TRANSFORMER_HEADS:
+        raise PipesimError(
+            f"--width {args.width}: the transformer's {TRANSFORMER_HEADS} attention heads must "
+            f"divide it; use a multiple of {TRANSFORMER_HEADS}"
+        )
+    cpus = cpu_count()
+    if args.threads is not None and args.threads > cpus:
+        raise PipesimError(
+            f"--threads {args.threads}: more than the {cpus} CPUs this process may run on"
+        )
 
 
 def positive_float(text: str) -> float:

@@ -44,6 +44,11 @@ def run_main(
             "over the limit of 16 GiB; raise it with --max-memory-gib",
         ),
         (["--layers", "10000000"], "--width 64 with 10000000 layers and 8 rows per step needs"),
+        (
+            ["--model", "transformer", "--width", "30"],
+            "--width 30: the transformer's 4 attention heads must divide it; use a multiple of 4",
+        ),
+        (["--threads", "100000"], "--threads 100000: more than the "),  # torch would segfault
     ],
 )
 def test_bad_input_is_one_line_before_any_step(
@@ -57,6 +62,57 @@ def test_bad_input_is_one_line_before_any_step(
     assert out == ""  # no step ran, nothing was reported
     assert len(err) == 1 and err[0].startswith("python -m executor: error: ")
     assert message in err[0]
+
+
+TORCHRUN = {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE must be a whole number from 1 to 1024, got 'two'"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE must be a whole number from 1 to 1024, got '0'"),
+        ({"RANK": "2"}, "RANK must be a whole number from 0 to 1, got '2'"),
+        ({"RANK": None}, "RANK must be a whole number from 0 to 1, got None"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK must be a whole number from 0 to 1, got '-1'"),
+        ({"MASTER_ADDR": None}, "MASTER_ADDR is not set: with WORLD_SIZE=2 the ranks meet at"),
+        ({"MASTER_PORT": "http"}, "MASTER_PORT must be a whole number from 1 to 65535, got"),
+    ],
+)
+def test_a_broken_torchrun_environment_is_one_line(
+    change: dict[str, str | None], message: str
+) -> None:
+    # In a process of its own: a rank under torchrun leaves with os._exit.
+    env = {**os.environ, **TORCHRUN, **change}
+    if "LOCAL_RANK" not in change:
+        env.pop("LOCAL_RANK", None)  # a stale one from the caller's shell
+    done = subprocess.run(
+        [sys.executable, "-m", "executor", *BASE],
+        env={name: value for name, value in env.items() if value is not None},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    err = done.stderr.splitlines()
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(err) == 1 and err[0].startswith("python -m executor: error: ") and message in err[0]
+
+
+def test_a_rank_whose_peers_never_come_fails_within_its_timeout(tmp_path: Path) -> None:
+    env = {**os.environ, **TORCHRUN, "RANK": "0", "MASTER_PORT": str(29_000 + os.getpid() % 900)}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "executor", *BASE, "--timeout", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and time.monotonic() - started < 30
+    assert done.stderr.splitlines()[-1].startswith(
+        "python -m executor: failed: rank 0 of 2: the ranks did not all meet at 127.0.0.1:"
+    )
+    assert "within --timeout 2 s" in done.stderr
 
 
 def test_cuda_without_a_gpu_is_refused(
@@ -187,7 +243,7 @@ def test_ctrl_c_during_a_finalizer_is_not_lost(
 
     import executor.launcher
 
-    def run(args: object) -> int:
+    def run(args: object, place: object) -> int:
         class Freed:
             pass
 
