@@ -24,6 +24,7 @@ from pipesim.common.command_line import (
     EXIT_INTERRUPTED,
     ArgumentParser,
 )
+from pipesim.common.lifetime import interrupt_reason, terminate_as_interrupt
 from pipesim.common.limits import check_environment
 from pipesim.errors import Interrupted, PipesimError, RunFailed
 
@@ -37,7 +38,7 @@ def build_parser() -> ArgumentParser:
             "check the predictions against real PyTorch runs."
         ),
         epilog="Exit status: 0 done; 1 a check or a write failed; 2 bad input (or beyond a "
-        "size limit); 130 interrupted (Ctrl-C), after saving what finished.",
+        "size limit); 130 interrupted (Ctrl-C, SIGTERM or SIGHUP), after saving what finished.",
     )
     parser.add_argument("--version", action="version", version=f"pipesim {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -63,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         check_environment()
-        status: int = args.handler(args)
+        with terminate_as_interrupt():
+            status: int = args.handler(args)
     except PipesimError as error:
         sys.stderr.write(f"pipesim: error: {error}\n")
         return EXIT_BAD_INPUT
@@ -73,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as error:
         sys.stderr.write(f"pipesim: interrupted: {error}\n")
         return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        sys.stderr.write("pipesim: interrupted (Ctrl-C)\n")
+    except KeyboardInterrupt as interrupt:
+        sys.stderr.write(f"pipesim: interrupted ({interrupt_reason(interrupt)})\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pipesim ... | head` is not an error
         return 0

@@ -6,10 +6,11 @@ Without torchrun it runs all K devices in this process (``-K``). ``--check`` com
 step's gradients with the unpipelined model's (exit 1 if they differ).
 
 Exit status: 0 done; 1 the gradient check failed or the run failed (a stage raised, NaN or Inf
-appeared, a peer died or stalled); 2 bad input (including a run over ``--max-memory-gib``, or
-no torch installed); 130 interrupted (Ctrl-C). Every failure is one line on stderr. Under
-torchrun a rank that fails leaves without the process group's teardown, which would wait for
-the peers it just lost.
+appeared, a peer died or stalled, the torchrun agent died); 2 bad input (including a run over
+``--max-memory-gib``, or no torch installed); 130 interrupted (Ctrl-C, SIGTERM or SIGHUP).
+Every failure is one line on stderr. Under torchrun a rank that fails leaves without the
+process group's teardown, which would wait for the peers it just lost, and a rank whose agent
+died (``kill -9``) exits within a second instead of training on alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from types import FrameType
 
 from executor.options import PROG, check_options, parser, rank_place, under_torchrun
 from pipesim.common.command_line import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
+from pipesim.common.lifetime import (
+    STOP_SIGNALS,
+    StopSignal,
+    end_with_parent,
+    interrupt_reason,
+)
 from pipesim.errors import PipesimError, RunFailed
 from pipesim.files.outputs import write_text_atomically
 
@@ -52,6 +59,16 @@ def _main(argv: Sequence[str] | None) -> int:
             return leaving.code if isinstance(leaving.code, int) else EXIT_BAD_INPUT
         check_options(args)
         place = rank_place()
+        if place is not None:
+            end_with_parent(
+                f"{PROG}: failed: rank {place.rank}: the torchrun agent that started it is "
+                "gone; stopping",
+                EXIT_CHECK_FAILED,
+            )
+        # torch's C++ warnings (a lost store, a retried connection) come with a 30-line stack
+        # each, and the failure they lead to is reported in one line anyway; errors still show.
+        # Read once, when torch loads: a user's own setting wins.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         try:
             from executor.launcher import run
         except ModuleNotFoundError as error:
@@ -64,9 +81,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return _fail("error", str(error), EXIT_BAD_INPUT)
     except RunFailed as error:  # the executor's errors: a stage, NaN, a peer
         return _fail("failed", str(error), EXIT_CHECK_FAILED)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         signal.setitimer(signal.ITIMER_REAL, 0)  # a repeat may have ended the block early
-        return _fail("interrupted", "stopped by Ctrl-C", EXIT_INTERRUPTED)
+        return _fail("interrupted", f"stopped by {interrupt_reason(interrupt)}", EXIT_INTERRUPTED)
     if under_torchrun() and status == 0:
         from executor.teardown import end_rank
 
@@ -76,41 +93,52 @@ def _main(argv: Sequence[str] | None) -> int:
 
 @contextlib.contextmanager
 def _interrupts_that_stick() -> Iterator[None]:
-    """Ctrl-C that is never lost. Python drops a KeyboardInterrupt raised while a finalizer
-    runs (torch frees memory through weakref finalizers: "Exception ignored in: <finalize
-    object>" and a traceback on stderr), and the run went on. After the first SIGINT a timer
-    raises it again every half second until it reaches :func:`_main`, and the dropped one
-    prints nothing. An ignored SIGINT (a background job) stays ignored."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or not hasattr(signal, "setitimer")
-        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    """Ctrl-C (and SIGTERM or SIGHUP, taken the same way) that is never lost. Python drops a
+    KeyboardInterrupt raised while a finalizer runs (torch frees memory through weakref
+    finalizers: "Exception ignored in: <finalize object>" and a traceback on stderr), and the
+    run went on. After the first signal a timer raises it again every half second until it
+    reaches :func:`_main`, and the dropped one prints nothing. An ignored signal (SIGINT in a
+    background job, SIGHUP under nohup) stays ignored."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
     ):
         yield
         return
-
-    def again(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
+    numbers = [
+        number
+        for number in (signal.SIGINT, *STOP_SIGNALS)
+        if signal.getsignal(number) is not signal.SIG_IGN
+    ]
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
+        stop: KeyboardInterrupt = (
+            KeyboardInterrupt()
+            if signum == signal.SIGINT
+            else StopSignal(signal.Signals(signum).name)
+        )
+
+        def again(signum: int, frame: FrameType | None) -> None:
+            raise stop
+
         signal.signal(signal.SIGALRM, again)
         signal.setitimer(signal.ITIMER_REAL, 0.5, 0.5)
-        raise KeyboardInterrupt
+        raise stop
 
     previous_hook = sys.unraisablehook
 
     def quiet(unraisable: sys.UnraisableHookArgs) -> None:
-        if unraisable.exc_type is not KeyboardInterrupt:  # the repeat reports that one
-            previous_hook(unraisable)
+        if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            previous_hook(unraisable)  # a dropped interrupt is raised again: not reported
 
-    previous_int = signal.signal(signal.SIGINT, interrupted)
+    previous = {number: signal.signal(number, interrupted) for number in numbers}
     previous_alarm = signal.getsignal(signal.SIGALRM)
     sys.unraisablehook = quiet
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGINT, previous_int)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         signal.signal(signal.SIGALRM, previous_alarm)
         sys.unraisablehook = previous_hook
 

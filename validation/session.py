@@ -49,6 +49,7 @@ from executor.profile import (
     stage_inputs,
 )
 from executor.teardown import end_rank
+from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import cpu_count
 from pipesim.engine.records import Timeline
 from pipesim.errors import RunFailed
@@ -189,6 +190,8 @@ def _worker(
     case: Case,
     stability: Stability | None,
 ) -> None:
+    # A validate killed with -9 takes its ranks with it, and they remove its directory.
+    end_with_parent(then=lambda: shutil.rmtree(Path(out_file).parent, ignore_errors=True))
     torch.set_num_threads(1)
     device = _device(case.backend, rank)
     if device.type == "cuda":

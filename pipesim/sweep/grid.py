@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipesim.common import checks
+from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import Limit, cap_jobs, check
 from pipesim.errors import LimitError, PipesimError
 from pipesim.files.strict_json import overflow_checked, result_problem
@@ -132,10 +133,12 @@ def _identity(point: SweepPoint) -> dict[str, Any]:
     }
 
 
-def _ignore_interrupts() -> None:
+def _start_worker() -> None:
     """Workers leave Ctrl-C to the parent, which stops the sweep and saves what finished
-    (otherwise every worker prints its own traceback)."""
+    (otherwise every worker prints its own traceback), and end with the parent if it dies
+    without stopping them (``kill -9``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()
 
 
 def run_sweep(
@@ -158,7 +161,7 @@ def run_sweep(
             yield run_point(point, costs, steps, engine)
         return
     window = 4 * workers  # points in flight: enough to keep workers busy, few to cancel
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker)
     try:
         pending: deque[Future[dict[str, Any]]] = deque()
         queue = iter(work)

@@ -278,7 +278,7 @@ def test_help_names_every_exit_status(capsys: pytest.CaptureFixture[str]) -> Non
     assert status == 0
     text = " ".join(out.split())
     assert "0 done; 1 a check or a write failed; 2 bad input" in text
-    assert "130 interrupted (Ctrl-C)" in text
+    assert "130 interrupted (Ctrl-C, SIGTERM or SIGHUP)" in text
 
 
 def test_simulate_json_has_no_nan(capsys: pytest.CaptureFixture[str]) -> None:

@@ -224,13 +224,8 @@ def test_rows_are_saved_while_the_sweep_runs(
     assert seen == list(range(12))  # before each point, every earlier one is in the file
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_ctrl_c_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_the_rows(
-    tmp_path: Path,
-) -> None:
-    """The real signal: SIGINT to the parent of two workers (a terminal sends it to all;
-    workers ignore it and the parent stops them)."""
-    out = tmp_path / "s.csv"
+def _parallel_sweep_under_way(out: Path) -> subprocess.Popen[str]:
+    """A sweep on two workers that has saved a few rows (it would run for a minute more)."""
     grid = [
         "--schedules", "gpipe,1f1b,zb-h1,zbv,interleaved-1f1b,zb-h2,looped-bfs",
         "-K", "2,4,8,16", "-M", "8,16,32,64,128,256", "--costs", "1,2,1", "--steps", "4",
@@ -246,12 +241,55 @@ def test_ctrl_c_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_the_rows(
     while not (out.exists() and out.read_text().count("\n") >= 3):
         assert process.poll() is None and time.monotonic() < deadline
         time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
+    return process
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals, /proc")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_the_rows(
+    stop: signal.Signals, tmp_path: Path
+) -> None:
+    """The real signal to the parent of two workers (a terminal sends SIGINT to all, a kill
+    SIGTERM to the parent only): the workers are stopped and every finished row is kept."""
+    out = tmp_path / "s.csv"
+    process = _parallel_sweep_under_way(out)
+    workers = _children(process.pid)
+    process.send_signal(stop)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130
     assert err.startswith("pipesim: interrupted: ") and err.count("\n") == 1, err
     rows = list(csv.reader(out.open()))
     assert rows[0][:4] == ["schedule", "devices", "microbatches", "chunks"]
+    assert len(rows) >= 3 and all(len(r) == 12 for r in rows)
+    assert len(workers) == 2 and not any(_running(w) for w in workers)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals, /proc")
+def test_workers_end_within_seconds_when_the_sweep_is_killed(tmp_path: Path) -> None:
+    out = tmp_path / "s.csv"
+    process = _parallel_sweep_under_way(out)
+    workers = _children(process.pid)
+    process.kill()
+    process.communicate(timeout=60)
+    killed = time.monotonic()
+    while any(_running(w) for w in workers) and time.monotonic() - killed < 10:
+        time.sleep(0.05)
+    assert len(workers) == 2 and not any(_running(w) for w in workers)
+    assert time.monotonic() - killed < 3
+    rows = list(csv.reader(out.open()))  # the rows saved before the kill are whole
     assert len(rows) >= 3 and all(len(r) == 12 for r in rows)
 
 

@@ -205,7 +205,13 @@ def test_without_torch_one_line_names_the_extra() -> None:
     ]
 
 
-def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "said"),
+    [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")],
+)
+def test_ctrl_c_and_stop_signals_exit_130_with_one_line(
+    stop: signal.Signals, said: str, tmp_path: Path
+) -> None:
     errors = tmp_path / "stderr"
     env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
     env.update(PIPESIM_PROGRESS="1", OMP_NUM_THREADS="1")
@@ -221,7 +227,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
                 if "steps" in errors.read_text() or process.poll() is not None:
                     break
                 time.sleep(0.1)
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             status = process.wait(timeout=60)
         finally:
             process.kill()
@@ -229,7 +235,7 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path) -> None:
     assert status == 130, text
     assert "Traceback" not in text
     assert text.rstrip("\n").splitlines()[-1].split("\r")[-1] == (
-        "python -m executor: interrupted: stopped by Ctrl-C"
+        f"python -m executor: interrupted: stopped by {said}"
     )
 
 

@@ -1,0 +1,94 @@
+"""How pipesim's processes end: a ``kill`` like Ctrl-C, and no worker outliving its parent.
+
+* :func:`terminate_as_interrupt` makes SIGTERM and SIGHUP (``kill``, a closed terminal, a
+  batch system's stop) raise ``KeyboardInterrupt`` in the main thread, so they take the path
+  Ctrl-C takes: what finished is saved, temporary directories are removed, worker processes are
+  stopped, one line is printed and the exit status is 130.
+* :func:`end_with_parent` makes a worker process (a sweep's pool worker, a validation rank, a
+  rank under torchrun) exit within a second of its parent's death, even a ``kill -9`` that
+  gave the parent no chance to stop it: a daemon thread watches the parent's process id, which
+  changes when the parent is gone (the orphan is adopted by init or a subreaper).
+
+Both are standard library only: every command and the executor share them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+# The signals that ask a process to stop, besides Ctrl-C's SIGINT.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+PARENT_WATCH_INTERVAL_S = 0.2
+
+
+class StopSignal(KeyboardInterrupt):
+    """A stop signal taken as Ctrl-C; ``name`` says which (``SIGTERM``), for the last line."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def interrupt_reason(interrupt: KeyboardInterrupt) -> str:
+    """What stopped the process, for its last line: ``Ctrl-C`` or the stop signal's name."""
+    return interrupt.name if isinstance(interrupt, StopSignal) else "Ctrl-C"
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP raise :class:`StopSignal` (a
+    ``KeyboardInterrupt``) in the main thread; a signal that is ignored (as under ``nohup``)
+    stays ignored, and the previous handlers come back afterwards. Outside the main thread
+    this does nothing (Python delivers signals to the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise StopSignal(signal.Signals(signum).name)
+
+    previous = {}
+    for number in STOP_SIGNALS:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            previous[number] = signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def end_with_parent(
+    line: str | None = None, status: int = 1, then: Callable[[], object] | None = None
+) -> None:
+    """Exit this process (status ``status``, after writing ``line`` to stderr if given) as soon
+    as its parent is gone. ``os._exit``: no cleanup runs but ``then`` (say, removing the
+    temporary directory the dead parent would have removed), since the parent that would
+    collect this process's work is dead and a rank's teardown would wait for peers that are
+    going too. Call it early in the worker; it returns at once."""
+    parent = os.getppid()
+    if parent <= 1:
+        return  # already an orphan (or started by init): nothing to watch
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_WATCH_INTERVAL_S)
+        if line:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"{line}\n")
+                sys.stderr.flush()
+        if then is not None:
+            with contextlib.suppress(Exception):
+                then()
+        os._exit(status)
+
+    threading.Thread(target=watch, name="pipesim-parent-watch", daemon=True).start()
