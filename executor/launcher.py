@@ -14,6 +14,7 @@ import copy
 import datetime
 import os
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from executor.backends import Backend, DeviceKind
 from executor.errors import BackendError, PeerError
 from executor.models import mlp, transformer
 from executor.options import (
+    PROG,
     TRANSFORMER_HEADS,
     TRANSFORMER_SEQUENCE,
     RankPlace,
@@ -33,6 +35,7 @@ from executor.runtime import StepResult
 from executor.split import split_model
 from executor.step import run_step
 from executor.trainer import PipelineTrainer
+from pipesim.common.command_line import EXIT_CHECK_FAILED
 from pipesim.common.progress import progress
 from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text
@@ -107,18 +110,32 @@ def run(args: argparse.Namespace, place: RankPlace | None) -> int:
 def join_process_group(device_kind: DeviceKind, place: RankPlace, timeout_s: float) -> None:
     """Meet the other ranks at MASTER_ADDR:MASTER_PORT, waiting at most ``timeout_s`` (a rank
     started alone, or whose peers never come, fails in one line instead of waiting for
-    torch's default of ten minutes or more)."""
+    torch's default of ten minutes or more). torch's store client retries a refused
+    connection after its own timeout, up to three times as long: past ``timeout_s`` and a
+    second's grace a timer ends the rank with the same line."""
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    failure = (
+        f"rank {place.rank} of {place.world_size}: the ranks did not all meet at {where} "
+        f"within --timeout {timeout_s:g} s"
+    )
+
+    def give_up() -> None:
+        sys.stderr.write(f"{PROG}: failed: {failure}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_CHECK_FAILED)
+
+    timer = threading.Timer(timeout_s + 1.0, give_up)
+    timer.daemon = True
+    timer.start()
     try:
         dist.init_process_group(
             device_kind.process_group_backend, timeout=datetime.timedelta(seconds=timeout_s)
         )
     except (RuntimeError, ValueError) as error:  # torch's DistStoreError is a RuntimeError
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise PeerError(
-            f"rank {place.rank} of {place.world_size}: the ranks did not all meet at "
-            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} within "
-            f"--timeout {timeout_s:g} s ({first[:200]})"
-        ) from None
+        raise PeerError(f"{failure} ({first[:200]})") from None
+    finally:
+        timer.cancel()
 
 
 def _check_cuda(local: int) -> None:

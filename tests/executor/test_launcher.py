@@ -98,8 +98,9 @@ def test_a_broken_torchrun_environment_is_one_line(
     assert len(err) == 1 and err[0].startswith("python -m executor: error: ") and message in err[0]
 
 
-def test_a_rank_whose_peers_never_come_fails_within_its_timeout(tmp_path: Path) -> None:
-    env = {**os.environ, **TORCHRUN, "RANK": "0", "MASTER_PORT": str(29_000 + os.getpid() % 900)}
+@pytest.mark.parametrize("rank", ["0", "1"])  # the store's server, and a client of none
+def test_a_rank_whose_peers_never_come_fails_within_its_timeout(rank: str) -> None:
+    env = {**os.environ, **TORCHRUN, "RANK": rank, "MASTER_PORT": str(29_000 + os.getpid() % 900)}
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "executor", *BASE, "--timeout", "2"],
@@ -110,8 +111,9 @@ def test_a_rank_whose_peers_never_come_fails_within_its_timeout(tmp_path: Path) 
     )
     assert done.returncode == 1 and time.monotonic() - started < 30
     assert done.stderr.splitlines()[-1].startswith(
-        "python -m executor: failed: rank 0 of 2: the ranks did not all meet at 127.0.0.1:"
+        f"python -m executor: failed: rank {rank} of 2: the ranks did not all meet at 127.0.0.1:"
     )
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) <= 2
     assert "within --timeout 2 s" in done.stderr
 
 
