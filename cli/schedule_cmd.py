@@ -10,13 +10,13 @@ from cli.schedule_source import (
     add_schedule_source_arguments,
     add_update_rule_argument,
     load_schedule,
+    update_rule,
 )
 from pipesim.common.command_line import EXIT_OK
 from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import write_json
 from pipesim.schedules import (
     Schedule,
-    UpdateRule,
     read_csv,
     render_schedule,
     schedule_info,
@@ -130,7 +130,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    schedule = read_csv(args.file, update_rule=UpdateRule(args.update_rule))
+    schedule = read_csv(args.file, update_rule=update_rule(args))
     if args.json:
         payload = describe(schedule)
         payload["valid"] = True

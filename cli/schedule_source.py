@@ -15,9 +15,14 @@ def add_update_rule_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--update-rule",
         choices=_UPDATE_RULES,
-        default=UpdateRule.FLUSH.value,
+        default=None,
         help="weight-update semantics of a schedule loaded from a file (default: flush)",
     )
+
+
+def update_rule(args: argparse.Namespace) -> UpdateRule:
+    """The ``--update-rule`` given for a schedule file, flush by default."""
+    return UpdateRule(args.update_rule or UpdateRule.FLUSH.value)
 
 
 def add_schedule_source_arguments(parser: argparse.ArgumentParser, *, allow_file: bool) -> None:
@@ -60,10 +65,15 @@ def load_schedule(args: argparse.Namespace) -> Schedule:
                 raise PipesimError(
                     f"{flag}: not used with --schedule-file (the file fixes the shape), got {value}"
                 )
-        schedule = read_csv(args.schedule_file, update_rule=UpdateRule(args.update_rule))
+        schedule = read_csv(args.schedule_file, update_rule=update_rule(args))
         if args.remat:
             schedule = dataclasses.replace(schedule, rematerialize=True)
         return schedule
+    if getattr(args, "update_rule", None) is not None:
+        raise PipesimError(
+            f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "
+            f"{args.schedule} has its own update rule"
+        )
     for flag, value in (("-K/--devices", args.devices), ("-M/--microbatches", args.microbatches)):
         if value is None:
             raise PipesimError(f"{flag} is required with --schedule {args.schedule}")

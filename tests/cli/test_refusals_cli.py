@@ -358,3 +358,18 @@ def test_whatever_simulate_saves_plot_reads_back(
         else:
             assert status == 2 and not saved.exists()
             one_line(err.getvalue())
+
+
+@pytest.mark.parametrize("command", ["schedule show", "simulate"])
+def test_an_update_rule_for_a_named_schedule_is_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    costs = ["--costs", "1,2"] if command == "simulate" else []
+    argv = [*command.split(), "--schedule", "1f1b", "-K", "2", "-M", "2", *costs]
+    status, out, err = run(capsys, *argv, "--update-rule", "async")
+    assert status == 2 and out == ""
+    assert one_line(err) == (
+        "pipesim: error: --update-rule async: only for --schedule-file; --schedule 1f1b has its "
+        "own update rule"
+    )
+    assert run(capsys, *argv)[0] == 0
