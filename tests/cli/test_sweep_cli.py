@@ -18,6 +18,7 @@ import pytest
 
 import pipesim.sweep.grid
 from pipesim.sweep.grid import run_point
+from tests.processes import children, running, seconds_until_gone
 
 from .test_schedule_cli import run
 
@@ -244,19 +245,6 @@ def _parallel_sweep_under_way(out: Path) -> subprocess.Popen[str]:
     return process
 
 
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals, /proc")
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_the_rows(
@@ -266,7 +254,7 @@ def test_ctrl_c_or_sigterm_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_th
     SIGTERM to the parent only): the workers are stopped and every finished row is kept."""
     out = tmp_path / "s.csv"
     process = _parallel_sweep_under_way(out)
-    workers = _children(process.pid)
+    workers = children(process.pid)
     process.send_signal(stop)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130
@@ -274,21 +262,19 @@ def test_ctrl_c_or_sigterm_on_a_parallel_sweep_is_one_line_exit_130_and_keeps_th
     rows = list(csv.reader(out.open()))
     assert rows[0][:4] == ["schedule", "devices", "microbatches", "chunks"]
     assert len(rows) >= 3 and all(len(r) == 12 for r in rows)
-    assert len(workers) == 2 and not any(_running(w) for w in workers)
+    assert len(workers) == 2 and not any(running(w) for w in workers)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals, /proc")
 def test_workers_end_within_seconds_when_the_sweep_is_killed(tmp_path: Path) -> None:
     out = tmp_path / "s.csv"
     process = _parallel_sweep_under_way(out)
-    workers = _children(process.pid)
+    workers = children(process.pid)
     process.kill()
     process.communicate(timeout=60)
-    killed = time.monotonic()
-    while any(_running(w) for w in workers) and time.monotonic() - killed < 10:
-        time.sleep(0.05)
-    assert len(workers) == 2 and not any(_running(w) for w in workers)
-    assert time.monotonic() - killed < 3
+    elapsed = seconds_until_gone(workers, time.monotonic(), 10)
+    assert len(workers) == 2 and not any(running(w) for w in workers)
+    assert elapsed < 3
     rows = list(csv.reader(out.open()))  # the rows saved before the kill are whole
     assert len(rows) >= 3 and all(len(r) == 12 for r in rows)
 

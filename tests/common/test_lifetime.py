@@ -17,6 +17,7 @@ from pipesim.common.lifetime import (
     interrupt_reason,
     terminate_as_interrupt,
 )
+from tests.processes import running, seconds_until_gone
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
@@ -69,21 +70,10 @@ def test_a_worker_ends_within_a_second_of_its_parent_s_kill_9(tmp_path: Path) ->
         worker_pid = int(middle.stdout.readline())
         middle.kill()
         middle.wait(10)
-        killed = time.monotonic()
-        while _running(worker_pid) and time.monotonic() - killed < 10:
-            time.sleep(0.05)
-        assert not _running(worker_pid)
-        assert time.monotonic() - killed < 3
+        elapsed = seconds_until_gone([worker_pid], time.monotonic(), 10)
+        assert not running(worker_pid)
+        assert elapsed < 3
     finally:
         middle.kill()
     assert (tmp_path / "err").read_text() == "worker: parent gone\n"
     assert not (tmp_path / "temp").exists()  # removed by the worker's last act
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's zombie waits for init to reap it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state != "Z"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import children, running, seconds_until_gone
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, signals")
 
 LONG_RUN = ["-m", "executor", "--schedule", "1f1b", "-M", "4", "--steps", "100000"]
@@ -40,20 +42,12 @@ def _ranks_running(agent: int, seconds: float) -> list[int]:
     """The agent's two ranks, once they have run for ``seconds`` (past the rendezvous)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        ranks = Path(f"/proc/{agent}/task/{agent}/children").read_text().split()
+        ranks = children(agent)
         if len(ranks) == 2:
             time.sleep(seconds)
-            return [int(r) for r in ranks]
+            return ranks
         time.sleep(0.1)
     raise AssertionError("torchrun started no ranks in 120 s")
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_bad_input_on_every_rank_ends_in_one_line_each_and_exit_2(tmp_path: Path) -> None:
@@ -78,10 +72,9 @@ def test_the_ranks_end_within_seconds_with_their_agent(how: str, tmp_path: Path)
         stopped = time.monotonic()
         agent.send_signal(signal.SIGTERM if how.startswith("SIGTERM") else signal.SIGKILL)
         status = agent.wait(timeout=60)
-        while any(_running(r) for r in ranks) and time.monotonic() - stopped < 20:
-            time.sleep(0.05)
-        assert not any(_running(r) for r in ranks)
-        assert time.monotonic() - stopped < 5
+        elapsed = seconds_until_gone(ranks, stopped, 20)
+        assert not any(running(r) for r in ranks)
+        assert elapsed < 5
     finally:
         agent.kill()
     time.sleep(0.2)  # the orphans' last lines
