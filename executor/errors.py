@@ -31,3 +31,10 @@ class SplitError(PipesimError):
 
 class BackendError(PipesimError):
     """An unknown backend or device kind, or one this machine cannot run (no CUDA device)."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, or its class's name when it has none: what a
+    one-line report quotes of an exception from torch (whose messages run to many lines)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.backends import Backend, DeviceKind
-from executor.errors import BackendError, PeerError
+from executor.errors import BackendError, PeerError, first_line
 from executor.models import mlp, transformer
 from executor.options import (
     PROG,
@@ -132,8 +132,7 @@ def join_process_group(device_kind: DeviceKind, place: RankPlace, timeout_s: flo
             device_kind.process_group_backend, timeout=datetime.timedelta(seconds=timeout_s)
         )
     except (RuntimeError, ValueError) as error:  # torch's DistStoreError is a RuntimeError
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise PeerError(f"{failure} ({first[:200]})") from None
+        raise PeerError(f"{failure} ({first_line(error)[:200]})") from None
     finally:
         timer.cancel()
 

@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from executor.errors import first_line
 from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 
 PROG = "python -m executor.torchrun"
@@ -58,8 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return status if status in (1, 2, EXIT_INTERRUPTED) else EXIT_CHECK_FAILED
     except RuntimeError as error:  # the agent's own rendezvous (a port in use, a lost store)
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        sys.stderr.write(f"{PROG}: failed: {first}\n")
+        sys.stderr.write(f"{PROG}: failed: {first_line(error)}\n")
         return EXIT_CHECK_FAILED
     return 0
 

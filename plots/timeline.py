@@ -82,13 +82,14 @@ def draw_timeline(
         np.array([bar[3] for bar in compute], dtype=np.float64),
         np.array(fill_index, dtype=np.int64),
     )
-    merged = _draw_bars(axes, bars, list(fills), height=0.8, scale=scale, pixel_s=pixel_s)
-    for device, label, start, finish in compute:
+    colours = list(fills)
+    merged = _draw_bars(axes, bars, colours, height=0.8, scale=scale, pixel_s=pixel_s)
+    for (device, label, start, finish), fill_number in zip(compute, fill_index, strict=True):
         kind = kind_of(label)
         text = label[label.index(kind) + 1 :] if kind != "opt" else ""
         size = label_size(text, (finish - start) * points_per_s)
         if size:
-            fill = lighter(KIND_COLOURS[kind], chunk_of.get(label, 0) / max(1, chunks - 1))
+            fill = colours[fill_number]
             axes.text(
                 (start + (finish - start) / 2) * scale,
                 device,

@@ -142,10 +142,10 @@ def _record(value: object, cls: type[Any], where: str, context: _Context) -> Any
     hints = typing.get_type_hints(cls)
     values = {}
     for field in dataclasses.fields(cls):
-        absent = field.default is dataclasses.MISSING and (
+        required = field.default is dataclasses.MISSING and (
             field.default_factory is dataclasses.MISSING
         )
-        if not absent and isinstance(value, Mapping) and field.name not in value:
+        if not required and isinstance(value, Mapping) and field.name not in value:
             continue
         raw = require(value, field.name, where)
         inner = context.entering(field.name)

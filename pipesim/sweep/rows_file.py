@@ -27,20 +27,18 @@ from pipesim.files.inputs import decode_text, read_input
 from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import json_text
 
-COLUMNS = (
-    "schedule",
-    "devices",
-    "microbatches",
-    "chunks",
+# A row's columns: the schedule, its counts, its numbers, whether it ran out of memory and the
+# error (if any); reading a row back checks each group as such.
+_COUNTS = ("devices", "microbatches", "chunks")
+_NUMBERS = (
     "iteration_time",
     "bubble_fraction",
     "analytic_bubble_fraction",
     "throughput",
     "speedup",
     "max_peak_memory_bytes",
-    "oom",
-    "error",
 )
+COLUMNS = ("schedule", *_COUNTS, *_NUMBERS, "oom", "error")
 
 # Seconds between saves while rows complete; a save also waits SAVE_COST_FACTOR times as long
 # as the last one took, so a huge file is not rewritten more than a few percent of the time.
@@ -215,17 +213,6 @@ def _read_csv(text: str, path: Path) -> dict[Key, dict[str, Any]]:
             raise PipesimError(f"--resume: {str(path)!r} line {line}: {problem}")
         rows[key_of(row)] = row
     return rows
-
-
-_COUNTS = ("devices", "microbatches", "chunks")
-_NUMBERS = (
-    "iteration_time",
-    "bubble_fraction",
-    "analytic_bubble_fraction",
-    "throughput",
-    "speedup",
-    "max_peak_memory_bytes",
-)
 
 
 def row_problem(row: dict[str, Any]) -> str | None:
