@@ -133,7 +133,10 @@ def _sweep(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             if sink is None:
                 raise
-            sink.save()
+            if not sink.save():
+                raise Interrupted(
+                    f"no point had finished without an error; nothing written to {args.out}"
+                ) from None
             raise Interrupted(
                 f"{len(sink):,} of {len(points):,} points saved to {args.out}; run the same "
                 "command with --resume to finish the sweep"
@@ -155,7 +158,8 @@ def _sweep(args: argparse.Namespace) -> int:
             )
     failed = [e for e in entries if e.get("error")]
     if entries and len(failed) == len(entries):
-        raise PipesimError(f"every point failed; the first: {failed[0]['error']}")
+        kept = f"; nothing written to {args.out}" if sink is not None else ""
+        raise PipesimError(f"every point failed{kept}; the first: {failed[0]['error']}")
     if not entries and skipped:  # the grid held points, and no schedule can take any of them
         raise PipesimError(
             f"every point of the sweep was skipped ({len(skipped):,}); the first: "

@@ -17,7 +17,7 @@ from pipesim import __version__
 from pipesim.common.progress import progress
 from pipesim.errors import Interrupted, PipesimError
 from pipesim.files.inputs import decode_text, read_input
-from pipesim.files.outputs import output_directory, write_text_atomically
+from pipesim.files.outputs import new_output_directory, write_text_atomically
 from pipesim.files.strict_json import json_text
 from validation.compare import (
     RunKey,
@@ -104,53 +104,60 @@ def run_validation(
     cases (see :class:`~validation.session.Stability`).
     """
     chosen, skipped = suite_cases(suite, backend) if cases is None else (cases, [])
-    out = output_directory(out, "--out")
-    results: list[CaseResult] = []
-    measured_series: list[tuple[dict[RunKey, RoundPrediction], CaseSeries]] = []
-    try:
-        _measure_cases(
-            chosen, out, reuse, resume, stability, show_progress, results, measured_series
+    if reuse and not Path(out).is_dir():  # nothing to reuse: refused without making it
+        raise PipesimError(
+            f"--reuse: no measurements folder at {str(out)!r}; give the --out of a validation "
+            "that ran"
         )
-    except KeyboardInterrupt:
-        kept = ", ".join(r.name for r in results) or "none"
-        raise Interrupted(
-            f"validate: cases measured and saved in {str(out)!r}: {kept}; run the same command "
-            "with --resume to measure the rest"
-        ) from None
-    records = [r for case in results for r in case.records]
-    intervals = error_intervals([series for _, series in measured_series], STATISTIC)
-    summary = aggregate(records, intervals)
-    found = breaches(summary, max_median_error, max_error)
-    verdict, reason = conclude(summary, found, results, max_median_error, max_error)
-    result = ValidationResult(
-        suite=suite,
-        backend=backend,
-        pipesim=__version__,
-        max_median_error=max_median_error,
-        max_error=max_error,
-        summary=summary,
-        breaches=tuple(found),
-        verdict=verdict,
-        verdict_reason=reason,
-        cases=tuple(results),
-        skipped=tuple(skipped),
-        # The reported statistic's entry is the summary itself (its records compared with
-        # it); only the others are compared again.
-        by_statistic={
-            statistic.value: summary
-            if statistic is STATISTIC
-            else aggregate(
-                [
-                    r
-                    for case, (predictions, _) in zip(results, measured_series, strict=True)
-                    for r in compare_case(case.measurement, statistic, predictions)
-                ]
+    # A folder made here and left empty (a case refused, Ctrl-C before any was measured) is
+    # removed again; measurements written into it stay.
+    with new_output_directory(out, "--out") as out:
+        results: list[CaseResult] = []
+        measured_series: list[tuple[dict[RunKey, RoundPrediction], CaseSeries]] = []
+        try:
+            _measure_cases(
+                chosen, out, reuse, resume, stability, show_progress, results, measured_series
             )
-            for statistic in Statistic
-        },
-    )
-    write_report(out, result, _figures(out, results, [p for p, _ in measured_series]))
-    return result
+        except KeyboardInterrupt:
+            kept = ", ".join(r.name for r in results) or "none"
+            raise Interrupted(
+                f"validate: cases measured and saved in {str(out)!r}: {kept}; run the same command "
+                "with --resume to measure the rest"
+            ) from None
+        records = [r for case in results for r in case.records]
+        intervals = error_intervals([series for _, series in measured_series], STATISTIC)
+        summary = aggregate(records, intervals)
+        found = breaches(summary, max_median_error, max_error)
+        verdict, reason = conclude(summary, found, results, max_median_error, max_error)
+        result = ValidationResult(
+            suite=suite,
+            backend=backend,
+            pipesim=__version__,
+            max_median_error=max_median_error,
+            max_error=max_error,
+            summary=summary,
+            breaches=tuple(found),
+            verdict=verdict,
+            verdict_reason=reason,
+            cases=tuple(results),
+            skipped=tuple(skipped),
+            # The reported statistic's entry is the summary itself (its records compared with
+            # it); only the others are compared again.
+            by_statistic={
+                statistic.value: summary
+                if statistic is STATISTIC
+                else aggregate(
+                    [
+                        r
+                        for case, (predictions, _) in zip(results, measured_series, strict=True)
+                        for r in compare_case(case.measurement, statistic, predictions)
+                    ]
+                )
+                for statistic in Statistic
+            },
+        )
+        write_report(out, result, _figures(out, results, [p for p, _ in measured_series]))
+        return result
 
 
 def _measure_cases(

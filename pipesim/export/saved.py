@@ -17,13 +17,13 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pipesim.common import limits
 from pipesim.common.limits import Limit, limit
 from pipesim.common.units import format_percent, format_seconds
 from pipesim.errors import PipesimError
+from pipesim.files.inputs import read_at_most
 from pipesim.files.strict_json import LARGEST, SMALLEST
 
 # The range a plotted number may take is pipesim.files.strict_json's LARGEST and SMALLEST
@@ -117,8 +117,7 @@ class _Checker:
 def read_json(path: str) -> Any:
     """The file's JSON (NaN and Infinity are read, and refused later by the field checks)."""
     try:
-        with Path(path).open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        raw = read_at_most(path, MAX_FILE_BYTES + 1)
     except OSError as error:
         raise PipesimError(f"FILE {path!r}: cannot read it ({error.strerror})") from None
     if len(raw) > MAX_FILE_BYTES:

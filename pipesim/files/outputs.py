@@ -101,6 +101,30 @@ def output_directory(path: str | Path, field: str, *, create: bool = True) -> Pa
 
 
 @contextlib.contextmanager
+def new_output_directory(path: str | Path, field: str) -> Iterator[Path]:
+    """:func:`output_directory` for the length of a ``with`` block: the folders it had to
+    create are removed again if the block fails (bad input found late, Ctrl-C) while they are
+    still empty, so a refused command leaves no empty folder behind; anything written into
+    them stays."""
+    target = Path(str(path))
+    missing = []
+    folder = target.absolute()
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    made = output_directory(path, field)
+    try:
+        yield made
+    except BaseException:
+        for folder in missing:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty (something was written), or not ours to remove
+        raise
+
+
+@contextlib.contextmanager
 def atomic_output(path: str | Path, *, field: str, binary: bool = False) -> Iterator[IO[Any]]:
     """A handle to write ``path``'s new content into (text in UTF-8, or ``binary``), made
     visible only when the ``with`` block ends without an error (see the module's rules). An
@@ -186,11 +210,22 @@ def _keep_mode_and_owner(fd: int, existing: os.stat_result | None) -> None:
 
 
 def _require_writable(directory: Path, field: str) -> None:
-    """Refuse a folder this process may not create files in, saying whether its file system
-    is read-only or the permission is denied."""
+    """Refuse a folder this process cannot create files in, saying why (read-only file
+    system, permission denied, or the file system's own reason). The test is a real one: a
+    probe file is created and removed, since permission bits alone say yes to root and to
+    folders such as /proc that take no new files, and a command writing several outputs must
+    not find that out after it has replaced the first."""
     if not os.access(directory, os.W_OK | os.X_OK):
         reason = "read-only file system" if _read_only(directory) else "permission denied"
         raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".pipesim-probe.", dir=directory)
+    except OSError as error:
+        reason = "read-only file system" if _read_only(directory) else str(error.strerror)
+        raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
 def _read_only(directory: Path) -> bool:

@@ -156,12 +156,17 @@ class SweepFile:
         if not self._stream and now - self._last_save >= due:
             self.save()
 
-    def save(self) -> None:
-        """Write every row recorded so far (atomically)."""
+    def save(self) -> bool:
+        """Write every row recorded so far (atomically); return whether it wrote. Rows that
+        are all errors are not written: a sweep whose every point failed (bad input) leaves
+        the file there as it was, instead of replacing a good one with nothing but errors."""
+        if not any(not entry.get("error") for entry in self._entries.values()):
+            return False
         started = time.monotonic()
         write_text_atomically(self._path, self.text(), field=self._field)
         self._last_save = time.monotonic()
         self._save_cost_s = self._last_save - started
+        return True
 
     def text(self) -> str:
         """The file's content now."""

@@ -75,6 +75,25 @@ def test_costs_that_overflow_are_an_error_row_and_exit_2_when_every_row_fails(
     )
 
 
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_a_sweep_whose_every_point_fails_leaves_the_out_file_as_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, suffix: str
+) -> None:
+    """Every point failing is bad input (exit 2): a good file at --out is not replaced by
+    rows of errors, and no file is made where there was none."""
+    sweep = ["sweep", "--schedules", "1f1b", "-K", "2", "-M", "2,4"]
+    out = tmp_path / f"sw{suffix}"
+    status, _, _ = run(capsys, *sweep, "--costs", "1,2", "--out", str(out))
+    assert status == 0
+    good = out.read_bytes()
+    status, _, err = run(capsys, *sweep, "--costs", "1e300,1e300", "--out", str(out))
+    assert status == 2 and out.read_bytes() == good
+    assert err.startswith(f"pipesim: error: every point failed; nothing written to {out}; the ")
+    fresh = tmp_path / f"new{suffix}"
+    status, _, _ = run(capsys, *sweep, "--costs", "1e300,1e300", "--out", str(fresh))
+    assert status == 2 and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+
+
 def test_a_grid_beyond_the_size_limits_is_refused_before_any_work(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

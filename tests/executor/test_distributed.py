@@ -90,26 +90,26 @@ def run_failing(mode: str, world: int) -> list[dict[str, Any]]:
     # The join bound is a hang guard, not a measurement: a survivor that waited out its 60 s
     # timeout instead of learning of the failure would still be alive at the bound.
     out = Path(tempfile.mkdtemp(prefix="pipesim-dist-"))
-    context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
-        workers.failing_peer,
-        args=(world, str(out / "init"), str(out), mode),
-        nprocs=world,
-        join=False,
-        start_method="spawn",
-    )
-    processes = list(context.processes)
-    stalled = processes[-1] if mode == "stall" else None
-    try:
-        for process in processes:
-            if process is not stalled:
-                process.join(timeout=45)
-                assert not process.is_alive(), "a rank hung"
-    finally:
-        if stalled is not None:
-            stalled.kill()
-            stalled.join(timeout=10)
-    written = [out / f"outcome-{rank}.pt" for rank in range(world)]
-    try:
+    try:  # the folder goes whatever happens: a hung rank's assertion included
+        context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
+            workers.failing_peer,
+            args=(world, str(out / "init"), str(out), mode),
+            nprocs=world,
+            join=False,
+            start_method="spawn",
+        )
+        processes = list(context.processes)
+        stalled = processes[-1] if mode == "stall" else None
+        try:
+            for process in processes:
+                if process is not stalled:
+                    process.join(timeout=45)
+                    assert not process.is_alive(), "a rank hung"
+        finally:
+            if stalled is not None:
+                stalled.kill()
+                stalled.join(timeout=10)
+        written = [out / f"outcome-{rank}.pt" for rank in range(world)]
         return [torch.load(path) for path in written if path.exists()]
     finally:
         shutil.rmtree(out, ignore_errors=True)

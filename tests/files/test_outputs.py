@@ -6,8 +6,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +217,71 @@ def test_an_output_directory_can_be_checked_without_creating_it(tmp_path: Path) 
     with pytest.raises(PipesimError, match=r"^--out: '.*file' is not a directory$"):
         output_directory(tmp_path / "file" / "sub", "--out", create=False)
     assert output_directory(target, "--out") == target and target.is_dir()
+
+
+def test_a_folder_that_takes_no_new_file_is_found_before_any_output_is_written(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Permission bits say yes to root and to /proc; a probe file says no. A command with
+    several outputs refuses before it replaces the first, and the probe leaves nothing."""
+    saved = tmp_path / "sim.json"
+    saved.write_text("previous run")
+    refusing = tmp_path / "refusing"
+    refusing.mkdir()
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args: Any, **options: Any) -> tuple[int, str]:
+        if Path(str(options.get("dir"))) == refusing:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+        return real_mkstemp(*args, **options)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    status, out, err = run(
+        capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "2", "--costs", "1,2",
+        "--save", str(saved), "--timeline", str(refusing / "t.png"),
+    )  # fmt: skip
+    assert status == 2 and out == ""
+    assert err == (
+        f"pipesim: error: --timeline: cannot write into {str(refusing)!r} (No such file or "
+        "directory)\n"
+    )
+    assert saved.read_text() == "previous run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["refusing", "sim.json"]
+    assert list(refusing.iterdir()) == []
+
+
+def test_a_new_output_directory_is_removed_when_the_command_fails_before_writing(
+    tmp_path: Path,
+) -> None:
+    from pipesim.files.outputs import new_output_directory
+
+    target = tmp_path / "a" / "b" / "c"
+    with (
+        pytest.raises(PipesimError, match="late refusal"),
+        new_output_directory(target, "--out") as folder,
+    ):
+        assert folder.is_dir()
+        raise PipesimError("late refusal")
+    assert list(tmp_path.iterdir()) == []
+    # What was written stays, with the folders holding it; a folder that existed stays.
+    (tmp_path / "kept").mkdir()
+    with (
+        pytest.raises(KeyboardInterrupt),
+        new_output_directory(tmp_path / "kept" / "x" / "y", "--out") as folder,
+    ):
+        (folder.parent / "measured.json").write_text("{}")
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in (tmp_path / "kept").rglob("*")) == ["measured.json", "x"]
+    with new_output_directory(target, "--out") as folder:
+        pass
+    assert folder.is_dir()
+
+
+def test_a_refused_reproduction_leaves_no_folder(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PIPESIM_MAX_ACTIONS", "10")
+    status, _, err = run(capsys, "reproduce", "interleaved", "--out", str(tmp_path / "rep" / "x"))
+    assert status == 2
+    assert err.startswith("pipesim: error: ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import output_directory
+from pipesim.files.outputs import new_output_directory
 from validation.reproduce.framework import Experiment, Outcome, write_outputs
 
 
@@ -60,6 +60,6 @@ def reproduce(name: str, out: str | Path) -> tuple[Outcome, dict[str, Path]]:
         raise PipesimError(
             f"unknown reproduction {name!r}; choose one of: {', '.join(experiments)}"
         )
-    folder = output_directory(out, "--out")
-    outcome = experiments[name].run(folder)
-    return outcome, write_outputs(outcome, folder)
+    with new_output_directory(out, "--out") as folder:
+        outcome = experiments[name].run(folder)
+        return outcome, write_outputs(outcome, folder)

@@ -1,0 +1,130 @@
+"""Reading input files: pipes and devices are read as streams, each wait bounded, so a named
+pipe without a writer is one line instead of a command waiting for ever."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import pipesim.files.inputs
+from pipesim.errors import PipesimError
+from pipesim.files.inputs import SilentPipe, read_at_most, read_input
+from tests.cli.test_schedule_cli import run
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+
+GPIPE_CSV = "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n"
+
+
+@pytest.fixture
+def short_wait(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(pipesim.files.inputs, "PIPE_WAIT_S", 0.3)
+    return 0.3
+
+
+def _write_later(path: Path, parts: list[bytes], pause_s: float) -> threading.Thread:
+    """A writer that opens ``path`` after ``pause_s`` and sends ``parts`` ``pause_s`` apart."""
+
+    def write() -> None:
+        time.sleep(pause_s)
+        with path.open("wb") as handle:
+            for part in parts:
+                handle.write(part)
+                handle.flush()
+                time.sleep(pause_s)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    return writer
+
+
+def test_a_named_pipe_nobody_writes_to_is_refused_after_the_wait(
+    tmp_path: Path, short_wait: float
+) -> None:
+    fifo = tmp_path / "in.csv"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(PipesimError) as caught:
+        read_input(fifo, "schedule")
+    assert short_wait <= time.monotonic() - started < short_wait + 2
+    assert str(caught.value) == (
+        f"schedule file {str(fifo)!r}: cannot read it (a pipe or device that sent nothing for "
+        "0.3 s; is a program writing to it?)"
+    )
+
+
+def test_a_slow_writer_is_read_whole_while_each_wait_is_shorter_than_the_bound(
+    tmp_path: Path, short_wait: float
+) -> None:
+    """The writer opens late and pauses between parts, each pause under the bound."""
+    fifo = tmp_path / "in.csv"
+    os.mkfifo(fifo)
+    writer = _write_later(fifo, [b"a" * 100_000, b"b", b"c"], pause_s=short_wait / 3)
+    assert read_at_most(fifo, 1 << 20) == b"a" * 100_000 + b"bc"
+    writer.join()
+
+
+def test_a_pipe_is_read_up_to_the_bound_and_no_further(tmp_path: Path) -> None:
+    fifo = tmp_path / "in"
+    os.mkfifo(fifo)
+    writer = _write_later(fifo, [b"x" * 5000], pause_s=0.01)
+    assert read_at_most(fifo, 1000) == b"x" * 1000
+    writer.join()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/dev/null and /dev/zero as on Linux")
+def test_devices_end_or_are_cut_at_the_bound() -> None:
+    assert read_at_most("/dev/null", 10) == b""
+    assert read_at_most("/dev/zero", 10) == b"\0" * 10
+
+
+def test_silent_pipe_is_an_os_error_with_its_reason(short_wait: float) -> None:
+    error = SilentPipe()
+    assert isinstance(error, OSError)
+    assert error.strerror == (
+        "a pipe or device that sent nothing for 0.3 s; is a program writing to it?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["schedule", "check", "FIFO"], "schedule file 'FIFO'"),
+        (["schedule", "show", "--schedule-file", "FIFO"], "schedule file 'FIFO'"),
+        (["plot", "timeline", "FIFO", "--out", "OUT"], "FILE 'FIFO'"),
+    ],
+)
+def test_every_reader_of_a_file_bounds_its_wait_for_a_pipe(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    short_wait: float,
+    argv: list[str],
+    message: str,
+) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    argv = [
+        str(fifo) if a == "FIFO" else str(tmp_path / "t.png") if a == "OUT" else a for a in argv
+    ]
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err == (
+        f"pipesim: error: {message.replace('FIFO', str(fifo))}: cannot read it (a pipe or device "
+        "that sent nothing for 0.3 s; is a program writing to it?)\n"
+    )
+
+
+def test_a_schedule_from_a_pipe_with_a_writer_is_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "s.csv"
+    os.mkfifo(fifo)
+    writer = _write_later(fifo, [GPIPE_CSV.encode()], pause_s=0.05)
+    status, out, _ = run(capsys, "schedule", "check", str(fifo))
+    writer.join()
+    assert status == 0 and "valid: K=2 devices, M=2 micro-batches" in out
