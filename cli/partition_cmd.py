@@ -87,7 +87,7 @@ def _partition(args: argparse.Namespace) -> int:
     if (args.costs is None) == (args.model is None):
         raise PipesimError("give either --model NAME with --hardware NAME or --costs T1,T2,...")
     schedule = _schedule(args)
-    chunks = schedule.chunks if schedule is not None else (args.chunks or 1)
+    chunks = schedule.chunks if schedule is not None else _given(args.chunks, 1)
     if chunks < 1:
         raise PipesimError(f"-v/--chunks must be an integer >= 1, got {chunks}")
     check(Limit.DEVICES, args.devices, f"-K {args.devices:,}")
@@ -117,6 +117,12 @@ def _partition(args: argparse.Namespace) -> int:
         return EXIT_OK
     sys.stdout.write(_table(payload, names))
     return EXIT_OK
+
+
+def _given(value: int | None, default: int) -> int:
+    """An option's value, or ``default`` where it was not given (a given 0 stays 0, to be
+    refused, not read as absent)."""
+    return default if value is None else value
 
 
 # Relative speeds far outside this range only overflow the stage times (a layer taking 1e308 s).
@@ -183,6 +189,8 @@ def _costs_problem(text: str, placement: tuple[int, ...]) -> Any:
     check(Limit.LAYERS, len(times), f"--costs: {len(times):,} layers")
     if sum(times) == float("inf"):
         raise PipesimError("--costs: the per-layer seconds overflow a float: give smaller ones")
+    if sum(times) == 0:
+        raise PipesimError(f"--costs: every layer takes 0 s, nothing to balance, got {shown(text)}")
     return PartitionProblem(tuple(StageCosts(t, 0.0, 0.0) for t in times), 0.0, placement)
 
 
@@ -196,7 +204,9 @@ def _model_problem(args: argparse.Namespace, placement: tuple[int, ...]) -> tupl
         raise PipesimError("--hardware is required with --model")
     model = with_optimizer(resolve_model(args.model), args.optimizer, args.master_weights)
     batch = model.default_batch if args.batch is None else args.batch
-    microbatches = args.microbatches or args.devices
+    microbatches = _given(args.microbatches, args.devices)
+    if microbatches < 1:
+        raise PipesimError(f"-M/--microbatches must be an integer >= 1, got {microbatches}")
     if batch < 1 or batch % microbatches:
         raise PipesimError(
             f"--batch {batch} must be a positive multiple of the {microbatches} micro-batches"

@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
 def _plot(args: argparse.Namespace) -> int:
     import plots
     from pipesim.export import saved
-    from plots.style import figure_path
+    from plots.style import check_text, figure_path
 
     figure_path(args.out, "--out")  # before any work: a bad --out costs nothing
     files: list[str] = args.files
@@ -71,6 +71,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise PipesimError(
             f"--title has {len(title):,} characters; at most {MAX_TITLE_CHARACTERS} fit a figure"
         )
+    check_text(title, "--title")
     if args.kind == "timeline":
         runs = [saved.load_run(path, memory=False) for path in files]
         if len(runs) == 1:

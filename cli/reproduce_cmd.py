@@ -35,6 +35,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     from validation.reproduce import _experiments, reproduce
     from validation.reproduce.framework import summary_lines
 
+    if args.list and args.name is not None:
+        raise PipesimError(f"--list lists every suite and takes no NAME, got {args.name!r}")
     if args.list or args.name is None:
         if args.name is None and not args.list:
             raise PipesimError("NAME is required (see pipesim reproduce --list)")

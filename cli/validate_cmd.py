@@ -84,15 +84,32 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=_validate)
 
 
+MAX_ERROR_THRESHOLD = 10.0
+MAX_REPEAT_S = 86_400
+
+
 def _validate(args: argparse.Namespace) -> int:
     for flag, value in (
         ("--max-median-error", args.max_median_error),
         ("--max-error", args.max_error),
     ):
-        if not value > 0:
-            raise PipesimError(f"{flag} must be > 0, got {value}")
-    if args.repeat_until_stable is not None and not args.repeat_until_stable > 0:
-        raise PipesimError(f"--repeat-until-stable must be > 0, got {args.repeat_until_stable}")
+        # Above 10 (1,000%) no prediction can fail the gate: a verdict that cannot fail.
+        if not 0 < value <= MAX_ERROR_THRESHOLD:
+            raise PipesimError(
+                f"{flag} must be a relative error > 0 and at most {MAX_ERROR_THRESHOLD:g}, got "
+                f"{value}"
+            )
+    if args.repeat_until_stable is not None:
+        if not 0 < args.repeat_until_stable <= MAX_REPEAT_S:
+            raise PipesimError(
+                f"--repeat-until-stable must be seconds > 0 and at most {MAX_REPEAT_S:,} (a "
+                f"day per case), got {args.repeat_until_stable}"
+            )
+        if args.reuse:
+            raise PipesimError(
+                "--repeat-until-stable goes with measuring, not with --reuse (which measures "
+                "nothing)"
+            )
     if args.reuse and args.resume:
         raise PipesimError("--reuse and --resume: choose one")
     try:

@@ -36,6 +36,7 @@ from executor.split import split_model
 from executor.step import run_step
 from executor.trainer import PipelineTrainer
 from pipesim.common.command_line import EXIT_CHECK_FAILED
+from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
 from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace, place: RankPlace | None) -> int:
     device_kind = DeviceKind(args.device)
     devices = place.world_size if place else args.devices
     schedule = build(args.schedule, devices, args.microbatches, args.chunks)
+    actions = len(schedule.actions())
+    check(Limit.ACTIONS, args.steps * actions, f"--steps {args.steps:,} x {actions:,} actions")
     if args.trace and rank == 0:
         output_path(args.trace, "--trace")
     if device_kind is DeviceKind.CUDA:

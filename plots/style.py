@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+from matplotlib.cbook import is_math_text
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
@@ -128,6 +129,31 @@ def subplots(nrows: int = 1, ncols: int = 1, **options: Any) -> tuple[Figure, An
     return figure, figure.subplots(nrows, ncols, **options)
 
 
+def check_text(text: str, field: str) -> str:
+    """``text`` as matplotlib will draw it: a text with an even number of unescaped ``$`` is
+    mathtext, and one matplotlib cannot parse is refused here in one line (it would otherwise
+    end the drawing in a 60-line parser traceback). Returns ``text``."""
+    if is_math_text(text):
+        from matplotlib.font_manager import FontProperties
+        from matplotlib.mathtext import MathTextParser
+
+        try:
+            MathTextParser("path").parse(text, 72, FontProperties())
+        except ValueError as error:
+            raise PipesimError(f"{field} {_mathtext_problem(error)}") from None
+    return text
+
+
+def _mathtext_problem(error: ValueError) -> str:
+    """The parser's own reason, on one line: its last line, without the parser's class name."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    reason = lines[-1].split(": ", 1)[-1] if lines else str(error)
+    return (
+        f"is not valid mathtext ({reason[:200]}): write \\$ for a dollar sign, or fix the "
+        "expression between the $ signs"
+    )
+
+
 def save(figure: Any, path: str | Path, *, field: str = "figure file", dpi: int = DPI) -> Path:
     """Write ``figure`` as PNG or SVG (by suffix); refuses other suffixes. ``field`` names the
     option the path came from in errors."""
@@ -136,11 +162,18 @@ def save(figure: Any, path: str | Path, *, field: str = "figure file", dpi: int 
         kind = target.suffix.lower().lstrip(".")
         # Atomically, by pipesim.files.outputs' rules: a full disk is an OutputError (exit 1) that
         # leaves any previous figure whole; symlinks and special files are written through.
-        write_with(
-            target,
-            lambda handle: figure.savefig(handle, format=kind, dpi=dpi, bbox_inches="tight"),
-            field=field,
-        )
+        try:
+            write_with(
+                target,
+                lambda handle: figure.savefig(handle, format=kind, dpi=dpi, bbox_inches="tight"),
+                field=field,
+            )
+        except ValueError as error:
+            # A text drawn from a file (a saved run's title, a schedule's name) that is mathtext
+            # matplotlib cannot parse; the figure's own texts are checked before they are set.
+            if "Parse" not in str(error):
+                raise
+            raise PipesimError(f"a text of the figure {_mathtext_problem(error)}") from None
     finally:
         _release(figure)
     return target

@@ -90,6 +90,8 @@ def device_peaks(
 
 def balanced(problem: PartitionProblem) -> Partition:
     """The partition with the least slowest-stage time (exact)."""
+    if problem.stages == 1:  # one stage holds every layer: no table to fill
+        return Partition((len(problem.layers),), stage_times(problem, (len(problem.layers),)))
     matrices = _time_matrices(problem)
     counts = _solve(matrices, len(problem.layers))
     if counts is None:  # pragma: no cover - every shape with S <= L has a partition
@@ -111,6 +113,8 @@ def memory_aware(
     first = balanced(problem)
     if _fits(problem, forms, first.counts):
         return first
+    if problem.stages == 1:
+        raise _no_fit(problem, forms, first.counts)
     if all(len(form.stages) == 1 for form in forms):
         matrices = _time_matrices(problem)
         memory = [

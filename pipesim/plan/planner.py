@@ -132,6 +132,8 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             f"{settings.batch} and {settings.top}"
         )
     check(Limit.CLUSTER_DEVICES, settings.devices, f"--devices {settings.devices:,}")
+    for chunks in settings.chunk_options:
+        check(Limit.CHUNKS, chunks, f"--chunks {chunks:,}")
     if not settings.schedules:
         raise SpecError("--schedules must name at least one schedule, got none")
     model = resolved_model(

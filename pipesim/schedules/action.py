@@ -52,7 +52,7 @@ class UpdateRule(Enum):
     ASYNC = "async"
 
 
-_ACTION_TEXT = re.compile(r"(\d+)([FBIW])(\d+)")
+_ACTION_TEXT = re.compile(r"([0-9]+)([FBIW])([0-9]+)")  # ASCII digits only: \d takes "１"
 
 
 class _ActionFields(NamedTuple):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipesim.common.checks import SpecError
+from pipesim.common.limits import Limit, check
 from pipesim.workload.amoebanet import amoebanet_d
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
@@ -123,6 +124,9 @@ class ModelFamily:
     example: str
     summary: str
     build: Callable[[re.Match[str]], Model]
+    # The name's group holding its count of repeated layers, checked against PIPESIM_MAX_LAYERS
+    # before the model is built (0: the family has fixed sizes).
+    layers_group: int = 0
 
 
 FAMILIES = (
@@ -131,12 +135,14 @@ FAMILIES = (
         "gpipe-transformer-48",
         "GPipe's Transformer-L (d_model 2048, ffn 8192, 32 heads, seq 1024, vocab 32k)",
         lambda m: gpipe_transformer(int(m[1])),
+        layers_group=1,
     ),
     ModelFamily(
         r"amoebanet-d-(\d+)-(\d+)",
         "amoebanet-d-18-256",
         "AmoebaNet-D(L, D) approximation, 224x224 input (GPipe, torchgpipe)",
         lambda m: amoebanet_d(int(m[1]), int(m[2])),
+        layers_group=1,
     ),
     ModelFamily(
         r"(gpt|bert)-(355m|1\.3b|2\.2b|3\.8b)",
@@ -171,8 +177,20 @@ FAMILIES = (
         "uniform-16",
         "L identical synthetic layers (2 GFLOP per pass and sample)",
         lambda m: uniform(int(m[1])),
+        layers_group=1,
     ),
 )
+
+
+def _check_layers(name: str, digits: str) -> None:
+    """Refuse a name's layer count beyond ``PIPESIM_MAX_LAYERS`` before a layer is built (a name
+    such as ``uniform-100000000`` would otherwise allocate gigabytes, one of 30 digits run for
+    ever)."""
+    if len(digits) > 18:
+        shown = name.replace(digits, f"<{len(digits)} digits>")
+        check(Limit.LAYERS, float("inf"), f"model {shown}")
+    count = int(digits)
+    check(Limit.LAYERS, count, f"model {name}: {count:,} layers")
 
 
 def model(name: str) -> Model:
@@ -180,6 +198,8 @@ def model(name: str) -> Model:
     for family in FAMILIES:
         match = re.fullmatch(family.pattern, name)
         if match:
+            if family.layers_group:
+                _check_layers(name, match[family.layers_group])
             return family.build(match)
     examples = ", ".join(f.example for f in FAMILIES)
     raise SpecError(

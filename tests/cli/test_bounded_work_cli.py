@@ -4,6 +4,7 @@ meaning nothing, are refused before any work: one line naming the field or the l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,10 @@ CASES = [
         "--devices 1,000,000,000,000,000,000: beyond the limit of 65,536 devices in the cluster",
     ),
     (
+        ["plan", *MODEL, "--devices", "8", "--batch", "512", "--chunks", "2,1000000"],
+        "--chunks 1,000,000: beyond the limit of 64 chunks per device; set PIPESIM_MAX_CHUNKS",
+    ),
+    (
         ["plan", *MODEL, "--devices", "8", "--batch", "512", "--schedules", ",,"],
         "--schedules must name at least one schedule, got ',,'",
     ),
@@ -67,6 +72,45 @@ CASES = [
         ["partition", "--costs", "1,2,3", "-K", "2", "--device-speeds", "1e-308,1"],
         "--device-speeds must be 2 positive numbers between 1e-06 and 1e+06 (one per device), "
         "got '1e-308,1'",
+    ),
+    # A catalogue name's layer count is a size like any other: checked before a layer is built.
+    (
+        [*SIMULATE, "--model", "uniform-100000000", "--hardware", "a100"],
+        "model uniform-100000000: 100,000,000 layers: beyond the limit of 100,000 layers; set "
+        "PIPESIM_MAX_LAYERS",
+    ),
+    (
+        [*SIMULATE, "--model", "uniform-200000", "--hardware", "a100"],
+        "model uniform-200000: 200,000 layers: beyond the limit of 100,000 layers",
+    ),
+    (
+        [*SIMULATE, "--model", "gpipe-transformer-" + "9" * 30, "--hardware", "a100"],
+        "model gpipe-transformer-<30 digits>: beyond the limit of 100,000 layers",
+    ),
+    (
+        ["plan", "--model", "amoebanet-d-3000000-256", "--hardware", "a100", "--devices", "4"],
+        "model amoebanet-d-3000000-256: 3,000,000 layers: beyond the limit of 100,000 layers",
+    ),
+    (
+        ["plan", "--model", "uniform-10000", "--hardware", "a100", "--devices", "4"],
+        "partition of 10,000 layers into 2 stages: 200,040,002 table cells: beyond the limit",
+    ),
+    # A zero given is refused, never read as the option left out.
+    (
+        ["partition", "-K", "2", "-v", "0", "--costs", "1,2,3,4"],
+        "-v/--chunks must be an integer >= 1, got 0",
+    ),
+    (
+        ["partition", "-K", "2", "-v", "0", *MODEL],
+        "-v/--chunks must be an integer >= 1, got 0",
+    ),
+    (
+        ["partition", "-K", "2", "-M", "0", *MODEL],
+        "-M/--microbatches must be an integer >= 1, got 0",
+    ),
+    (
+        ["partition", "-K", "2", "--costs", "0,0"],
+        "--costs: every layer takes 0 s, nothing to balance, got '0,0'",
     ),
 ]
 
@@ -128,6 +172,35 @@ def test_a_title_longer_than_a_figure_holds_is_refused_before_drawing(
     assert (
         one_line(err) == "pipesim: error: --title has 100,000 characters; at most 300 fit a figure"
     )
+
+
+def test_a_title_matplotlib_cannot_parse_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Text between two $ is mathtext: a bad expression in --title is refused before drawing,
+    one in a saved file (a schedule's name) when drawn, one line either way; \\$ and a
+    valid expression draw."""
+    saved = tmp_path / "run.json"
+    status, _, _ = run(
+        capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "2", "--costs", "1,2",
+        "--save", str(saved),
+    )  # fmt: skip
+    figure = tmp_path / "t.png"
+    plot = ["plot", "timeline", str(saved), "--out", str(figure)]
+    status, _, err = run(capsys, *plot, "--title", r"$\undefinedmacro$")
+    assert status == 2 and not figure.exists()
+    assert one_line(err).startswith(
+        r"pipesim: error: --title is not valid mathtext (Unknown symbol: \undefinedmacro"
+    )
+    status, _, err = run(capsys, *plot, "--title", r"cost \$5, $\alpha$ = 2")
+    assert status == 0 and figure.exists(), err
+    edited = json.loads(saved.read_text())
+    edited["result"]["schedule"] = "$x^$"
+    saved.write_text(json.dumps(edited))
+    figure.unlink()
+    status, _, err = run(capsys, *plot)
+    assert status == 2 and not figure.exists()
+    assert one_line(err).startswith("pipesim: error: a text of the figure is not valid mathtext")
 
 
 def test_a_link_too_slow_to_be_meant_is_refused_where_it_is_stated(

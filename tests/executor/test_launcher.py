@@ -49,6 +49,11 @@ def run_main(
             "--width 30: the transformer's 4 attention heads must divide it; use a multiple of 4",
         ),
         (["--threads", "100000"], "--threads 100000: more than the "),  # torch would segfault
+        (
+            ["--steps", str(10**18)],
+            "--steps 1,000,000,000,000,000,000 x 8 actions: beyond the limit of 1,048,576 "
+            "actions; set PIPESIM_MAX_ACTIONS to raise it",
+        ),
     ],
 )
 def test_bad_input_is_one_line_before_any_step(
@@ -219,7 +224,7 @@ def test_ctrl_c_and_stop_signals_exit_130_with_one_line(
     env.update(PIPESIM_PROGRESS="1", OMP_NUM_THREADS="1")
     with errors.open("w") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "executor", *BASE[:-1], "1000000"],
+            [sys.executable, "-m", "executor", *BASE[:-1], "100000"],
             stdout=subprocess.DEVNULL,
             stderr=sink,
             env=env,

@@ -17,7 +17,8 @@ from tests.processes import children, running, seconds_until_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, signals")
 
-LONG_RUN = ["-m", "executor", "--schedule", "1f1b", "-M", "4", "--steps", "100000"]
+# Minutes long, and within PIPESIM_MAX_ACTIONS (16 actions a step).
+LONG_RUN = ["-m", "executor", "--schedule", "1f1b", "-M", "4", "--steps", "50000"]
 
 
 def _free_port() -> int:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.engine import simulate
+from pipesim.errors import LimitError
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.partition import (
     MemoryForm,
@@ -241,3 +242,19 @@ def test_memory_aware_names_the_overflowing_device() -> None:
     found = memory_aware(roomy, forms)
     assert found.counts == (1, 3)
     assert stage_times(roomy, found.counts) == (2.0, 6.0)
+
+
+def test_one_stage_holds_every_layer_without_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K=1 has one partition: found without the O(S·L²) table, so the table-cell limit (here
+    1) does not refuse a plan's first depth; memory-aware with none fitting names the device."""
+    monkeypatch.setenv("PIPESIM_MAX_PARTITION_CELLS", "1")
+    layers = tuple(StageCosts(1.0, 1.0, 0.0, parameter_bytes=10.0) for _ in range(500))
+    found = balanced(PartitionProblem(layers, 0.0, (0,)))
+    assert found.counts == (500,)
+    assert found.stage_times_s == (1000.0,)
+    tight = PartitionProblem(layers, 0.0, (0,), memory_capacity_bytes=(4000.0,))
+    with pytest.raises(NoPartitionFits, match="device 0 by"):
+        memory_aware(tight, memory_forms(build("1f1b", 1, 2)))
+    monkeypatch.setenv("PIPESIM_MAX_PARTITION_CELLS", "1000")
+    with pytest.raises(LimitError, match="partition of 500 layers into 2 stages"):
+        balanced(PartitionProblem(layers, 0.0, (0, 1)))

@@ -145,6 +145,10 @@ def test_cli_reproduce(
     assert capsys.readouterr().err == (
         "pipesim: error: NAME is required (see pipesim reproduce --list)\n"
     )
+    assert main(["reproduce", "--list", "gpipe"]) == 2
+    assert capsys.readouterr().err == (
+        "pipesim: error: --list lists every suite and takes no NAME, got 'gpipe'\n"
+    )
 
 
 def test_the_main_job_runs_where_torch_is_not_installed(tmp_path: Path) -> None:

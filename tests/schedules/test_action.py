@@ -47,7 +47,9 @@ def test_actions_are_values() -> None:
         Action(1, Kind.F, 2).stage = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("text", ["", "F0", "2F", "2X0", "2f0", "-1F0", "2F0x", "1SEND_F0"])
+@pytest.mark.parametrize(
+    "text", ["", "F0", "2F", "2X0", "2f0", "-1F0", "2F0x", "1SEND_F0", "\uff10F0", "0F\u0661"]
+)  # the last two: full-width and Arabic-Indic digits, which int() would read
 def test_parse_rejects_other_text(text: str) -> None:
     with pytest.raises(
         ScheduleError,

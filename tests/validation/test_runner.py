@@ -266,10 +266,37 @@ def test_the_cli_exits_1_past_a_threshold(
     )
 
 
-def test_bad_validate_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["validate", "--max-error", "0", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == "pipesim: error: --max-error must be > 0, got 0.0\n"
-    assert main(["validate", "--reuse", "--out", str(tmp_path / "none")]) == 2
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max-error", "0"),
+        ("--max-error", "1e308"),  # a gate no prediction can fail
+        ("--max-median-error", "inf"),
+        ("--max-median-error", "nan"),
+    ],
+)
+def test_an_error_threshold_that_cannot_gate_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, value: str
+) -> None:
+    assert main(["validate", flag, value, "--out", str(tmp_path / "v")]) == 2
+    assert capsys.readouterr().err == (
+        f"pipesim: error: {flag} must be a relative error > 0 and at most 10, got {float(value)}\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reuse_of_a_folder_that_does_not_exist_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing" / "a" / "b"
+    assert main(["validate", "--reuse", "--out", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"pipesim: error: --reuse: no measurements folder at {str(missing)!r}; give the --out "
+        "of a validation that ran\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "empty").mkdir()
+    assert main(["validate", "--reuse", "--out", str(tmp_path / "empty")]) == 2
     assert "pipesim: error: --reuse: no measurements at" in capsys.readouterr().err
 
 
@@ -371,9 +398,16 @@ def test_a_suite_with_nothing_to_run_is_refused(
 
 
 def test_bad_stability_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["validate", "--repeat-until-stable", "0", "--out", str(tmp_path)]) == 2
+    for seconds in ("0", "1e18"):
+        assert main(["validate", "--repeat-until-stable", seconds, "--out", str(tmp_path)]) == 2
+        assert capsys.readouterr().err == (
+            "pipesim: error: --repeat-until-stable must be seconds > 0 and at most 86,400 (a "
+            f"day per case), got {float(seconds)}\n"
+        )
+    assert main(["validate", "--repeat-until-stable", "5", "--reuse", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        "pipesim: error: --repeat-until-stable must be > 0, got 0.0\n"
+        "pipesim: error: --repeat-until-stable goes with measuring, not with --reuse (which "
+        "measures nothing)\n"
     )
     assert main(["validate", "--reuse", "--resume", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "pipesim: error: --reuse and --resume: choose one\n"
