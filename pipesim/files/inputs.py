@@ -13,29 +13,31 @@ from pathlib import Path
 from pipesim.common.limits import Limit, check, limit
 from pipesim.errors import PipesimError
 
-# How long a pipe or device may keep its reader waiting for its next bytes (a named pipe that
-# no program writes to would otherwise hold the command for ever).
-PIPE_WAIT_S = 60.0
+# How long a named pipe may keep its reader waiting for a program to open it for writing (one
+# that nobody opens would otherwise hold the command for ever, as `cat` would). Once a writer
+# is there, its silences are its own: a program that computes a schedule for minutes before
+# it writes is waited for, and Ctrl-C ends the wait.
+WRITER_WAIT_S = 30.0
 _CHUNK_BYTES = 1 << 16
 
 
-class SilentPipe(OSError):
-    """A pipe or device that sent nothing for :data:`PIPE_WAIT_S`: an :class:`OSError` whose
-    ``strerror`` says so, for callers that report why a file cannot be read."""
+class NoWriter(OSError):
+    """A named pipe that no program opened for writing within :data:`WRITER_WAIT_S`: an
+    :class:`OSError` whose ``strerror`` says so, for callers that report why a file cannot be
+    read."""
 
     def __init__(self) -> None:
         super().__init__(
             errno.ETIMEDOUT,
-            f"a pipe or device that sent nothing for {PIPE_WAIT_S:g} s; is a program writing "
-            "to it?",
+            f"a named pipe that no program opened for writing in {WRITER_WAIT_S:g} s",
         )
 
 
 def read_input(path: str | Path, what: str, error: type[PipesimError] = PipesimError) -> bytes:
     """The bytes of ``path``, refused beyond :attr:`Limit.INPUT_BYTES` (a device or a pipe is
-    read up to the limit and no further, and refused when it sends nothing for
-    :data:`PIPE_WAIT_S`: a named pipe without a writer). An unreadable file raises ``error``
-    naming ``what`` file it is and why."""
+    read up to the limit and no further; a named pipe that no program opens for writing within
+    :data:`WRITER_WAIT_S` is refused). An unreadable file raises ``error`` naming ``what`` file
+    it is and why."""
     path = Path(path)
     bound = limit(Limit.INPUT_BYTES)
     try:
@@ -49,8 +51,9 @@ def read_input(path: str | Path, what: str, error: type[PipesimError] = PipesimE
 
 def read_at_most(path: str | Path, most: int) -> bytes:
     """Up to ``most`` bytes of ``path``: a regular file read at once, a FIFO or a character
-    device as a stream, each wait for its next bytes bounded by :data:`PIPE_WAIT_S` (then
-    :class:`SilentPipe`). Raises :class:`OSError` for a file that cannot be read."""
+    device as a stream (a named pipe that no program opens for writing within
+    :data:`WRITER_WAIT_S`: :class:`NoWriter`). Raises :class:`OSError` for a file that cannot
+    be read."""
     path = Path(path)
     if _is_stream(path):
         return _read_stream(path, most)
@@ -68,40 +71,39 @@ def _is_stream(path: Path) -> bool:
 
 
 def _read_stream(path: Path, most: int) -> bytes:
-    """Up to ``most`` bytes of a pipe or device, until its end; opened without blocking (a
-    named pipe's open waits for a writer) and polled, at most :data:`PIPE_WAIT_S` per wait."""
+    """Up to ``most`` bytes of a pipe or device, until its end. Opened without blocking (the
+    open of a named pipe waits for a writer, without a bound) and polled: a writer must appear
+    within :data:`WRITER_WAIT_S`; one that has appeared is waited for as long as it stays."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         poller = select.poll()
         poller.register(descriptor, select.POLLIN)
         chunks: list[bytes] = []
         size = 0
-        waited_since = time.monotonic()
+        writer_seen = False
+        started = time.monotonic()
         while size < most:
             try:
                 chunk = os.read(descriptor, min(_CHUNK_BYTES, most - size))
-            except BlockingIOError:
-                chunk = None
-            if chunk == b"" and not _never_opened(poller):
-                break  # the writer closed it: the end
+            except BlockingIOError:  # a writer holds it open and has not written yet
+                writer_seen = True
+                poller.poll(1000)
+                continue
             if chunk:
+                writer_seen = True
                 chunks.append(chunk)
                 size += len(chunk)
-                waited_since = time.monotonic()
                 continue
-            left_s = PIPE_WAIT_S - (time.monotonic() - waited_since)
-            if left_s <= 0:
-                raise SilentPipe
-            poller.poll(max(1, int(min(left_s, 1.0) * 1000)))
+            # Empty: the end, unless no writer has opened it yet (Linux then reports no
+            # hang-up, where a writer that came and went leaves one).
+            if writer_seen or poller.poll(0):
+                break
+            if time.monotonic() - started >= WRITER_WAIT_S:
+                raise NoWriter
+            poller.poll(200)
         return b"".join(chunks)
     finally:
         os.close(descriptor)
-
-
-def _never_opened(poller: select.poll) -> bool:
-    """A named pipe that no writer has opened yet reads as empty without being at its end
-    (Linux reports no hang-up until a writer has come and gone)."""
-    return not poller.poll(0)
 
 
 def decode_text(data: bytes, where: str, error: type[PipesimError] = PipesimError) -> str:

@@ -1,5 +1,6 @@
-"""Reading input files: pipes and devices are read as streams, each wait bounded, so a named
-pipe without a writer is one line instead of a command waiting for ever."""
+"""Reading input files: pipes and devices are read as streams, so a named pipe that no program
+opens for writing is one line after a bounded wait instead of a command waiting for ever,
+while a writer that is there is waited for however slow it is."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 import pipesim.files.inputs
 from pipesim.errors import PipesimError
-from pipesim.files.inputs import SilentPipe, read_at_most, read_input
+from pipesim.files.inputs import NoWriter, read_at_most, read_input
 from tests.cli.test_schedule_cli import run
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
@@ -23,7 +24,7 @@ GPIPE_CSV = "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n"
 
 @pytest.fixture
 def short_wait(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(pipesim.files.inputs, "PIPE_WAIT_S", 0.3)
+    monkeypatch.setattr(pipesim.files.inputs, "WRITER_WAIT_S", 0.3)
     return 0.3
 
 
@@ -43,7 +44,7 @@ def _write_later(path: Path, parts: list[bytes], pause_s: float) -> threading.Th
     return writer
 
 
-def test_a_named_pipe_nobody_writes_to_is_refused_after_the_wait(
+def test_a_named_pipe_nobody_opens_is_refused_after_the_wait(
     tmp_path: Path, short_wait: float
 ) -> None:
     fifo = tmp_path / "in.csv"
@@ -53,19 +54,38 @@ def test_a_named_pipe_nobody_writes_to_is_refused_after_the_wait(
         read_input(fifo, "schedule")
     assert short_wait <= time.monotonic() - started < short_wait + 2
     assert str(caught.value) == (
-        f"schedule file {str(fifo)!r}: cannot read it (a pipe or device that sent nothing for "
-        "0.3 s; is a program writing to it?)"
+        f"schedule file {str(fifo)!r}: cannot read it (a named pipe that no program opened for "
+        "writing in 0.3 s)"
     )
 
 
-def test_a_slow_writer_is_read_whole_while_each_wait_is_shorter_than_the_bound(
+def test_a_writer_that_opens_in_time_is_waited_for_however_slow(
     tmp_path: Path, short_wait: float
 ) -> None:
-    """The writer opens late and pauses between parts, each pause under the bound."""
+    """The writer opens within the bound, then pauses between parts for longer than it."""
     fifo = tmp_path / "in.csv"
     os.mkfifo(fifo)
-    writer = _write_later(fifo, [b"a" * 100_000, b"b", b"c"], pause_s=short_wait / 3)
+    writer = _write_later(fifo, [b"a" * 100_000, b"b", b"c"], pause_s=short_wait * 0.5)
+    started = time.monotonic()
     assert read_at_most(fifo, 1 << 20) == b"a" * 100_000 + b"bc"
+    assert time.monotonic() - started > short_wait  # pauses summed past the bound
+    writer.join()
+
+
+def test_a_writer_that_is_silent_after_opening_is_waited_for(
+    tmp_path: Path, short_wait: float
+) -> None:
+    fifo = tmp_path / "in.csv"
+    os.mkfifo(fifo)
+
+    def silent_then_write() -> None:
+        with fifo.open("wb") as handle:
+            time.sleep(3 * short_wait)
+            handle.write(b"late")
+
+    writer = threading.Thread(target=silent_then_write, daemon=True)
+    writer.start()
+    assert read_at_most(fifo, 100) == b"late"
     writer.join()
 
 
@@ -83,12 +103,10 @@ def test_devices_end_or_are_cut_at_the_bound() -> None:
     assert read_at_most("/dev/zero", 10) == b"\0" * 10
 
 
-def test_silent_pipe_is_an_os_error_with_its_reason(short_wait: float) -> None:
-    error = SilentPipe()
+def test_no_writer_is_an_os_error_with_its_reason(short_wait: float) -> None:
+    error = NoWriter()
     assert isinstance(error, OSError)
-    assert error.strerror == (
-        "a pipe or device that sent nothing for 0.3 s; is a program writing to it?"
-    )
+    assert error.strerror == "a named pipe that no program opened for writing in 0.3 s"
 
 
 @pytest.mark.parametrize(
@@ -114,8 +132,8 @@ def test_every_reader_of_a_file_bounds_its_wait_for_a_pipe(
     status, out, err = run(capsys, *argv)
     assert status == 2 and out == ""
     assert err == (
-        f"pipesim: error: {message.replace('FIFO', str(fifo))}: cannot read it (a pipe or device "
-        "that sent nothing for 0.3 s; is a program writing to it?)\n"
+        f"pipesim: error: {message.replace('FIFO', str(fifo))}: cannot read it (a named pipe "
+        "that no program opened for writing in 0.3 s)\n"
     )
 
 
