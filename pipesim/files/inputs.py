@@ -13,30 +13,31 @@ from pathlib import Path
 from pipesim.common.limits import Limit, check, limit
 from pipesim.errors import PipesimError
 
-# How long a named pipe may keep its reader waiting for a program to open it for writing (one
-# that nobody opens would otherwise hold the command for ever, as `cat` would). Once a writer
-# is there, its silences are its own: a program that computes a schedule for minutes before
-# it writes is waited for, and Ctrl-C ends the wait.
-WRITER_WAIT_S = 30.0
+# How long a command waits for the program at the other end of a named pipe to open it (for
+# writing, when pipesim reads it; for reading, when pipesim writes it): a pipe that nobody
+# opens would otherwise hold the command for ever, as `cat` would. Once that program is there,
+# its pace is its own: one that computes a schedule for minutes before it writes is waited
+# for, and Ctrl-C ends the wait.
+PIPE_OPEN_WAIT_S = 30.0
 _CHUNK_BYTES = 1 << 16
 
 
 class NoWriter(OSError):
-    """A named pipe that no program opened for writing within :data:`WRITER_WAIT_S`: an
+    """A named pipe that no program opened for writing within :data:`PIPE_OPEN_WAIT_S`: an
     :class:`OSError` whose ``strerror`` says so, for callers that report why a file cannot be
     read."""
 
     def __init__(self) -> None:
         super().__init__(
             errno.ETIMEDOUT,
-            f"a named pipe that no program opened for writing in {WRITER_WAIT_S:g} s",
+            f"a named pipe that no program opened for writing in {PIPE_OPEN_WAIT_S:g} s",
         )
 
 
 def read_input(path: str | Path, what: str, error: type[PipesimError] = PipesimError) -> bytes:
     """The bytes of ``path``, refused beyond :attr:`Limit.INPUT_BYTES` (a device or a pipe is
     read up to the limit and no further; a named pipe that no program opens for writing within
-    :data:`WRITER_WAIT_S` is refused). An unreadable file raises ``error`` naming ``what`` file
+    :data:`PIPE_OPEN_WAIT_S` is refused). An unreadable file raises ``error`` naming ``what`` file
     it is and why."""
     path = Path(path)
     bound = limit(Limit.INPUT_BYTES)
@@ -52,7 +53,7 @@ def read_input(path: str | Path, what: str, error: type[PipesimError] = PipesimE
 def read_at_most(path: str | Path, most: int) -> bytes:
     """Up to ``most`` bytes of ``path``: a regular file read at once, a FIFO or a character
     device as a stream (a named pipe that no program opens for writing within
-    :data:`WRITER_WAIT_S`: :class:`NoWriter`). Raises :class:`OSError` for a file that cannot
+    :data:`PIPE_OPEN_WAIT_S`: :class:`NoWriter`). Raises :class:`OSError` for a file that cannot
     be read."""
     path = Path(path)
     if _is_stream(path):
@@ -73,7 +74,7 @@ def _is_stream(path: Path) -> bool:
 def _read_stream(path: Path, most: int) -> bytes:
     """Up to ``most`` bytes of a pipe or device, until its end. Opened without blocking (the
     open of a named pipe waits for a writer, without a bound) and polled: a writer must appear
-    within :data:`WRITER_WAIT_S`; one that has appeared is waited for as long as it stays."""
+    within :data:`PIPE_OPEN_WAIT_S`; one that has appeared is waited for as long as it stays."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         poller = select.poll()
@@ -98,7 +99,7 @@ def _read_stream(path: Path, most: int) -> bytes:
             # hang-up, where a writer that came and went leaves one).
             if writer_seen or poller.poll(0):
                 break
-            if time.monotonic() - started >= WRITER_WAIT_S:
+            if time.monotonic() - started >= PIPE_OPEN_WAIT_S:
                 raise NoWriter
             poller.poll(200)
         return b"".join(chunks)

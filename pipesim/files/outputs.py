@@ -24,11 +24,13 @@ import errno
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from pipesim.errors import OutputError, PipesimError
+from pipesim.files import inputs
 
 _NEW_FILE_MODE = 0o666
 
@@ -142,7 +144,11 @@ def atomic_output(path: str | Path, *, field: str, binary: bool = False) -> Iter
         raise _failure(field, target, error) from None
     if existing is not None and not stat.S_ISREG(existing.st_mode):
         try:
-            with open(real, open_mode, encoding=encoding) as handle:
+            if stat.S_ISFIFO(existing.st_mode):
+                descriptor = _open_pipe_for_writing(real)
+            else:
+                descriptor = os.open(real, os.O_WRONLY)
+            with os.fdopen(descriptor, open_mode, encoding=encoding) as handle:
                 yield handle
         except OSError as error:
             raise _failure(field, target, error) from None
@@ -163,6 +169,28 @@ def atomic_output(path: str | Path, *, field: str, binary: bool = False) -> Iter
         if temporary is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _open_pipe_for_writing(path: Path) -> int:
+    """A named pipe opened for writing once a program has it open for reading, within
+    :data:`~pipesim.files.inputs.PIPE_OPEN_WAIT_S` (a plain open would wait for ever)."""
+    started = time.monotonic()
+    while True:
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+            if time.monotonic() - started >= inputs.PIPE_OPEN_WAIT_S:
+                raise OSError(
+                    errno.ETIMEDOUT,
+                    f"a named pipe that no program opened for reading in "
+                    f"{inputs.PIPE_OPEN_WAIT_S:g} s",
+                ) from None
+            time.sleep(0.2)
+            continue
+        os.set_blocking(descriptor, True)  # the reader's pace from here on
+        return descriptor
 
 
 def write_text_atomically(path: str | Path, text: str, *, field: str) -> None:
@@ -246,6 +274,7 @@ _PATH_ERRNOS = frozenset(
         errno.ENOTDIR,
         errno.EISDIR,
         errno.ENAMETOOLONG,
+        errno.ETIMEDOUT,  # a named pipe nobody opened for reading
         errno.ELOOP,
         errno.EXDEV,
     }

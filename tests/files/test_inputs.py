@@ -24,7 +24,7 @@ GPIPE_CSV = "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n"
 
 @pytest.fixture
 def short_wait(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(pipesim.files.inputs, "WRITER_WAIT_S", 0.3)
+    monkeypatch.setattr(pipesim.files.inputs, "PIPE_OPEN_WAIT_S", 0.3)
     return 0.3
 
 

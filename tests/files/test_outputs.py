@@ -8,11 +8,13 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import pipesim.files.inputs
 import pipesim.files.outputs
 from pipesim.errors import OutputError, PipesimError
 from pipesim.files.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
@@ -96,6 +98,33 @@ def test_a_fifo_is_written_through_not_replaced(tmp_path: Path) -> None:
     assert stat.S_ISFIFO(fifo.lstat().st_mode)  # still a FIFO, not a regular file
     assert received == [GPIPE_CSV.encode()]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left
+
+
+def test_a_fifo_nobody_reads_is_refused_after_the_wait(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A plain open of a FIFO without a reader waits for ever; the writer waits
+    PIPE_OPEN_WAIT_S for one, then refuses in one line; a reader coming late is served."""
+    monkeypatch.setattr(pipesim.files.inputs, "PIPE_OPEN_WAIT_S", 0.3)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    status, _, err = run(capsys, *EXPORT, "--out", str(fifo))
+    assert status == 2
+    assert err == (
+        f"pipesim: error: --out: cannot write {str(fifo)!r} (a named pipe that no program "
+        "opened for reading in 0.3 s)\n"
+    )
+    received: list[bytes] = []
+
+    def read_late() -> None:
+        time.sleep(0.1)
+        received.append(fifo.read_bytes())
+
+    reader = threading.Thread(target=read_late, daemon=True)
+    reader.start()
+    assert run_export(fifo) == 0
+    reader.join(timeout=30)
+    assert received == [GPIPE_CSV.encode()]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating a device node needs root")
