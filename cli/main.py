@@ -26,7 +26,7 @@ from pipesim.common.command_line import (
 )
 from pipesim.common.lifetime import interrupt_reason, terminate_as_interrupt
 from pipesim.common.limits import check_environment
-from pipesim.errors import Interrupted, PipesimError, RunFailed
+from pipesim.errors import Interrupted, PipesimError, RunFailed, short_values
 
 
 def build_parser() -> ArgumentParser:
@@ -67,10 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with terminate_as_interrupt():
             status: int = args.handler(args)
     except PipesimError as error:
-        sys.stderr.write(f"pipesim: error: {error}\n")
+        sys.stderr.write(f"pipesim: error: {short_values(str(error))}\n")
         return EXIT_BAD_INPUT
     except RunFailed as error:
-        sys.stderr.write(f"pipesim: failed: {error}\n")
+        sys.stderr.write(f"pipesim: failed: {short_values(str(error))}\n")
         return EXIT_CHECK_FAILED
     except Interrupted as error:
         sys.stderr.write(f"pipesim: interrupted: {error}\n")

@@ -33,7 +33,7 @@ from pipesim.common.lifetime import (
     end_with_parent,
     interrupt_reason,
 )
-from pipesim.errors import PipesimError, RunFailed
+from pipesim.errors import PipesimError, RunFailed, short_values
 from pipesim.files.outputs import write_text_atomically
 
 NO_TORCH = (
@@ -144,7 +144,7 @@ def _interrupts_that_stick() -> Iterator[None]:
 
 
 def _fail(kind: str, message: str, status: int) -> int:
-    first = message.splitlines()[0] if message else kind
+    first = short_values(message.splitlines()[0]) if message else kind
     sys.stderr.write(f"{PROG}: {kind}: {first}\n")
     _tell_torchrun(f"{kind}: {first}")
     return status

@@ -13,6 +13,7 @@ device-by-step grid on the lines after it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 # How many offending items an error message names before it says "and N more".
@@ -75,3 +76,15 @@ def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 3]}... ({len(text):,} characters)"
+
+
+# A quoted value this long in a message is user input echoed back (a 5,000-digit -K, a
+# pasted file as --schedule), never a path or a name anyone needs whole.
+LONG_QUOTED_CHARACTERS = 200
+_LONG_QUOTED = re.compile(rf"'([^'\n]{{{LONG_QUOTED_CHARACTERS + 1},}})'")
+
+
+def short_values(message: str) -> str:
+    """``message`` with each quoted value longer than :data:`LONG_QUOTED_CHARACTERS` cut as
+    :func:`shown` cuts one: every error line stays short whatever a user typed."""
+    return _LONG_QUOTED.sub(lambda match: shown(match[1]), message)

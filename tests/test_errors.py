@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipesim.errors import few, shown
+from pipesim.errors import few, short_values, shown
 from pipesim.schedules import ScheduleError, from_csv
 
 
@@ -30,3 +30,33 @@ def test_a_deadlock_on_many_devices_names_five() -> None:
     first = str(caught.value).splitlines()[0]
     assert first.startswith("ring.csv: deadlock: no device can go on; device 0 waits at step 1")
     assert first.endswith(" and 3 more") and first.count("waits at") == 5
+
+
+def test_short_values_cuts_only_quoted_values_too_long_to_be_a_path() -> None:
+    path = "/a/" + "b" * 190
+    assert short_values(f"--out {path!r} does not exist") == f"--out {path!r} does not exist"
+    typed = "9" * 5000
+    assert short_values(f"invalid int value: {typed!r} (see --help)") == (
+        f"invalid int value: '{'9' * 76}... (5,002 characters) (see --help)"
+    )
+    assert short_values("no quotes at all") == "no quotes at all"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--schedule", "1f1b", "-K", "9" * 5000, "-M", "2", "--costs", "1,2"],
+        ["simulate", "--schedule", "x" * 5000, "-K", "2", "-M", "2", "--costs", "1,2"],
+        ["plan", "--model", "gpt-1.3b", "--hardware", "h" * 5000, "--devices", "8"],
+    ],
+    ids=["argparse", "pipesim-error", "hardware"],
+)
+def test_an_echoed_value_keeps_the_error_line_short(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    from tests.cli.test_schedule_cli import run
+
+    status, _, err = run(capsys, *argv)
+    assert status == 2
+    assert err.count("\n") == 1 and len(err) < 400, err[:500]
+    assert "(5,002 characters)" in err

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from pipesim.errors import short_values
+
 Handler = Callable[[argparse.Namespace], int]
 
 EXIT_OK = 0
@@ -20,7 +22,7 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr (exit 2), with no usage dump."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.stderr.write(f"{self.prog}: error: {short_values(message)} (see {self.prog} --help)\n")
         sys.exit(EXIT_BAD_INPUT)
 
 
