@@ -10,11 +10,14 @@ terminal (:mod:`pipesim.common.progress`, rank 0 only, never under ``--json``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import os
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -122,22 +125,50 @@ def join_process_group(device_kind: DeviceKind, place: RankPlace, timeout_s: flo
         f"within --timeout {timeout_s:g} s"
     )
 
-    def give_up() -> None:
-        sys.stderr.write(f"{PROG}: failed: {failure}\n")
-        sys.stderr.flush()
-        os._exit(EXIT_CHECK_FAILED)
+    with _stderr_held() as real_stderr:
 
-    timer = threading.Timer(timeout_s + 1.0, give_up)
-    timer.daemon = True
-    timer.start()
-    try:
-        dist.init_process_group(
-            device_kind.process_group_backend, timeout=datetime.timedelta(seconds=timeout_s)
-        )
-    except (RuntimeError, ValueError) as error:  # torch's DistStoreError is a RuntimeError
-        raise PeerError(f"{failure} ({first_line(error)[:200]})") from None
-    finally:
-        timer.cancel()
+        def give_up() -> None:
+            os.write(real_stderr, f"{PROG}: failed: {failure}\n".encode())
+            os._exit(EXIT_CHECK_FAILED)
+
+        timer = threading.Timer(timeout_s + 1.0, give_up)
+        timer.daemon = True
+        timer.start()
+        try:
+            dist.init_process_group(
+                device_kind.process_group_backend, timeout=datetime.timedelta(seconds=timeout_s)
+            )
+        except (RuntimeError, ValueError) as error:  # torch's DistStoreError is a RuntimeError
+            raise PeerError(f"{failure} ({first_line(error)[:200]})") from None
+        finally:
+            timer.cancel()
+
+
+@contextlib.contextmanager
+def _stderr_held() -> Iterator[int]:
+    """Hold what is written to file descriptor 2 (torch's C++ logging included) while the
+    block runs, and yield a descriptor of the real stderr. A block that ends well gets the
+    held text written out after it; one that fails drops it: a store client that times out
+    logs a 20-line C++ stack whose reason the rank's one line already quotes."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    with tempfile.TemporaryFile() as held:  # unlinked at once: nothing left behind
+        os.dup2(held.fileno(), 2)
+        failed = False
+        try:
+            yield real
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(real, 2)
+            os.close(real)
+            if not failed:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    os.write(2, text)
 
 
 def _check_cuda(local: int) -> None:

@@ -118,7 +118,7 @@ def test_a_rank_whose_peers_never_come_fails_within_its_timeout(rank: str) -> No
     assert done.stderr.splitlines()[-1].startswith(
         f"python -m executor: failed: rank {rank} of 2: the ranks did not all meet at 127.0.0.1:"
     )
-    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) <= 2
+    assert len(done.stderr.splitlines()) == 1, done.stderr  # torch's C++ log held back
     assert "within --timeout 2 s" in done.stderr
 
 
