@@ -81,10 +81,19 @@ def shown(value: object, limit: int = SHOWN_CHARACTERS) -> str:
 # A quoted value this long in a message is user input echoed back (a 5,000-digit -K, a
 # pasted file as --schedule), never a path or a name anyone needs whole.
 LONG_QUOTED_CHARACTERS = 200
-_LONG_QUOTED = re.compile(rf"'([^'\n]{{{LONG_QUOTED_CHARACTERS + 1},}})'")
+# A value as repr quotes it: in '...' or, when it holds a ', in "..." (a backslash escapes the
+# quote inside). A quote opens where no word character stands before it, so an apostrophe
+# ("transformer's") opens nothing.
+_LONG_QUOTED = re.compile(
+    rf"(?<!\w)(?:'((?:[^'\\\n]|\\.){{{LONG_QUOTED_CHARACTERS + 1},}})'"
+    rf"|\"((?:[^\"\\\n]|\\.){{{LONG_QUOTED_CHARACTERS + 1},}})\")"
+)
 
 
 def short_values(message: str) -> str:
     """``message`` with each quoted value longer than :data:`LONG_QUOTED_CHARACTERS` cut as
     :func:`shown` cuts one: every error line stays short whatever a user typed."""
-    return _LONG_QUOTED.sub(lambda match: shown(match[1]), message)
+    return _LONG_QUOTED.sub(
+        lambda match: f"{match[0][: SHOWN_CHARACTERS - 3]}... ({len(match[0]):,} characters)",
+        message,
+    )

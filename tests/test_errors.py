@@ -40,6 +40,14 @@ def test_short_values_cuts_only_quoted_values_too_long_to_be_a_path() -> None:
         f"invalid int value: '{'9' * 76}... (5,002 characters) (see --help)"
     )
     assert short_values("no quotes at all") == "no quotes at all"
+    # Prose between two short values, or after an apostrophe, is no quoted value.
+    prose = "a 'x' " + "y" * 250 + " 'z', the transformer's " + "q" * 300 + " it's"
+    assert short_values(prose) == prose
+    # repr quotes a value holding ' with "; it is cut too.
+    holding = repr("x'" * 3000)
+    assert short_values(f"invalid choice: {holding} (choose from a, b)") == (
+        f"invalid choice: {holding[:77]}... (6,002 characters) (choose from a, b)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -97,8 +97,13 @@ def _read_stream(path: Path, most: int) -> bytes:
                 continue
             # Empty: the end, unless no writer has opened it yet (Linux then reports no
             # hang-up, where a writer that came and went leaves one).
-            if writer_seen or poller.poll(0):
+            if writer_seen:
                 break
+            if poller.poll(0):
+                # A writer came since the read (its data, or its hang-up, are there): read
+                # again, which returns them or, at a real end, nothing.
+                writer_seen = True
+                continue
             if time.monotonic() - started >= PIPE_OPEN_WAIT_S:
                 raise NoWriter
             poller.poll(200)

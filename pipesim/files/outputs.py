@@ -53,7 +53,9 @@ def output_path(path: str | Path, field: str, suffixes: Sequence[str] = ()) -> P
         )
     real = Path(os.path.realpath(target))
     try:
-        mode = real.stat().st_mode
+        # Through the link itself, not its resolved name: /dev/stdout on a pipe resolves to
+        # "/proc/PID/fd/pipe:[N]", a name that does not exist, while the link opens fine.
+        mode = os.stat(target).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as error:
@@ -114,9 +116,8 @@ def new_output_directory(path: str | Path, field: str) -> Iterator[Path]:
     while not folder.exists():
         missing.append(folder)
         folder = folder.parent
-    made = output_directory(path, field)
     try:
-        yield made
+        yield output_directory(path, field)  # inside: a folder made, then refused, goes too
     except BaseException:
         for folder in missing:  # deepest first
             try:
@@ -137,7 +138,7 @@ def atomic_output(path: str | Path, *, field: str, binary: bool = False) -> Iter
     open_mode = "wb" if binary else "w"
     encoding = None if binary else "utf-8"
     try:
-        existing = real.stat()
+        existing = os.stat(target)  # through the link, as in output_path
     except FileNotFoundError:
         existing = None
     except OSError as error:
@@ -145,9 +146,9 @@ def atomic_output(path: str | Path, *, field: str, binary: bool = False) -> Iter
     if existing is not None and not stat.S_ISREG(existing.st_mode):
         try:
             if stat.S_ISFIFO(existing.st_mode):
-                descriptor = _open_pipe_for_writing(real)
+                descriptor = _open_pipe_for_writing(target)
             else:
-                descriptor = os.open(real, os.O_WRONLY)
+                descriptor = os.open(target, os.O_WRONLY)
             with os.fdopen(descriptor, open_mode, encoding=encoding) as handle:
                 yield handle
         except OSError as error:
@@ -250,7 +251,10 @@ def _require_writable(directory: Path, field: str) -> None:
         fd, probe = tempfile.mkstemp(prefix=".pipesim-probe.", dir=directory)
     except OSError as error:
         reason = "read-only file system" if _read_only(directory) else str(error.strerror)
-        raise PipesimError(f"{field}: cannot write into {str(directory)!r} ({reason})") from None
+        message = f"{field}: cannot write into {str(directory)!r} ({reason})"
+        if error.errno in _MACHINE_ERRNOS:  # a full disk is the machine's failure (exit 1)
+            raise OutputError(message) from None
+        raise PipesimError(message) from None
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)
@@ -279,6 +283,10 @@ _PATH_ERRNOS = frozenset(
         errno.EXDEV,
     }
 )
+
+
+# A full disk or quota: the machine's failure, not the user's path.
+_MACHINE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 
 def _failure(field: str, target: Path, error: OSError) -> PipesimError | OutputError:

@@ -92,6 +92,7 @@ class SweepFile:
         self._order = {key: index for index, key in enumerate(order)}
         self._skipped = skipped
         self._entries: dict[Key, dict[str, Any]] = {}
+        self._has_result = False  # a row without an error: only then is the file written
         self._last_save = time.monotonic()
         self._save_cost_s = 0.0
         # A FIFO or a device (/dev/stdout) takes the file once, at the end: it cannot be
@@ -127,6 +128,7 @@ class SweepFile:
                 "resume with the arguments of the sweep that wrote it"
             )
         self._entries.update(loaded)
+        self._has_result = self._has_result or any(not e.get("error") for e in loaded.values())
         return len(loaded)
 
     def check_same_sweep(self, recompute: Callable[[Key], dict[str, Any]]) -> None:
@@ -151,6 +153,7 @@ class SweepFile:
     def add(self, result: dict[str, Any]) -> None:
         """Record a finished point; save when the last save is old enough."""
         self._entries[key_of(result)] = result
+        self._has_result = self._has_result or not result.get("error")
         now = time.monotonic()
         due = max(SAVE_INTERVAL_S, SAVE_COST_FACTOR * self._save_cost_s)
         if not self._stream and now - self._last_save >= due:
@@ -160,7 +163,7 @@ class SweepFile:
         """Write every row recorded so far (atomically); return whether it wrote. Rows that
         are all errors are not written: a sweep whose every point failed (bad input) leaves
         the file there as it was, instead of replacing a good one with nothing but errors."""
-        if not any(not entry.get("error") for entry in self._entries.values()):
+        if not self._has_result:
             return False
         started = time.monotonic()
         write_text_atomically(self._path, self.text(), field=self._field)

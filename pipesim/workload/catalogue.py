@@ -131,17 +131,17 @@ class ModelFamily:
 
 FAMILIES = (
     ModelFamily(
-        r"gpipe-transformer-(\d+)",
+        r"gpipe-transformer-([0-9]+)",
         "gpipe-transformer-48",
         "GPipe's Transformer-L (d_model 2048, ffn 8192, 32 heads, seq 1024, vocab 32k)",
         lambda m: gpipe_transformer(int(m[1])),
         layers_group=1,
     ),
     ModelFamily(
-        r"amoebanet-d-(\d+)-(\d+)",
+        r"amoebanet-d-([0-9]+)-([0-9]+)",
         "amoebanet-d-18-256",
         "AmoebaNet-D(L, D) approximation, 224x224 input (GPipe, torchgpipe)",
-        lambda m: amoebanet_d(int(m[1]), int(m[2])),
+        lambda m: amoebanet_d(int(m[1]), _bounded(m[2], "AmoebaNet filters", MAX_FILTERS)),
         layers_group=1,
     ),
     ModelFamily(
@@ -173,7 +173,7 @@ FAMILIES = (
         ),
     ),
     ModelFamily(
-        r"uniform-(\d+)",
+        r"uniform-([0-9]+)",
         "uniform-16",
         "L identical synthetic layers (2 GFLOP per pass and sample)",
         lambda m: uniform(int(m[1])),
@@ -186,11 +186,27 @@ def _check_layers(name: str, digits: str) -> None:
     """Refuse a name's layer count beyond ``PIPESIM_MAX_LAYERS`` before a layer is built (a name
     such as ``uniform-100000000`` would otherwise allocate gigabytes, one of 30 digits run for
     ever)."""
-    if len(digits) > 18:
-        shown = name.replace(digits, f"<{len(digits)} digits>")
+    significant = digits.lstrip("0")
+    if len(significant) > 18:
+        shown = name.replace(digits, f"<{len(significant)} digits>")
         check(Limit.LAYERS, float("inf"), f"model {shown}")
     count = int(digits)
     check(Limit.LAYERS, count, f"model {name}: {count:,} layers")
+
+
+# AmoebaNet's base filters D: the published models use 208 to 544; far beyond, every size
+# computed from D overflows a float.
+MAX_FILTERS = 1 << 16
+
+
+def _bounded(digits: str, field: str, most: int) -> int:
+    """``digits`` as an integer of at most ``most``, checked before it is converted (Python
+    refuses to convert more than 4,300 digits, and a huge D overflows every size)."""
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(most)) or int(significant or "0") > most:
+        shown = digits if len(digits) <= 20 else f"<{len(significant)} digits>"
+        raise SpecError(f"{field} must be at most {most:,}, got {shown}")
+    return int(digits)
 
 
 def model(name: str) -> Model:

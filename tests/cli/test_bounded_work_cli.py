@@ -92,6 +92,14 @@ CASES = [
         "model amoebanet-d-3000000-256: 3,000,000 layers: beyond the limit of 100,000 layers",
     ),
     (
+        [*SIMULATE, "--model", "amoebanet-d-18-" + "9" * 400, "--hardware", "a100"],
+        "AmoebaNet filters must be at most 65,536, got <400 digits>",  # was an OverflowError
+    ),
+    (
+        [*SIMULATE, "--model", "uniform-\u0661\u0666", "--hardware", "a100"],
+        "unknown model 'uniform-\u0661\u0666'",  # Arabic-Indic 16: not a layer count
+    ),
+    (
         ["plan", "--model", "uniform-10000", "--hardware", "a100", "--devices", "4"],
         "partition of 10,000 layers into 2 stages: 200,040,002 table cells: beyond the limit",
     ),

@@ -28,16 +28,20 @@ def short_wait(monkeypatch: pytest.MonkeyPatch) -> float:
     return 0.3
 
 
-def _write_later(path: Path, parts: list[bytes], pause_s: float) -> threading.Thread:
-    """A writer that opens ``path`` after ``pause_s`` and sends ``parts`` ``pause_s`` apart."""
+def _write_later(
+    path: Path, parts: list[bytes], pause_s: float, open_after_s: float = 0.05
+) -> threading.Thread:
+    """A writer that opens ``path`` after ``open_after_s`` and sends ``parts`` ``pause_s``
+    apart."""
 
     def write() -> None:
-        time.sleep(pause_s)
+        time.sleep(open_after_s)
         with path.open("wb") as handle:
-            for part in parts:
+            for index, part in enumerate(parts):
+                if index:
+                    time.sleep(pause_s)
                 handle.write(part)
                 handle.flush()
-                time.sleep(pause_s)
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
@@ -60,27 +64,54 @@ def test_a_named_pipe_nobody_opens_is_refused_after_the_wait(
 
 
 def test_a_writer_that_opens_in_time_is_waited_for_however_slow(
-    tmp_path: Path, short_wait: float
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The writer opens within the bound, then pauses between parts for longer than it."""
+    """The writer opens well within the bound (1 s), then pauses between parts for longer
+    than it."""
+    monkeypatch.setattr(pipesim.files.inputs, "PIPE_OPEN_WAIT_S", 1.0)
     fifo = tmp_path / "in.csv"
     os.mkfifo(fifo)
-    writer = _write_later(fifo, [b"a" * 100_000, b"b", b"c"], pause_s=short_wait * 0.5)
+    writer = _write_later(fifo, [b"a" * 100_000, b"b", b"c"], pause_s=1.2)
     started = time.monotonic()
     assert read_at_most(fifo, 1 << 20) == b"a" * 100_000 + b"bc"
-    assert time.monotonic() - started > short_wait  # pauses summed past the bound
+    assert time.monotonic() - started > 2.0  # two pauses, each past the bound
     writer.join()
 
 
-def test_a_writer_that_is_silent_after_opening_is_waited_for(
-    tmp_path: Path, short_wait: float
+def test_a_writer_that_comes_and_goes_between_two_looks_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The race a reader must not lose: a writer opens, writes and closes right after an
+    empty read of a pipe nobody had opened."""
+    fifo = tmp_path / "in.csv"
+    os.mkfifo(fifo)
+    real_read = os.read
+    raced: list[bool] = []
+
+    def racing_read(descriptor: int, size: int) -> bytes:
+        data = real_read(descriptor, size)
+        if data == b"" and not raced:
+            raced.append(True)
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(writer, b"0F0\n")
+            os.close(writer)
+        return data
+
+    monkeypatch.setattr(os, "read", racing_read)
+    assert read_at_most(fifo, 100) == b"0F0\n"
+    assert raced == [True]
+
+
+def test_a_writer_that_is_silent_after_opening_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipesim.files.inputs, "PIPE_OPEN_WAIT_S", 1.0)
     fifo = tmp_path / "in.csv"
     os.mkfifo(fifo)
 
     def silent_then_write() -> None:
         with fifo.open("wb") as handle:
-            time.sleep(3 * short_wait)
+            time.sleep(1.5)  # longer than the bound, after opening
             handle.write(b"late")
 
     writer = threading.Thread(target=silent_then_write, daemon=True)
@@ -92,7 +123,7 @@ def test_a_writer_that_is_silent_after_opening_is_waited_for(
 def test_a_pipe_is_read_up_to_the_bound_and_no_further(tmp_path: Path) -> None:
     fifo = tmp_path / "in"
     os.mkfifo(fifo)
-    writer = _write_later(fifo, [b"x" * 5000], pause_s=0.01)
+    writer = _write_later(fifo, [b"x" * 5000], pause_s=0.0)
     assert read_at_most(fifo, 1000) == b"x" * 1000
     writer.join()
 
@@ -142,7 +173,7 @@ def test_a_schedule_from_a_pipe_with_a_writer_is_read(
 ) -> None:
     fifo = tmp_path / "s.csv"
     os.mkfifo(fifo)
-    writer = _write_later(fifo, [GPIPE_CSV.encode()], pause_s=0.05)
+    writer = _write_later(fifo, [GPIPE_CSV.encode()], pause_s=0.0)
     status, out, _ = run(capsys, "schedule", "check", str(fifo))
     writer.join()
     assert status == 0 and "valid: K=2 devices, M=2 micro-batches" in out

@@ -115,6 +115,7 @@ def test_a_fifo_nobody_reads_is_refused_after_the_wait(
         "opened for reading in 0.3 s)\n"
     )
     received: list[bytes] = []
+    monkeypatch.setattr(pipesim.files.inputs, "PIPE_OPEN_WAIT_S", 10.0)  # room for a slow box
 
     def read_late() -> None:
         time.sleep(0.1)
@@ -313,4 +314,52 @@ def test_a_refused_reproduction_leaves_no_folder(
     status, _, err = run(capsys, "reproduce", "interleaved", "--out", str(tmp_path / "rep" / "x"))
     assert status == 2
     assert err.startswith("pipesim: error: ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="no /dev/stdout")
+def test_dev_stdout_on_a_pipe_is_written_through() -> None:
+    """/dev/stdout on a pipe resolves to a name that does not exist ("pipe:[N]"); it is
+    opened through the link, as a shell redirection would."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *EXPORT, "--out", "/dev/stdout"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == GPIPE_CSV
+
+
+def test_a_full_disk_found_by_the_probe_is_the_machines_failure(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def full(*args: Any, **options: Any) -> tuple[int, str]:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    status, out, err = run(capsys, *EXPORT, "--out", str(tmp_path / "s.csv"))
+    assert status == 1 and out == ""
+    assert err == (
+        f"pipesim: failed: --out: cannot write into {str(tmp_path)!r} (No space left on device)\n"
+    )
+
+
+def test_a_new_folder_refused_by_its_probe_is_removed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from pipesim.files.outputs import new_output_directory
+
+    def refuse(*args: Any, **options: Any) -> tuple[int, str]:
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with (
+        pytest.raises(PipesimError, match="cannot write into"),
+        new_output_directory(tmp_path / "a" / "b", "--out"),
+    ):
+        pass  # pragma: no cover - refused before
     assert list(tmp_path.iterdir()) == []
