@@ -5,15 +5,17 @@ from __future__ import annotations
 import copy
 
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from executor import run_step, split_model
 from executor.models import mlp, transformer
+from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.schedules import Schedule, build
+from pipesim.schedules.synthesis import synthesize
 
-from ..schedules.strategies import schedules
+from ..schedules.strategies import pipeline_costs, schedules
 from .reference import assert_close, reference_step
 
 
@@ -87,3 +89,13 @@ def test_gradients_accumulate_over_calls() -> None:
     run_step(schedule, stages, x, y, nn.MSELoss())
     for name, parameter in model.named_parameters():
         assert_close(parameter.grad, 2 * once[name])
+
+
+@settings(max_examples=15, deadline=None)
+@given(pipeline_costs(max_devices=4), st.integers(1, 6), st.integers(1, 8), st.integers(0, 2**16))
+def test_synthesised_schedules_give_unpipelined_gradients(
+    costs: PipelineCosts, microbatches: int, limit: int, seed: int
+) -> None:
+    """Orders made by the memory-bounded synthesiser, on random costs and limits, run by the
+    executor: the same gradients as the unpipelined model."""
+    check_step(synthesize(costs, microbatches, limit).schedule, "mlp", 1, 4, seed, 1)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
+from pipesim.hardware.network import Link, Network, Topology
 from pipesim.schedules import Action, Kind, Schedule, build, schedule_names, unsupported_reason
 
 
@@ -87,3 +89,21 @@ def in_flight_peaks(schedule: Schedule, until: Kind) -> list[int]:
                 live.discard(key)
         peaks.append(peak)
     return peaks
+
+
+@st.composite
+def pipeline_costs(draw: st.DrawFn, max_devices: int = 4) -> PipelineCosts:
+    """Random per-stage F, I, W (whole seconds, W may be 0) and a link with a latency."""
+    devices = draw(st.integers(1, max_devices))
+    stages = tuple(
+        StageCosts(
+            forward_s=float(draw(st.integers(1, 5))),
+            input_grad_s=float(draw(st.integers(1, 5))),
+            weight_grad_s=float(draw(st.integers(0, 5))),
+            output_bytes=1.0,
+            input_bytes=1.0,
+        )
+        for _ in range(devices)
+    )
+    latency = draw(st.sampled_from([0.0, 0.5, 2.0]))
+    return PipelineCosts(stages, Network(devices, Topology.ALL_TO_ALL, Link("l", 1e9, latency)))

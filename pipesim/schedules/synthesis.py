@@ -1,0 +1,272 @@
+"""Schedules made to measure: the fastest order found for a per-device memory limit.
+
+Memory is counted in micro-batches in flight, as the zero-bubble paper counts it (Qi et al.,
+arXiv 2401.10241 §3): on a device, a micro-batch's stage is in flight from the start of its F
+until the end of its last backward action (W under the I/W split, B otherwise), and no device
+may ever hold more than ``memory_limit`` of them. Actions on a device run one after another,
+so that count depends on the device's order only (:func:`in_flight_peaks`).
+
+The synthesiser is the paper's heuristic made into a small portfolio, judged by the engine:
+
+* a greedy list scheduler over estimated times (each stage's F, I and W and the transfers
+  between stages), always committing the action that can start earliest anywhere; a device
+  that is free runs a ready I first (it frees memory and is on the critical path), else a
+  ready F if the limit allows one more micro-batch in flight, else a W to fill the idle time;
+  four variants (I or F first when both are ready; W eagerly in idle time, or only when memory
+  or the end of the step forces it);
+* the registered one-stage-per-device schedules whose orders keep within the limit (1F1B,
+  ZB-H1, ZB-H2, GPipe), so the result is never slower than the best of them;
+
+each candidate is simulated with the given costs and the fastest is returned, named
+``synth``. The placement is looped with one stage per device (V-shaped placements and the
+controllable-memory V family are not synthesised yet).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim.common import checks
+from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.errors import ScheduleError
+from pipesim.schedules.action import Action, Kind
+from pipesim.schedules.schedule import Schedule
+
+SYNTH_NAME = "synth"
+# The fixed schedules offered beside the greedy orders (one stage per device, flush).
+FIXED_SEEDS = ("1f1b", "zb-h1", "zb-h2", "gpipe")
+
+
+@dataclass(frozen=True)
+class GreedyPolicy:
+    """How the greedy scheduler breaks a free device's choice."""
+
+    input_grad_first: bool = True  # a ready I before a ready F
+    eager_weight_grad: bool = True  # W in any idle time, not only when forced
+
+    @property
+    def name(self) -> str:
+        """``greedy-I-first-eager-W`` and so on."""
+        first = "I-first" if self.input_grad_first else "F-first"
+        weight = "eager-W" if self.eager_weight_grad else "late-W"
+        return f"greedy-{first}-{weight}"
+
+
+POLICIES = tuple(GreedyPolicy(first, eager) for first in (True, False) for eager in (True, False))
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """The schedule chosen and how it compares.
+
+    Attributes:
+        schedule: the fastest candidate, named ``synth``.
+        chosen: the candidate it came from (a greedy policy's name, or a fixed schedule's).
+        step_time_s: its simulated step time.
+        candidates: every candidate tried within the limit, with its step time, fastest first.
+        memory_limit: micro-batches in flight per device.
+    """
+
+    schedule: Schedule
+    chosen: str
+    step_time_s: float
+    candidates: tuple[tuple[str, float], ...]
+    memory_limit: int
+
+
+def in_flight_peaks(schedule: Schedule) -> tuple[int, ...]:
+    """Each device's most micro-batches in flight (per stage it holds), from its order alone:
+    a (stage, micro-batch) enters at its F's start and leaves at its last backward's end."""
+    last_backward: dict[tuple[int, int], int] = {}
+    peaks = []
+    for row in schedule.device_actions:
+        for index, action in enumerate(row):
+            if action.kind is not Kind.F:
+                last_backward[(action.stage, action.microbatch)] = index
+        held = peak = 0
+        for index, action in enumerate(row):
+            if action.kind is Kind.F:
+                held += 1
+                peak = max(peak, held)
+            elif last_backward.get((action.stage, action.microbatch)) == index:
+                held -= 1
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+def synthesize(costs: PipelineCosts, microbatches: int, memory_limit: int) -> Synthesis:
+    """The fastest schedule found for ``costs`` (one stage per device), ``microbatches`` and
+    at most ``memory_limit`` micro-batches in flight on any device (1 runs the micro-batches
+    one at a time through the pipeline; K is 1F1B's memory)."""
+    from pipesim.engine import simulate
+
+    microbatches = checks.positive_int("microbatches", microbatches, error=ScheduleError)
+    memory_limit = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
+    candidates: list[tuple[str, Schedule]] = [
+        (policy.name, greedy_schedule(costs, microbatches, memory_limit, policy))
+        for policy in POLICIES
+    ]
+    candidates += fixed_within(len(costs.stages), microbatches, memory_limit)
+    timed = sorted(
+        ((simulate(schedule, costs).iteration_time_s, index, name, schedule)
+         for index, (name, schedule) in enumerate(candidates)),
+        key=lambda row: (row[0], row[1]),
+    )  # fmt: skip
+    step_s, _, chosen, best = timed[0]
+    schedule = Schedule(SYNTH_NAME, microbatches, best.placement, best.device_actions)
+    return Synthesis(
+        schedule,
+        chosen,
+        step_s,
+        tuple((name, time_s) for time_s, _, name, _ in timed),
+        memory_limit,
+    )
+
+
+def greedy_schedule(
+    costs: PipelineCosts, microbatches: int, memory_limit: int, policy: GreedyPolicy
+) -> Schedule:
+    """One greedy order (see the module's docstring), F, I and W on each of the K devices,
+    micro-batches in order within each kind."""
+    return Schedule(
+        SYNTH_NAME,
+        microbatches,
+        tuple(range(len(costs.stages))),
+        _GreedyRun(costs, microbatches, memory_limit, policy).orders(),
+    )
+
+
+class _GreedyRun:
+    """The list scheduler's state: per device its clock, its next F and I, its pending W and
+    what it holds in flight; per (stage, micro-batch) when its F and I end."""
+
+    def __init__(
+        self, costs: PipelineCosts, microbatches: int, memory_limit: int, policy: GreedyPolicy
+    ) -> None:
+        self.stages = costs.stages
+        self.devices = len(costs.stages)
+        self.microbatches = microbatches
+        self.limit = memory_limit
+        self.policy = policy
+        self.forward_send_s = [
+            costs.network.route(s, s + 1).transfer_time_s(self.stages[s].output_bytes)
+            if s + 1 < self.devices
+            else 0.0
+            for s in range(self.devices)
+        ]
+        self.backward_send_s = [
+            costs.network.route(s, s - 1).transfer_time_s(self.stages[s].input_bytes)
+            if s > 0
+            else 0.0
+            for s in range(self.devices)
+        ]
+        self.clock = [0.0] * self.devices
+        self.next_forward = [0] * self.devices
+        self.next_input_grad = [0] * self.devices
+        self.weight_grads: list[deque[int]] = [deque() for _ in range(self.devices)]
+        self.held = [0] * self.devices
+        self.forward_end: list[list[float | None]] = [
+            [None] * microbatches for _ in range(self.devices)
+        ]
+        self.input_grad_end: list[list[float | None]] = [
+            [None] * microbatches for _ in range(self.devices)
+        ]
+        self.rows: list[list[Action]] = [[] for _ in range(self.devices)]
+
+    def orders(self) -> tuple[tuple[Action, ...], ...]:
+        total = 3 * self.devices * self.microbatches
+        done = 0
+        while done < total:
+            choices = [
+                (start, device, kind)
+                for device in range(self.devices)
+                for start, kind in [self._choice(device)]
+                if kind is not None
+            ]
+            if not choices:  # pragma: no cover - every limit >= 1 makes progress
+                raise ScheduleError("synthesis stalled: no device can run an action")
+            start, device, kind = min(choices, key=lambda c: (c[0], c[1]))
+            self._run(device, kind, start)
+            done += 1
+        return tuple(tuple(row) for row in self.rows)
+
+    def _forward_ready(self, device: int) -> float | None:
+        m = self.next_forward[device]
+        if m >= self.microbatches or self.held[device] >= self.limit:
+            return None
+        if device == 0:
+            return 0.0
+        end = self.forward_end[device - 1][m]
+        return None if end is None else end + self.forward_send_s[device - 1]
+
+    def _input_grad_ready(self, device: int) -> float | None:
+        m = self.next_input_grad[device]
+        if m >= self.next_forward[device]:  # its own F has not run
+            return None
+        if device == self.devices - 1:
+            end = self.forward_end[device][m]
+            return end
+        end = self.input_grad_end[device + 1][m]
+        return None if end is None else end + self.backward_send_s[device + 1]
+
+    def _choice(self, device: int) -> tuple[float, Kind | None]:
+        """What ``device`` runs next and when, by the policy, from what is known now."""
+        now = self.clock[device]
+        ready = {Kind.I: self._input_grad_ready(device), Kind.F: self._forward_ready(device)}
+        order = (Kind.I, Kind.F) if self.policy.input_grad_first else (Kind.F, Kind.I)
+        for kind in order:
+            at = ready[kind]
+            if at is not None and at <= now:
+                return now, kind
+        pending_weight = bool(self.weight_grads[device])
+        forced = ready[Kind.F] is None and self.held[device] >= self.limit
+        finished = self.next_input_grad[device] >= self.microbatches
+        if pending_weight and (self.policy.eager_weight_grad or forced or finished):
+            return now, Kind.W
+        known = [(at, kind) for kind, at in ready.items() if at is not None]
+        if known:
+            at, kind = min(known, key=lambda k: (k[0], order.index(k[1])))
+            return at, kind
+        if pending_weight:  # late W: nothing else will come to this device before it
+            return now, Kind.W
+        return float("inf"), None
+
+    def _run(self, device: int, kind: Kind, start: float) -> None:
+        stage = self.stages[device]
+        if kind is Kind.F:
+            m = self.next_forward[device]
+            self.next_forward[device] += 1
+            self.held[device] += 1
+            end = start + stage.forward_s
+            self.forward_end[device][m] = end
+        elif kind is Kind.I:
+            m = self.next_input_grad[device]
+            self.next_input_grad[device] += 1
+            end = start + stage.input_grad_s
+            self.input_grad_end[device][m] = end
+            self.weight_grads[device].append(m)
+        else:
+            m = self.weight_grads[device].popleft()
+            end = start + stage.weight_grad_s
+            self.held[device] -= 1
+        self.clock[device] = end
+        self.rows[device].append(Action(device, kind, m))
+
+
+def fixed_within(
+    devices: int, microbatches: int, memory_limit: int, names: Sequence[str] = FIXED_SEEDS
+) -> list[tuple[str, Schedule]]:
+    """The registered schedules among ``names`` that take this shape with one stage per
+    device and whose orders keep within the limit: the synthesiser's seeds, and what a
+    synthesised schedule is compared with."""
+    from pipesim.schedules.registry import build, unsupported_reason
+
+    within = []
+    for name in names:
+        if unsupported_reason(name, devices, microbatches, 1) is None:
+            fixed = build(name, devices, microbatches, 1)
+            if max(in_flight_peaks(fixed)) <= memory_limit:
+                within.append((name, fixed))
+    return within
