@@ -7,12 +7,14 @@ import sys
 from typing import Any
 
 from cli.schedule_source import add_schedule_source_arguments, load_schedule
+from cli.synthesized import add_memory_limit_argument, synthesis_line, wants_synthesis
 from pipesim.common.command_line import EXIT_OK
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import PipesimError
 from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text, overflow_checked, require_reportable, write_json
+from pipesim.schedules.synthesis import synthesize
 
 
 def register(subparsers: Any) -> None:
@@ -26,6 +28,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_schedule_source_arguments(parser, allow_file=True)
+    add_memory_limit_argument(parser)
     add_cost_arguments(parser)
     add_steps_argument(parser)
     add_engine_argument(parser)
@@ -207,7 +210,16 @@ def _simulate(args: argparse.Namespace) -> int:
     from pipesim.engine import simulate
     from pipesim.export import chrome_trace, timeline_csv
 
-    schedule = load_schedule(args)
+    synthesis = None
+    synthesizing = wants_synthesis(args)
+    if synthesizing:
+        from pipesim.schedules import build
+
+        # The shape, checked, and the order the costs are built for (a model's memory-aware
+        # partition is chosen for 1F1B's memory); the order itself is synthesised below.
+        schedule = build("1f1b", args.devices, args.microbatches)
+    else:
+        schedule = load_schedule(args)
     # Every check that costs nothing comes before the costs are built: a memory-aware
     # partition simulates memory over the steps, so a bad --steps must never reach it.
     if args.steps < 1:
@@ -217,6 +229,9 @@ def _simulate(args: argparse.Namespace) -> int:
     costs = cost_request(args).build(
         schedule.devices, schedule.chunks, schedule.microbatches, schedule, args.steps
     )
+    if synthesizing:
+        synthesis = synthesize(costs, args.microbatches, args.memory_limit)
+        schedule = synthesis.schedule
     with overflow_checked():  # a non-finite result is refused in one line just below
         result = simulate(schedule, costs, steps=args.steps, engine=args.engine)
     require_reportable(result.to_json(), "simulate")
@@ -250,6 +265,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result.to_json())
     else:
+        if synthesis is not None:
+            sys.stdout.write(synthesis_line(synthesis) + "\n")
         sys.stdout.write(summary(result) + "\n")
     return EXIT_OK
 

@@ -179,3 +179,49 @@ def test_catalogue_listings(capsys: pytest.CaptureFixture[str]) -> None:
     assert status == 0 and out.startswith("gpipe-transformer-48")
     status, out, _ = run(capsys, "models", "list", "--json")
     assert json.loads(out)[0]["example_layers"] == 50
+
+
+SYNTH = ["simulate", "--schedule", "synth", "-K", "4", "-M", "8", "--costs", "1,1,1"]
+
+
+def test_a_synthesised_schedule_is_simulated_and_says_what_won(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status, out, _ = run(capsys, *SYNTH, "--memory-limit", "2")
+    assert status == 0
+    assert out.startswith(
+        "synthesised for at most 2 micro-batch(es) in flight per device: "
+        "greedy-I-first-eager-W won (41 s; next: "
+    )
+    assert "synth: K=4 devices, M=8 micro-batches, v=1" in out and "iteration time 41 s" in out
+    status, out, _ = run(capsys, *SYNTH, "--memory-limit", "4", "--json")
+    assert status == 0 and json.loads(out)["schedule"] == "synth"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--schedule synth needs --memory-limit N (micro-batches)"),
+        (["--memory-limit", "0"], "--memory-limit must be an integer >= 1, got 0"),
+        (
+            ["--memory-limit", "2", "-v", "2"],
+            "-v/--chunks: --schedule synth places one stage per device, got 2",
+        ),
+        (["--memory-limit", "2", "--remat"], "--remat: --schedule synth splits backwards"),
+    ],
+)
+def test_synthesis_options_are_checked(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    status, out, err = run(capsys, *SYNTH, *extra)
+    assert status == 2 and out == ""
+    assert err.startswith(f"pipesim: error: {message}") and err.count("\n") == 1
+
+
+def test_a_memory_limit_without_synthesis_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(
+        capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "2", "--costs", "1,2",
+        "--memory-limit", "3",
+    )  # fmt: skip
+    assert status == 2
+    assert err == "pipesim: error: --memory-limit goes with --schedule synth, got 3\n"
