@@ -12,6 +12,13 @@ from cli.schedule_source import (
     load_schedule,
     update_rule,
 )
+from cli.synthesized import (
+    add_memory_limit_argument,
+    refuse_costs_without_synthesis,
+    synthesis_line,
+    synthesized_schedule,
+    wants_synthesis,
+)
 from pipesim.common.command_line import EXIT_OK
 from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import write_json
@@ -24,6 +31,7 @@ from pipesim.schedules import (
     to_csv,
     unit_slots,
 )
+from pipesim.schedules.synthesis import Synthesis
 
 
 def register(subparsers: Any) -> None:
@@ -48,6 +56,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_schedule_source_arguments(show, allow_file=True)
+    add_synthesis_arguments(show)
     show.add_argument("--json", action="store_true", help="print JSON instead of the grid")
     show.set_defaults(handler=_show)
 
@@ -56,6 +65,7 @@ def register(subparsers: Any) -> None:
         help="write a schedule as compute-only CSV (torch.distributed.pipelining's format)",
     )
     add_schedule_source_arguments(export, allow_file=False)
+    add_synthesis_arguments(export)
     export.add_argument("--out", metavar="FILE", help="write here instead of stdout")
     export.set_defaults(handler=_export)
 
@@ -106,8 +116,27 @@ def _list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def add_synthesis_arguments(parser: argparse.ArgumentParser) -> None:
+    """--memory-limit and the costs a synthesised schedule is made for."""
+    from cli.simulate_cmd import add_cost_arguments
+
+    add_memory_limit_argument(parser)
+    add_cost_arguments(parser)
+
+
+def _schedule(args: argparse.Namespace) -> tuple[Schedule, Synthesis | None]:
+    """The schedule asked for, and its synthesis when it was synthesised."""
+    if wants_synthesis(args):
+        found = synthesized_schedule(args)
+        return found.schedule, found
+    refuse_costs_without_synthesis(args)
+    return load_schedule(args), None
+
+
 def _show(args: argparse.Namespace) -> int:
-    schedule = load_schedule(args)
+    schedule, synthesis = _schedule(args)
+    if synthesis is not None and not args.json:
+        sys.stdout.write(synthesis_line(synthesis) + "\n")
     if args.json:
         payload = describe(schedule)
         payload["slots"] = [
@@ -120,7 +149,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    schedule = load_schedule(args)
+    schedule, _ = _schedule(args)
     text = to_csv(schedule)
     if args.out is not None:
         write_text_atomically(args.out, text, field="--out")

@@ -1,5 +1,6 @@
 """``--schedule synth --memory-limit N``: a schedule synthesised for the costs of the run (see
-:mod:`pipesim.schedules.synthesis`), for the commands that have costs (``simulate`` so far)."""
+:mod:`pipesim.schedules.synthesis`), on ``simulate`` and on ``schedule show`` and ``export``
+(which then take the costs as ``simulate`` does)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,29 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
     if args.remat:
         raise PipesimError(f"--remat: --schedule {SYNTH_NAME} splits backwards into I and W")
     return True
+
+
+def synthesized_schedule(args: argparse.Namespace) -> Synthesis:
+    """The synthesis for ``schedule show|export``: the costs built as ``simulate`` builds
+    them, for 1F1B's order of the shape (one step), then the order synthesised for them."""
+    from cli.simulate_cmd import cost_request
+    from pipesim.schedules import build
+    from pipesim.schedules.synthesis import synthesize
+
+    shape = build("1f1b", args.devices, args.microbatches)
+    costs = cost_request(args).build(shape.devices, 1, shape.microbatches, shape, 1)
+    return synthesize(costs, args.microbatches, args.memory_limit)
+
+
+def refuse_costs_without_synthesis(args: argparse.Namespace) -> None:
+    """``schedule show|export`` take costs only to synthesise: a named schedule or a file
+    has its order already."""
+    for flag, value in (("--costs", args.costs), ("--model", args.model)):
+        if value is not None:
+            raise PipesimError(
+                f"{flag} goes with --schedule {SYNTH_NAME} here (a schedule's order does not "
+                f"depend on costs), got {value!r}"
+            )
 
 
 def synthesis_line(found: Synthesis) -> str:

@@ -250,3 +250,29 @@ def test_console_script_runs_without_torch() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "device 1" in result.stdout
+
+
+def test_schedule_show_and_export_synthesise_for_the_costs_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    synth = ["--schedule", "synth", "--memory-limit", "2", "-K", "4", "-M", "8", "--costs", "1,1,1"]
+    status, out, _ = run(capsys, "schedule", "show", *synth)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("synthesised for at most 2 micro-batch(es) in flight per device")
+    assert (
+        lines[1] == "synth: K=4 devices, M=8 micro-batches, v=1 chunk(s) per device, update=flush"
+    )
+    csv_file = tmp_path / "synth.csv"
+    status, _, _ = run(capsys, "schedule", "export", *synth, "--out", str(csv_file))
+    assert status == 0
+    status, out, _ = run(capsys, "schedule", "check", str(csv_file))
+    assert status == 0 and "valid: K=4 devices, M=8 micro-batches" in out
+    status, _, err = run(
+        capsys, "schedule", "show", "--schedule", "1f1b", "-K", "2", "-M", "2", "--costs", "1,1"
+    )
+    assert status == 2
+    assert err == (
+        "pipesim: error: --costs goes with --schedule synth here (a schedule's order does not "
+        "depend on costs), got '1,1'\n"
+    )
