@@ -169,7 +169,7 @@ def make(out: Path) -> list[Path]:
 
 def extras() -> dict[str, Callable[[], Any]]:
     """The figures beyond the families: the measured validation plot (when its kept real run
-    is here) and the planner's Pareto figure."""
+    is here), the planner's Pareto figure and the synthesised schedules' memory trade-off."""
     found: dict[str, Callable[[], Any]] = {}
     validation = HERE / "data" / "validation-quick.json"
     if validation.exists():
@@ -179,7 +179,26 @@ def extras() -> dict[str, Callable[[], Any]]:
         )
         found["validation-speedup.png"] = lambda: plots.speedup_figure(records)
     found["plan-pareto.png"] = plan_figure
+    found["synthesis-memory.png"] = synthesis_figure
     return found
+
+
+def synthesis_figure() -> Any:
+    """Schedules made to measure: GPT-1.3B on 4 A100s, M=12, the synthesised schedule for each
+    memory limit from 1 to 2K-1 micro-batches in flight beside the fixed schedules."""
+    from pipesim.request.cost_request import ModelRequest
+    from pipesim.schedules import build
+    from pipesim.schedules.synthesis import memory_tradeoff
+    from plots.synthesis_figures import memory_tradeoff_figure
+
+    devices, microbatches = 4, 12
+    costs = ModelRequest("gpt-1.3b", "a100", batch=96).build(
+        devices, 1, microbatches, build("1f1b", devices, microbatches)
+    )
+    fixed, curve = memory_tradeoff(costs, microbatches, range(1, 2 * devices))
+    return memory_tradeoff_figure(
+        fixed, curve, title="gpt-1.3b on 4 x a100, M=12: synthesised and fixed schedules"
+    )
 
 
 def plan_figure() -> Any:

@@ -270,3 +270,35 @@ def fixed_within(
             if max(in_flight_peaks(fixed)) <= memory_limit:
                 within.append((name, fixed))
     return within
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """One schedule's place in the memory-time plane: its most micro-batches in flight on any
+    device and its simulated step time (``limit`` is the limit it was synthesised for, None
+    for a fixed schedule)."""
+
+    name: str
+    in_flight: int
+    step_time_s: float
+    limit: int | None = None
+
+
+def memory_tradeoff(
+    costs: PipelineCosts, microbatches: int, limits: Sequence[int]
+) -> tuple[tuple[MemoryPoint, ...], tuple[MemoryPoint, ...]]:
+    """The fixed one-stage schedules as points, and the synthesised schedule at each of
+    ``limits`` (its actual peak may be below the limit): the data of a Pareto figure."""
+    from pipesim.engine import simulate
+
+    devices = len(costs.stages)
+    fixed = tuple(
+        MemoryPoint(name, max(in_flight_peaks(s)), simulate(s, costs).iteration_time_s)
+        for name, s in fixed_within(devices, microbatches, microbatches)
+    )
+    curve = []
+    for limit in limits:
+        found = synthesize(costs, microbatches, limit)
+        peak = max(in_flight_peaks(found.schedule))
+        curve.append(MemoryPoint(found.chosen, peak, found.step_time_s, limit))
+    return fixed, tuple(curve)

@@ -22,7 +22,7 @@ def test_the_gallery_script_writes_every_committed_figure(tmp_path: Path) -> Non
     names = {path.name for path in written}
     assert {f"timeline-{n}.png" for n in ("gpipe", "1f1b", "zbv", "dualpipev")} <= names
     assert {"speedup.png", "bubble.png", "throughput-a100.png", "memory-over-time.png"} <= names
-    assert {"validation-gpipe-table2.png", "plan-pareto.png"} <= names
+    assert {"validation-gpipe-table2.png", "plan-pareto.png", "synthesis-memory.png"} <= names
     committed = {path.name for path in GALLERY.glob("*.png")}
     assert committed == names  # the committed gallery is what the script makes, no more
     for path in written:

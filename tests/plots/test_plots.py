@@ -203,3 +203,20 @@ def test_importing_and_saving_plots_leaves_pyplot_alone(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "x.png").stat().st_size > 1000
+
+
+def test_the_memory_tradeoff_figure_draws_the_curve_and_every_fixed_point() -> None:
+    from pipesim.schedules.synthesis import MemoryPoint
+    from plots.synthesis_figures import memory_tradeoff_figure
+
+    fixed = [MemoryPoint("1f1b", 4, 33.0), MemoryPoint("gpipe", 8, 34.0)]
+    curve = [MemoryPoint("greedy", 1, 72.0, 1), MemoryPoint("zb-h1", 4, 27.0, 4)]
+    figure = memory_tradeoff_figure(fixed, curve)
+    axes = figure.axes[0]
+    (line,) = axes.get_lines()
+    assert list(line.get_xdata()) == [1, 4] and list(line.get_ydata()) == [72.0, 27.0]
+    offsets = sorted(tuple(c.get_offsets()[0]) for c in axes.collections)
+    assert offsets == [(4.0, 33.0), (8.0, 34.0)]
+    labels = axes.get_legend_handles_labels()[1]
+    assert labels == ["synth (x = its memory limit)", "1f1b (fixed)", "gpipe (fixed)"]
+    assert axes.get_ylabel() == "step time (s)"

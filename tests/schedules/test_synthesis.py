@@ -20,6 +20,7 @@ from pipesim.schedules.synthesis import (
     fixed_within,
     greedy_schedule,
     in_flight_peaks,
+    memory_tradeoff,
     synthesize,
 )
 
@@ -98,3 +99,19 @@ def test_a_limit_below_one_is_refused(limit: int) -> None:
         ScheduleError, match=rf"^--memory-limit must be an integer >= 1, got {limit}$"
     ):
         synthesize(synthetic_costs(2, 1, 1.0, 1.0, 1.0), 4, limit)
+
+
+def test_the_memory_tradeoff_places_each_schedule_by_its_peak() -> None:
+    """F=I=W=1, K=4, M=8: the fixed schedules at their own peaks (1F1B and ZB-H1 at K, ZB-H2
+    at 2K-1, GPipe at M), the synthesised one at each limit, never above it."""
+    costs = synthetic_costs(4, 1, 1.0, 1.0, 1.0)
+    fixed, curve = memory_tradeoff(costs, 8, [1, 2, 3, 4])
+    assert {(p.name, p.in_flight) for p in fixed} == {
+        ("1f1b", 4),
+        ("zb-h1", 4),
+        ("zb-h2", 7),
+        ("gpipe", 8),
+    }
+    assert [p.limit for p in curve] == [1, 2, 3, 4]
+    assert all(p.in_flight <= p.limit for p in curve)  # type: ignore[operator]
+    assert [p.step_time_s for p in curve] == pytest.approx([72.0, 41.0, 33.0, 27.0])
