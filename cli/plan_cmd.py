@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
         "--schedules",
         metavar="A,B,...",
         help="schedules to consider (default: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, "
-        "pipedream-2bw)",
+        "pipedream-2bw); add synth for a schedule synthesised to the memory of the best shapes",
     )
     parser.add_argument(
         "--chunks",

@@ -17,6 +17,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
@@ -47,6 +48,7 @@ from pipesim.plan.bounds import iteration_lower_bound_s
 from pipesim.plan.space import DEFAULT_SCHEDULES, Candidate, candidates
 from pipesim.request.cost_request import resolved_model
 from pipesim.schedules import UpdateRule, build
+from pipesim.schedules.synthesis import SYNTH_NAME
 from pipesim.workload.model import Model
 
 # No-flush schedules are timed in steady state over this many steps back to back. Their steps
@@ -136,6 +138,11 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
         check(Limit.CHUNKS, chunks, f"--chunks {chunks:,}")
     if not settings.schedules:
         raise SpecError("--schedules must name at least one schedule, got none")
+    if set(settings.schedules) == {SYNTH_NAME}:
+        raise SpecError(
+            f"--schedules {SYNTH_NAME}: a synthesised schedule is offered beside the fixed ones "
+            "(for the shapes of their best plans); name at least one registered schedule too"
+        )
     model = resolved_model(
         settings.model, settings.optimizer_state, settings.master_weights, settings.dtype
     )
@@ -175,6 +182,8 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
                 limit = times[settings.top - 1]
             if times:
                 bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
+    if SYNTH_NAME in settings.schedules:
+        finished += context.synthesized(finished, settings.top)
     ranked = sorted(
         (e for e in finished if not e.simulated_oom),
         key=lambda e: e.iteration_time_s or math.inf,
@@ -326,6 +335,63 @@ class PlanContext:
             oom_reason,
         )
 
+    def synthesized(self, finished: list[Evaluated], top: int) -> list[Evaluated]:
+        """A synthesised schedule for each of the best plans' shapes: the largest memory
+        limit (from 2K-1 micro-batches in flight down to 1) whose schedule fits every
+        device's memory in simulation, then the smallest limit below it that is as fast, on
+        the costs of 1F1B's partition of that shape; offered when it is faster than every
+        fixed schedule simulated for that shape."""
+        from pipesim.schedules.synthesis import synthesize
+
+        fastest: dict[tuple[int, int, int, int], float] = {}
+        for e in finished:
+            if e.simulated and not e.simulated_oom:
+                c = e.candidate
+                key = (c.devices, c.data_parallel, c.microbatches, c.microbatch_size)
+                fastest[key] = min(fastest.get(key, math.inf), e.iteration_time_s or math.inf)
+        offered = []
+        for shape in _synthesis_shapes(finished, top):
+            base = self.evaluate(shape)
+            if base.oom:
+                continue
+            costs = model_on_hardware(
+                self.model,
+                self.hardware,
+                shape.devices,
+                1,
+                shape.microbatch_size,
+                base.partition,
+                data_parallel=shape.data_parallel,
+                placement=tuple(range(shape.devices)),
+            )
+            key = (shape.devices, shape.data_parallel, shape.microbatches, shape.microbatch_size)
+            chosen: tuple[int, Any, tuple[float, ...]] | None = None
+            for limit in range(2 * shape.devices - 1, 0, -1):
+                found = synthesize(costs, shape.microbatches, limit)
+                result = simulate(found.schedule, costs)
+                peaks = tuple(d.peak_memory_bytes for d in result.per_device)
+                if max(peaks) > base.capacity_bytes:
+                    continue
+                if chosen is not None and result.iteration_time_s > chosen[1].iteration_time_s * (
+                    1 + 1e-9
+                ):
+                    break  # less memory now costs time: keep the smallest limit as fast
+                chosen = (limit, result, peaks)
+            if chosen is None or chosen[1].iteration_time_s >= fastest[key] * (1 - 1e-9):
+                continue  # nothing fits, or no faster than a fixed schedule of this shape
+            limit, result, peaks = chosen
+            offered.append(
+                dataclasses.replace(
+                    base,
+                    candidate=dataclasses.replace(shape, schedule=SYNTH_NAME, memory_limit=limit),
+                    peak_memory_bytes=peaks,
+                    iteration_time_s=result.iteration_time_s,
+                    bubble_fraction=result.bubble_fraction,
+                    simulated_peak_bytes=max(peaks),
+                )
+            )
+        return offered
+
     def simulate(self, item: Evaluated) -> Evaluated:
         """``item`` simulated in full with the default engine, its costs built from the model
         and hardware the context holds by :func:`model_on_hardware`, as ``pipesim simulate``
@@ -349,6 +415,31 @@ class PlanContext:
             bubble_fraction=result.bubble_fraction,
             simulated_peak_bytes=max(d.peak_memory_bytes for d in result.per_device),
         )
+
+
+def _synthesis_shapes(finished: list[Evaluated], top: int) -> list[Candidate]:
+    """The shapes of the best simulated plans that a synthesised schedule can take (one stage
+    per device, no re-materialization, a flush schedule's update), fastest first, at most
+    ``top`` of them."""
+    shapes: list[Candidate] = []
+    seen = set()
+    ranked = sorted(
+        (e for e in finished if not e.simulated_oom and e.steps == 1),
+        key=lambda e: e.iteration_time_s or math.inf,
+    )
+    for e in ranked:
+        c = e.candidate
+        key = (c.devices, c.data_parallel, c.microbatches, c.microbatch_size)
+        if c.devices > 1 and key not in seen:
+            seen.add(key)
+            shapes.append(
+                Candidate(
+                    c.devices, c.data_parallel, "1f1b", 1, c.microbatches, c.microbatch_size, False
+                )
+            )
+        if len(shapes) == top:
+            break
+    return shapes
 
 
 def _rejected(

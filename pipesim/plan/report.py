@@ -24,6 +24,7 @@ def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
         "microbatches": c.microbatches,
         "microbatch_size": c.microbatch_size,
         "remat": c.remat,
+        "memory_limit": c.memory_limit,
         "partition": list(e.partition),
         "partition_objective": e.partition_objective,
         "steps": e.steps,
@@ -56,6 +57,7 @@ def simulate_command(report: PlanReport, e: Evaluated) -> str:
         s.hardware,
         "--schedule",
         c.schedule,
+        *(["--memory-limit", str(c.memory_limit)] if c.memory_limit is not None else []),
         "-K",
         str(c.devices),
         "-M",
@@ -125,7 +127,7 @@ def report_table(report: PlanReport) -> str:
         t = e.iteration_time_s or 0.0
         peak = e.simulated_peak_bytes or 0.0
         lines.append(
-            f"{rank:>2} {c.devices:>3} {c.data_parallel:>3} {c.schedule:<17}{c.chunks:>2} "
+            f"{rank:>2} {c.devices:>3} {c.data_parallel:>3} {c.schedule_label:<17}{c.chunks:>2} "
             f"{c.microbatches:>4} {c.microbatch_size:>4} {'yes' if c.remat else 'no':>5}  "
             f"{format_seconds(t):>10} {s.batch / t:>10.4g} {e.bubble_fraction or 0.0:>7.1%} "
             f"{format_bytes(peak):>10} {format_bytes(e.capacity_bytes - peak):>10}  "

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pipesim.schedules import schedule_info, unsupported_reason
+from pipesim.schedules.synthesis import SYNTH_NAME
 
 DEFAULT_SCHEDULES = (
     "gpipe",
@@ -39,6 +40,8 @@ class Candidate:
         microbatches: M per replica and step.
         microbatch_size: b samples per micro-batch.
         remat: re-materialization.
+        memory_limit: for a synthesised schedule (``synth``), the micro-batches in flight it
+            was made for; None for a registered one.
     """
 
     devices: int
@@ -48,6 +51,14 @@ class Candidate:
     microbatches: int
     microbatch_size: int
     remat: bool
+    memory_limit: int | None = None
+
+    @property
+    def schedule_label(self) -> str:
+        """The schedule's name, with the limit of a synthesised one: ``synth N=3``."""
+        if self.memory_limit is None:
+            return self.schedule
+        return f"{self.schedule} N={self.memory_limit}"
 
     @property
     def stages(self) -> int:
@@ -58,7 +69,7 @@ class Candidate:
         """A short name: ``1f1b K=8 DP=8 v=1 M=32 b=2``."""
         remat = " remat" if self.remat else ""
         return (
-            f"{self.schedule} K={self.devices} DP={self.data_parallel} v={self.chunks} "
+            f"{self.schedule_label} K={self.devices} DP={self.data_parallel} v={self.chunks} "
             f"M={self.microbatches} b={self.microbatch_size}{remat}"
         )
 
@@ -80,6 +91,7 @@ def candidates(
 ) -> Iterator[Candidate]:
     """Every buildable configuration (skipping shapes a schedule cannot take, and more stages
     than layers)."""
+    schedules = [name for name in schedules if name != SYNTH_NAME]  # offered after the search
     for name in schedules:
         schedule_info(name)  # unknown names fail before any work
     for k in divisors(devices):

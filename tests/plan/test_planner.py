@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from cli.main import main
+from pipesim.common.checks import SpecError
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
 from pipesim.plan.planner import PlanContext
-from pipesim.plan.report import plan_json, report_json, simulate_command
+from pipesim.plan.report import plan_json, report_json, report_table, simulate_command
 from pipesim.schedules import schedule_names
 from pipesim.workload import resolve_model
 
@@ -259,3 +260,38 @@ def test_report_json_has_the_documented_fields() -> None:
         assert item["devices"] * item["data_parallel"] == 4
         assert math.isfinite(item["throughput"])
     assert payload["evaluated"] >= len(payload["plans"])
+
+
+def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With ``synth`` among --schedules, the best shapes get a synthesised schedule for the
+    smallest memory limit as fast as the largest that fits; offered only when faster than
+    every fixed schedule simulated for its shape; its printed command gives its numbers."""
+    settings = PlanSettings("gpt-1.3b", "a100", 8, 64, schedules=("1f1b", "zb-h1", "synth"), top=5)
+    report = plan(settings, show_progress=False)
+    synthesised = [e for e in report.plans if e.candidate.schedule == "synth"]
+    assert synthesised, report_table(report)
+    for e in synthesised:
+        c = e.candidate
+        assert c.memory_limit is not None and 1 <= c.memory_limit <= 2 * c.devices - 1
+        assert c.schedule_label == f"synth N={c.memory_limit}"
+        fixed = [
+            f.iteration_time_s
+            for f in report.evaluated
+            if f.simulated
+            and (f.candidate.devices, f.candidate.data_parallel, f.candidate.microbatches)
+            == (c.devices, c.data_parallel, c.microbatches)
+        ]
+        assert fixed and e.iteration_time_s is not None
+        assert e.iteration_time_s < min(t for t in fixed if t is not None)
+        command = simulate_command(report, e)
+        assert f"--schedule synth --memory-limit {c.memory_limit} " in command
+        item = plan_json(e, settings.batch)
+        assert item["memory_limit"] == c.memory_limit
+        _assert_simulate_reproduces(item, command, capsys)
+
+
+def test_synth_alone_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"^--schedules synth: a synthesised schedule is offered"):
+        plan(PlanSettings("uniform-8", "a100", 4, 16, schedules=("synth",)), show_progress=False)
