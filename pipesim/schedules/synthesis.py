@@ -18,8 +18,9 @@ The synthesiser is the paper's heuristic made into a small portfolio, judged by 
   ZB-H1, ZB-H2, GPipe), so the result is never slower than the best of them;
 
 each candidate is simulated with the given costs and the fastest is returned, named
-``synth``. The placement is looped with one stage per device (V-shaped placements and the
-controllable-memory V family are not synthesised yet).
+``synth`` (on a tie, a fixed schedule before a greedy order). The placement is looped with one
+stage per device (V-shaped placements and the controllable-memory V family are not synthesised
+yet).
 """
 
 from __future__ import annotations
@@ -109,10 +110,12 @@ def synthesize(costs: PipelineCosts, microbatches: int, memory_limit: int) -> Sy
         for policy in POLICIES
     ]
     candidates += fixed_within(len(costs.stages), microbatches, memory_limit)
+    # Fastest first; on a tie a fixed schedule (one with a name and a paper) before a greedy
+    # order, then the order tried first.
     timed = sorted(
         ((simulate(schedule, costs).iteration_time_s, index, name, schedule)
          for index, (name, schedule) in enumerate(candidates)),
-        key=lambda row: (row[0], row[1]),
+        key=lambda row: (row[0], row[2].startswith("greedy-"), row[1]),
     )  # fmt: skip
     step_s, _, chosen, best = timed[0]
     schedule = Schedule(SYNTH_NAME, microbatches, best.placement, best.device_actions)
@@ -177,19 +180,17 @@ class _GreedyRun:
 
     def orders(self) -> tuple[tuple[Action, ...], ...]:
         total = 3 * self.devices * self.microbatches
-        done = 0
-        while done < total:
-            choices = [
-                (start, device, kind)
-                for device in range(self.devices)
-                for start, kind in [self._choice(device)]
-                if kind is not None
-            ]
-            if not choices:  # pragma: no cover - every limit >= 1 makes progress
+        # A device's choice depends on its own state, its upstream neighbour's F ends and its
+        # downstream neighbour's I ends: after a commit only those three are chosen again.
+        choices = [self._choice(device) for device in range(self.devices)]
+        for _ in range(total):
+            device = min(range(self.devices), key=lambda d: (choices[d][0], d))
+            start, kind = choices[device]
+            if kind is None:  # pragma: no cover - every limit >= 1 makes progress
                 raise ScheduleError("synthesis stalled: no device can run an action")
-            start, device, kind = min(choices, key=lambda c: (c[0], c[1]))
             self._run(device, kind, start)
-            done += 1
+            for near in range(max(0, device - 1), min(self.devices, device + 2)):
+                choices[near] = self._choice(near)
         return tuple(tuple(row) for row in self.rows)
 
     def _forward_ready(self, device: int) -> float | None:
