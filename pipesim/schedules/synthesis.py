@@ -97,19 +97,52 @@ def in_flight_peaks(schedule: Schedule) -> tuple[int, ...]:
     return tuple(peaks)
 
 
-def synthesize(costs: PipelineCosts, microbatches: int, memory_limit: int) -> Synthesis:
+def activation_peaks(schedule: Schedule, weight_fraction: float = 1.0) -> tuple[float, ...]:
+    """Each device's peak activation memory in units of one micro-batch's stage activations
+    (M_B), the zero-bubble paper's finer count (its Appendix G): an F adds 1, an I frees all
+    but the ``weight_fraction`` (M_W / M_B) that its W still needs, the W frees that, a full
+    B frees all. With ``weight_fraction`` 1 it is :func:`in_flight_peaks`."""
+    peaks = []
+    for row in schedule.device_actions:
+        held = peak = 0.0
+        for action in row:
+            if action.kind is Kind.F:
+                held += 1.0
+                peak = max(peak, held)
+            elif action.kind is Kind.I:
+                held -= 1.0 - weight_fraction
+            elif action.kind is Kind.W:
+                held -= weight_fraction
+            else:
+                held -= 1.0
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+def synthesize(
+    costs: PipelineCosts, microbatches: int, memory_limit: int, weight_fraction: float = 1.0
+) -> Synthesis:
     """The fastest schedule found for ``costs`` (one stage per device), ``microbatches`` and
     at most ``memory_limit`` micro-batches in flight on any device (1 runs the micro-batches
-    one at a time through the pipeline; K is 1F1B's memory)."""
+    one at a time through the pipeline; K is 1F1B's memory). With ``weight_fraction`` below 1
+    the limit is on activation memory in M_B units, an I freeing all but that fraction (see
+    :func:`activation_peaks`): more micro-batches may then wait for their W."""
     from pipesim.engine import simulate
 
     microbatches = checks.positive_int("microbatches", microbatches, error=ScheduleError)
     memory_limit = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
+    if not 0.0 <= weight_fraction <= 1.0:
+        raise ScheduleError(f"weight_fraction must be from 0 to 1, got {weight_fraction}")
     candidates: list[tuple[str, Schedule]] = [
-        (policy.name, greedy_schedule(costs, microbatches, memory_limit, policy))
+        (
+            policy.name,
+            greedy_schedule(costs, microbatches, memory_limit, policy, weight_fraction),
+        )
         for policy in POLICIES
     ]
-    candidates += fixed_within(len(costs.stages), microbatches, memory_limit)
+    candidates += fixed_within(
+        len(costs.stages), microbatches, memory_limit, weight_fraction=weight_fraction
+    )
     # Fastest first; on a tie a fixed schedule (one with a name and a paper) before a greedy
     # order, then the order tried first.
     timed = sorted(
@@ -129,7 +162,11 @@ def synthesize(costs: PipelineCosts, microbatches: int, memory_limit: int) -> Sy
 
 
 def greedy_schedule(
-    costs: PipelineCosts, microbatches: int, memory_limit: int, policy: GreedyPolicy
+    costs: PipelineCosts,
+    microbatches: int,
+    memory_limit: int,
+    policy: GreedyPolicy,
+    weight_fraction: float = 1.0,
 ) -> Schedule:
     """One greedy order (see the module's docstring), F, I and W on each of the K devices,
     micro-batches in order within each kind."""
@@ -137,7 +174,7 @@ def greedy_schedule(
         SYNTH_NAME,
         microbatches,
         tuple(range(len(costs.stages))),
-        _GreedyRun(costs, microbatches, memory_limit, policy).orders(),
+        _GreedyRun(costs, microbatches, memory_limit, policy, weight_fraction).orders(),
     )
 
 
@@ -146,12 +183,18 @@ class _GreedyRun:
     what it holds in flight; per (stage, micro-batch) when its F and I end."""
 
     def __init__(
-        self, costs: PipelineCosts, microbatches: int, memory_limit: int, policy: GreedyPolicy
+        self,
+        costs: PipelineCosts,
+        microbatches: int,
+        memory_limit: int,
+        policy: GreedyPolicy,
+        weight_fraction: float = 1.0,
     ) -> None:
         self.stages = costs.stages
         self.devices = len(costs.stages)
         self.microbatches = microbatches
         self.limit = memory_limit
+        self.weight_fraction = weight_fraction
         self.policy = policy
         self.forward_send_s = [
             costs.network.route(s, s + 1).transfer_time_s(self.stages[s].output_bytes)
@@ -169,7 +212,7 @@ class _GreedyRun:
         self.next_forward = [0] * self.devices
         self.next_input_grad = [0] * self.devices
         self.weight_grads: list[deque[int]] = [deque() for _ in range(self.devices)]
-        self.held = [0] * self.devices
+        self.held = [0.0] * self.devices  # activation memory in M_B units
         self.forward_end: list[list[float | None]] = [
             [None] * microbatches for _ in range(self.devices)
         ]
@@ -193,9 +236,13 @@ class _GreedyRun:
                 choices[near] = self._choice(near)
         return tuple(tuple(row) for row in self.rows)
 
+    def _room(self, device: int) -> bool:
+        """Whether one more F fits the limit."""
+        return self.held[device] + 1.0 <= self.limit + 1e-9
+
     def _forward_ready(self, device: int) -> float | None:
         m = self.next_forward[device]
-        if m >= self.microbatches or self.held[device] >= self.limit:
+        if m >= self.microbatches or not self._room(device):
             return None
         if device == 0:
             return 0.0
@@ -222,7 +269,7 @@ class _GreedyRun:
             if at is not None and at <= now:
                 return now, kind
         pending_weight = bool(self.weight_grads[device])
-        forced = ready[Kind.F] is None and self.held[device] >= self.limit
+        forced = ready[Kind.F] is None and not self._room(device)
         finished = self.next_input_grad[device] >= self.microbatches
         if pending_weight and (self.policy.eager_weight_grad or forced or finished):
             return now, Kind.W
@@ -239,25 +286,30 @@ class _GreedyRun:
         if kind is Kind.F:
             m = self.next_forward[device]
             self.next_forward[device] += 1
-            self.held[device] += 1
+            self.held[device] += 1.0
             end = start + stage.forward_s
             self.forward_end[device][m] = end
         elif kind is Kind.I:
             m = self.next_input_grad[device]
             self.next_input_grad[device] += 1
             end = start + stage.input_grad_s
+            self.held[device] -= 1.0 - self.weight_fraction
             self.input_grad_end[device][m] = end
             self.weight_grads[device].append(m)
         else:
             m = self.weight_grads[device].popleft()
             end = start + stage.weight_grad_s
-            self.held[device] -= 1
+            self.held[device] -= self.weight_fraction
         self.clock[device] = end
         self.rows[device].append(Action(device, kind, m))
 
 
 def fixed_within(
-    devices: int, microbatches: int, memory_limit: int, names: Sequence[str] = FIXED_SEEDS
+    devices: int,
+    microbatches: int,
+    memory_limit: int,
+    names: Sequence[str] = FIXED_SEEDS,
+    weight_fraction: float = 1.0,
 ) -> list[tuple[str, Schedule]]:
     """The registered schedules among ``names`` that take this shape with one stage per
     device and whose orders keep within the limit: the synthesiser's seeds, and what a
@@ -268,7 +320,7 @@ def fixed_within(
     for name in names:
         if unsupported_reason(name, devices, microbatches, 1) is None:
             fixed = build(name, devices, microbatches, 1)
-            if max(in_flight_peaks(fixed)) <= memory_limit:
+            if max(activation_peaks(fixed, weight_fraction)) <= memory_limit + 1e-9:
                 within.append((name, fixed))
     return within
 

@@ -17,6 +17,7 @@ from pipesim.schedules import Kind, build
 from pipesim.schedules.synthesis import (
     POLICIES,
     GreedyPolicy,
+    activation_peaks,
     fixed_within,
     greedy_schedule,
     in_flight_peaks,
@@ -115,3 +116,33 @@ def test_the_memory_tradeoff_places_each_schedule_by_its_peak() -> None:
     assert [p.limit for p in curve] == [1, 2, 3, 4]
     assert all(p.in_flight <= p.limit for p in curve)  # type: ignore[operator]
     assert [p.step_time_s for p in curve] == pytest.approx([72.0, 41.0, 33.0, 27.0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pipeline_costs(),
+    st.integers(1, 8),
+    st.integers(1, 9),
+    st.sampled_from([0.0, 0.37, 1.0]),
+)
+def test_the_finer_memory_count_is_kept_and_lets_more_wait_for_w(
+    costs: PipelineCosts, microbatches: int, limit: int, weight_fraction: float
+) -> None:
+    """With an I freeing all but ``weight_fraction`` of a micro-batch's activations, every
+    candidate keeps that count within the limit; at 1 it is the micro-batch count."""
+    found = synthesize(costs, microbatches, limit, weight_fraction)
+    assert max(activation_peaks(found.schedule, weight_fraction)) <= limit + 1e-9
+    for policy in POLICIES:
+        greedy = greedy_schedule(costs, microbatches, limit, policy, weight_fraction)
+        assert max(activation_peaks(greedy, weight_fraction)) <= limit + 1e-9
+    assert activation_peaks(found.schedule, 1.0) == tuple(
+        float(p) for p in in_flight_peaks(found.schedule)
+    )
+
+
+def test_activation_peaks_literally() -> None:
+    """Device 0 of the K=2, M=3, N=2 greedy order (0F0 0F1 0I0 0W0 0I1 0F2 0W1 0I2 0W2) with
+    M_W = 0.25 M_B: 1, 2, 1.25, 1, 0.25, 1.25, 1, 0.25, 0: peak 2."""
+    schedule = greedy_schedule(synthetic_costs(2, 1, 1.0, 1.0, 1.0), 3, 2, GreedyPolicy())
+    assert activation_peaks(schedule, 0.25)[0] == 2.0
+    assert activation_peaks(schedule, 1.0) == (2.0, 2.0)
