@@ -53,6 +53,12 @@ def register(subparsers: Any) -> None:
         "-v", "--chunks", metavar="N,N,...", help="chunks per device (default: each schedule's own)"
     )
     parser.add_argument("--remat", action="store_true", help="re-materialization everywhere")
+    parser.add_argument(
+        "--memory-limits",
+        metavar="N,N,...",
+        help="with synth in --schedules: a synthesised schedule for each limit (micro-batches in "
+        "flight on any device), a series each",
+    )
     add_cost_arguments(parser)
     add_steps_argument(parser)
     add_engine_argument(parser)
@@ -94,6 +100,7 @@ def _sweep(args: argparse.Namespace) -> int:
         chunks,
         args.remat,
         args.steps,
+        None if args.memory_limits is None else _int_list("--memory-limits", args.memory_limits),
     )
     request = cost_request(args)
     preflight(request)  # input that no row can use: refused before any work

@@ -24,6 +24,22 @@ from pipesim.files.strict_json import overflow_checked, result_problem
 from pipesim.request.cost_request import CostRequest, ModelRequest, resolved_model
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import check_size
+from pipesim.schedules.synthesis import SYNTH_NAME
+
+# A synthesised schedule's series in a sweep: one per memory limit, "synth N=<limit>".
+_SYNTH_SERIES = f"{SYNTH_NAME} N="
+
+
+def synth_series(limit: int) -> str:
+    """The schedule column of a synthesised schedule's rows: ``synth N=4``."""
+    return f"{_SYNTH_SERIES}{limit}"
+
+
+def synth_limit(name: str) -> int | None:
+    """The memory limit of a ``synth N=<limit>`` series, None for a registered schedule."""
+    if name.startswith(_SYNTH_SERIES) and name[len(_SYNTH_SERIES) :].isdigit():
+        return int(name[len(_SYNTH_SERIES) :])
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,28 +68,50 @@ def sweep_points(
     chunks: Sequence[int] | None = None,
     remat: bool = False,
     steps: int = 1,
+    memory_limits: Sequence[int] | None = None,
 ) -> tuple[list[SweepPoint], list[Skipped]]:
     """The grid, split into buildable points and skipped ones (with reasons).
+
+    ``synth`` among ``schedules`` stands for a synthesised schedule at each of
+    ``memory_limits`` (micro-batches in flight), a series each: ``synth N=2``, ``synth N=4``.
 
     ``chunks`` None takes each schedule's default number of chunks. A grid of more than
     :attr:`Limit.CONFIGS` points, or a point beyond the size limits over ``steps`` steps, is
     refused before any point is built (:class:`LimitError`).
     """
-    for name in schedules:
-        schedule_info(name)  # unknown names fail before any work
+    limits = list(memory_limits or [])
+    if (SYNTH_NAME in schedules) != bool(limits):
+        raise PipesimError(
+            f"--schedules {SYNTH_NAME} goes with --memory-limits N,N,... (micro-batches in "
+            "flight), and --memory-limits with it"
+        )
+    series = [
+        name
+        for schedule in schedules
+        for name in ([synth_series(n) for n in limits] if schedule == SYNTH_NAME else [schedule])
+    ]
+    for name in series:
+        if synth_limit(name) is None:
+            schedule_info(name)  # unknown names fail before any work
+    schedules = series
     size = len(schedules) * len(devices) * len(microbatches) * (len(chunks) if chunks else 1)
     check(Limit.CONFIGS, size, f"the sweep's {size:,} points")
     points, skipped = [], []
     oversized: list[str] = []
     for name, k, m in itertools.product(schedules, devices, microbatches):
-        for v in chunks or [schedule_info(name).default_chunks]:
+        limit = synth_limit(name)
+        # A synthesised schedule: one stage per device, I/W split (sized as ZB-H1 is).
+        registered = "zb-h1" if limit is not None else name
+        for v in chunks or [schedule_info(registered).default_chunks]:
             point = SweepPoint(name, k, m, v, remat)
-            reason = unsupported_reason(name, k, m, v, remat)
+            reason = unsupported_reason(registered, k, m, v, remat)
+            if limit is not None and reason is not None:
+                reason = f"{SYNTH_NAME}: one stage per device and no re-materialization"
             if reason is not None:
                 skipped.append(Skipped(point, reason))
                 continue
             try:
-                check_size(schedule_info(name), k, m, v, steps)
+                check_size(schedule_info(registered), k, m, v, steps)
             except LimitError as error:
                 oversized.append(str(error))
                 continue
@@ -108,19 +146,23 @@ def run_point(
     stages than layers) or the result cannot be saved (costs that overflow, or all zero: see
     :func:`pipesim.files.strict_json.result_problem`)."""
     from pipesim.engine import simulate
+    from pipesim.schedules.synthesis import synthesize
 
-    schedule = build(
-        point.schedule, point.devices, point.microbatches, point.chunks, remat=point.remat
-    )
+    limit = synth_limit(point.schedule)
+    name = "1f1b" if limit is not None else point.schedule  # a synthesis costs 1F1B's shape
+    schedule = build(name, point.devices, point.microbatches, point.chunks, remat=point.remat)
     try:
         pipeline = costs.build(point.devices, point.chunks, point.microbatches, schedule, steps)
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
+    if limit is not None:
+        schedule = synthesize(pipeline, point.microbatches, limit).schedule
     with overflow_checked():  # a non-finite result becomes an error row just below
         result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()
     problem = result_problem(result)
     if problem is not None:
         return {**_identity(point), "error": problem}
+    result["schedule"] = point.schedule  # a synthesised row keeps its series' name
     return result
 
 

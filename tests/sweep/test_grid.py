@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.errors import ScheduleError
+from pipesim.errors import PipesimError, ScheduleError
 from pipesim.request.cost_request import ModelRequest, SyntheticRequest
 from pipesim.sweep.grid import run_point, run_sweep, sweep_points
 from tests.cli.test_schedule_cli import run
@@ -74,3 +74,33 @@ def test_sweep_cli_bad_list(capsys: pytest.CaptureFixture[str]) -> None:
         "pipesim: error: -K/--devices: expected a comma-separated list of integers >= 1, "
         "got '2,x'\n"
     )
+
+
+def test_synth_is_a_series_per_memory_limit() -> None:
+    """``synth`` with limits 2 and 4 is two series, each point the synthesised schedule's
+    simulation under the row's name; v=2 is skipped with the reason."""
+    from pipesim.engine import simulate
+    from pipesim.schedules.synthesis import synthesize
+
+    points, skipped = sweep_points(["1f1b", "synth"], [4], [8], chunks=[1, 2], memory_limits=[2, 4])
+    names = sorted({p.schedule for p in points})
+    assert names == ["1f1b", "synth N=2", "synth N=4"]
+    assert {(s.point.schedule, s.point.chunks) for s in skipped} >= {
+        ("synth N=2", 2),
+        ("synth N=4", 2),
+    }
+    request = SyntheticRequest(1.0, 1.0, 1.0)
+    for point in points:
+        row = run_point(point, request)
+        assert row["schedule"] == point.schedule
+        if point.schedule == "synth N=2":
+            costs = request.build(4, 1, 8)
+            expected = simulate(synthesize(costs, 8, 2).schedule, costs).iteration_time_s
+            assert row["iteration_time"] == expected == 41.0
+
+
+def test_synth_and_memory_limits_go_together() -> None:
+    with pytest.raises(PipesimError, match=r"^--schedules synth goes with --memory-limits"):
+        sweep_points(["synth"], [4], [8])
+    with pytest.raises(PipesimError, match=r"^--schedules synth goes with --memory-limits"):
+        sweep_points(["1f1b"], [4], [8], memory_limits=[2])
