@@ -31,7 +31,7 @@ from pipesim.schedules import (
     to_csv,
     unit_slots,
 )
-from pipesim.schedules.synthesis import Synthesis
+from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis
 
 
 def register(subparsers: Any) -> None:
@@ -113,6 +113,11 @@ def _list(args: argparse.Namespace) -> int:
     width = max(len(info.name) for info in infos)
     for info in infos:
         sys.stdout.write(f"{info.name:<{width}}  {info.summary}  [{info.reference}]\n")
+    sys.stdout.write(
+        f"{SYNTH_NAME:<{width}}  made for the costs and a memory limit: --schedule {SYNTH_NAME} "
+        "--memory-limit N with --costs or --model (simulate, schedule show|export), sweep "
+        f"--memory-limits, plan --schedules ...,{SYNTH_NAME}  [Qi et al., arXiv 2401.10241 §3]\n"
+    )
     return EXIT_OK
 
 

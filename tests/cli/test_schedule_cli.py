@@ -27,8 +27,9 @@ def test_list_names_every_schedule_with_its_paper(capsys: pytest.CaptureFixture[
     status, out, err = run(capsys, "schedule", "list")
     assert status == 0 and err == ""
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines] == list(schedule_names())
+    assert [line.split()[0] for line in lines] == [*schedule_names(), "synth"]
     assert "arXiv 1811.06965" in lines[0]
+    assert "--schedule synth --memory-limit N" in lines[-1]
 
 
 def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
