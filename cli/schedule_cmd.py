@@ -132,7 +132,9 @@ def add_synthesis_arguments(parser: argparse.ArgumentParser) -> None:
 def _schedule(args: argparse.Namespace) -> tuple[Schedule, Synthesis | None]:
     """The schedule asked for, and its synthesis when it was synthesised."""
     if wants_synthesis(args):
-        found = synthesized_schedule(args)
+        from cli.simulate_cmd import cost_request
+
+        found = synthesized_schedule(args, cost_request(args))
         return found.schedule, found
     refuse_costs_without_synthesis(args)
     return load_schedule(args), None

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from pipesim.errors import PipesimError
 from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis
@@ -47,15 +48,15 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
     return True
 
 
-def synthesized_schedule(args: argparse.Namespace) -> Synthesis:
-    """The synthesis for ``schedule show|export``: the costs built as ``simulate`` builds
-    them, for 1F1B's order of the shape (one step), then the order synthesised for them."""
-    from cli.simulate_cmd import cost_request
+def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
+    """The synthesis for ``schedule show|export``: the costs ``request`` builds (as
+    ``simulate`` builds them) for 1F1B's order of the shape, one step, then the order
+    synthesised for them."""
     from pipesim.schedules import build
     from pipesim.schedules.synthesis import synthesize
 
     shape = build("1f1b", args.devices, args.microbatches)
-    costs = cost_request(args).build(shape.devices, 1, shape.microbatches, shape, 1)
+    costs = request.build(shape.devices, 1, shape.microbatches, shape, 1)
     return synthesize(costs, args.microbatches, args.memory_limit)
 
 
