@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from pipesim.errors import PipesimError
-from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis
+from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis, check_synthesis_size
 
 
 def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +45,13 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
         )
     if args.remat:
         raise PipesimError(f"--remat: --schedule {SYNTH_NAME} splits backwards into I and W")
+    if getattr(args, "update_rule", None) is not None:
+        raise PipesimError(
+            f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "
+            f"{SYNTH_NAME} flushes"
+        )
+    # Its size before any costs are built: K, and 3·K·M actions over the steps.
+    check_synthesis_size(args.devices, args.microbatches, getattr(args, "steps", 1))
     return True
 
 
@@ -60,11 +67,29 @@ def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
     return synthesize(costs, args.microbatches, args.memory_limit)
 
 
+# The cost options and the value each has when it is not given.
+_COST_OPTIONS = (
+    ("--costs", "costs", None),
+    ("--model", "model", None),
+    ("--hardware", "hardware", None),
+    ("--comm", "comm", 0.0),
+    ("--activation-bytes", "activation_bytes", 0.0),
+    ("--batch", "batch", None),
+    ("--partition", "partition", None),
+    ("--dtype", "dtype", None),
+    ("--optimizer", "optimizer", None),
+    ("--master-weights", "master_weights", None),
+    ("--data-parallel", "data_parallel", None),
+    ("--no-optimizer", "no_optimizer", False),
+)
+
+
 def refuse_costs_without_synthesis(args: argparse.Namespace) -> None:
     """``schedule show|export`` take costs only to synthesise: a named schedule or a file
-    has its order already."""
-    for flag, value in (("--costs", args.costs), ("--model", args.model)):
-        if value is not None:
+    has its order already, so any cost option given is refused rather than ignored."""
+    for flag, attribute, absent in _COST_OPTIONS:
+        value = getattr(args, attribute, absent)
+        if value != absent:
             raise PipesimError(
                 f"{flag} goes with --schedule {SYNTH_NAME} here (a schedule's order does not "
                 f"depend on costs), got {value!r}"

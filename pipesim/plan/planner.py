@@ -341,7 +341,8 @@ class PlanContext:
         device's memory in simulation, then the smallest limit below it that is as fast, on
         the costs of 1F1B's partition of that shape; offered when it is faster than every
         fixed schedule simulated for that shape."""
-        from pipesim.schedules.synthesis import synthesize
+        from pipesim.errors import LimitError
+        from pipesim.schedules.synthesis import check_synthesis_size, synthesize
 
         fastest: dict[tuple[int, int, int, int], float] = {}
         for e in finished:
@@ -366,9 +367,14 @@ class PlanContext:
             )
             key = (shape.devices, shape.data_parallel, shape.microbatches, shape.microbatch_size)
             chosen: tuple[int, Any, tuple[float, ...]] | None = None
-            for limit in range(2 * shape.devices - 1, 0, -1):
+            try:
+                check_synthesis_size(shape.devices, shape.microbatches)
+            except LimitError:
+                continue  # 3·K·M actions beyond the limit: no synthesis for this shape
+            # Above M micro-batches the limit binds nothing; above 2K-1 nothing is gained.
+            for limit in range(min(2 * shape.devices - 1, shape.microbatches), 0, -1):
                 found = synthesize(costs, shape.microbatches, limit)
-                result = simulate(found.schedule, costs)
+                result = found.result
                 peaks = tuple(d.peak_memory_bytes for d in result.per_device)
                 if max(peaks) > base.capacity_bytes:
                     continue

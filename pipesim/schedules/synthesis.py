@@ -27,15 +27,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pipesim.common import checks
+from pipesim.common.limits import Limit, check
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule
 
 SYNTH_NAME = "synth"
+# Step times within this relative difference are a tie (the engines' sums differ in the last
+# digits between orders of the same length).
+TIE_TOLERANCE = 1e-12
 # The fixed schedules offered beside the greedy orders (one stage per device, flush).
 FIXED_SEEDS = ("1f1b", "zb-h1", "zb-h2", "gpipe")
 
@@ -68,6 +73,7 @@ class Synthesis:
         step_time_s: its simulated step time.
         candidates: every candidate tried within the limit, with its step time, fastest first.
         memory_limit: micro-batches in flight per device.
+        result: the winner's simulation (its memory and timeline, without simulating again).
     """
 
     schedule: Schedule
@@ -75,6 +81,7 @@ class Synthesis:
     step_time_s: float
     candidates: tuple[tuple[str, float], ...]
     memory_limit: int
+    result: Any = field(repr=False, compare=False, default=None)
 
 
 def in_flight_peaks(schedule: Schedule) -> tuple[int, ...]:
@@ -143,22 +150,38 @@ def synthesize(
     candidates += fixed_within(
         len(costs.stages), microbatches, memory_limit, weight_fraction=weight_fraction
     )
-    # Fastest first; on a tie a fixed schedule (one with a name and a paper) before a greedy
-    # order, then the order tried first.
-    timed = sorted(
-        ((simulate(schedule, costs).iteration_time_s, index, name, schedule)
-         for index, (name, schedule) in enumerate(candidates)),
-        key=lambda row: (row[0], row[2].startswith("greedy-"), row[1]),
-    )  # fmt: skip
-    step_s, _, chosen, best = timed[0]
+    results = [(name, schedule, simulate(schedule, costs)) for name, schedule in candidates]
+    fastest_s = min(result.iteration_time_s for _, _, result in results)
+
+    def rank(index: int) -> tuple[float, bool, int]:
+        """Fastest first; within a rounding error of the fastest, a fixed schedule (one with
+        a name and a paper) before a greedy order; then the order tried first."""
+        name, _, result = results[index]
+        time_s = result.iteration_time_s
+        tied = time_s <= fastest_s * (1 + TIE_TOLERANCE)
+        return (fastest_s if tied else time_s, name.startswith("greedy-"), index)
+
+    timed = sorted(range(len(results)), key=rank)
+    chosen, best, result = results[timed[0]]
     schedule = Schedule(SYNTH_NAME, microbatches, best.placement, best.device_actions)
     return Synthesis(
         schedule,
         chosen,
-        step_s,
-        tuple((name, time_s) for time_s, _, name, _ in timed),
+        result.iteration_time_s,
+        tuple((results[i][0], results[i][2].iteration_time_s) for i in timed),
         memory_limit,
+        result,
     )
+
+
+def check_synthesis_size(devices: int, microbatches: int, steps: int = 1) -> None:
+    """Refuse, before any costs are built, a synthesis beyond the size limits: K devices, and
+    the 3·K·M actions of a one-stage-per-device order with split backwards over ``steps``."""
+    shape = f"{SYNTH_NAME} K={devices:,} M={microbatches:,}"
+    check(Limit.DEVICES, devices, f"{shape}: {devices:,} devices")
+    actions = 3 * devices * microbatches * steps
+    over = f" over {steps:,} steps" if steps > 1 else ""
+    check(Limit.ACTIONS, actions, f"{shape}: {actions:,} actions{over}")
 
 
 def greedy_schedule(

@@ -37,8 +37,9 @@ def synth_series(limit: int) -> str:
 
 def synth_limit(name: str) -> int | None:
     """The memory limit of a ``synth N=<limit>`` series, None for a registered schedule."""
-    if name.startswith(_SYNTH_SERIES) and name[len(_SYNTH_SERIES) :].isdigit():
-        return int(name[len(_SYNTH_SERIES) :])
+    digits = name[len(_SYNTH_SERIES) :]
+    if name.startswith(_SYNTH_SERIES) and digits.isascii() and digits.isdigit():
+        return int(digits)
     return None
 
 
@@ -79,6 +80,12 @@ def sweep_points(
     :attr:`Limit.CONFIGS` points, or a point beyond the size limits over ``steps`` steps, is
     refused before any point is built (:class:`LimitError`).
     """
+    for name in schedules:
+        if name.startswith(_SYNTH_SERIES):  # series are made from --memory-limits, not typed
+            raise PipesimError(
+                f"unknown schedule {name!r}: give {SYNTH_NAME} with --memory-limits N,N,... "
+                "for the synthesised series"
+            )
     limits = list(memory_limits or [])
     if (SYNTH_NAME in schedules) != bool(limits):
         raise PipesimError(

@@ -277,3 +277,9 @@ def test_schedule_show_and_export_synthesise_for_the_costs_given(
         "pipesim: error: --costs goes with --schedule synth here (a schedule's order does not "
         "depend on costs), got '1,1'\n"
     )
+    for option, value, shown in (("--comm", "1", "1.0"), ("--hardware", "a100", "'a100'")):
+        status, _, err = run(
+            capsys, "schedule", "show", "--schedule", "1f1b", "-K", "2", "-M", "2", option, value
+        )
+        assert status == 2 and err.startswith(f"pipesim: error: {option} goes with --schedule ")
+        assert err.endswith(f"got {shown}\n")

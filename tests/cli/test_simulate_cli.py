@@ -208,6 +208,14 @@ def test_a_synthesised_schedule_is_simulated_and_says_what_won(
             "-v/--chunks: --schedule synth places one stage per device, got 2",
         ),
         (["--memory-limit", "2", "--remat"], "--remat: --schedule synth splits backwards"),
+        (
+            ["--memory-limit", "2", "--update-rule", "async"],
+            "--update-rule async: only for --schedule-file; --schedule synth flushes",
+        ),
+        (
+            ["--memory-limit", "2", "-M", "100000000"],
+            "synth K=4 M=100,000,000: 1,200,000,000 actions: beyond the limit of 1,048,576",
+        ),
     ],
 )
 def test_synthesis_options_are_checked(

@@ -13,11 +13,13 @@ import pytest
 
 from cli.main import main
 from pipesim.common.checks import SpecError
+from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
 from pipesim.plan.planner import PlanContext
 from pipesim.plan.report import plan_json, report_json, report_table, simulate_command
 from pipesim.schedules import schedule_names
+from pipesim.schedules.synthesis import synthesize
 from pipesim.workload import resolve_model
 
 
@@ -285,6 +287,22 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
         ]
         assert fixed and e.iteration_time_s is not None
         assert e.iteration_time_s < min(t for t in fixed if t is not None)
+        if c.memory_limit > 1:  # the smallest limit as fast: one less is slower or too big
+            costs = model_on_hardware(
+                resolve_model(settings.model),
+                resolve_hardware(settings.hardware),
+                c.devices,
+                1,
+                c.microbatch_size,
+                e.partition,
+                data_parallel=c.data_parallel,
+                placement=tuple(range(c.devices)),
+            )
+            less = synthesize(costs, c.microbatches, c.memory_limit - 1).result
+            assert (
+                less.iteration_time_s > e.iteration_time_s * (1 + 1e-9)
+                or max(d.peak_memory_bytes for d in less.per_device) > e.capacity_bytes
+            )
         command = simulate_command(report, e)
         assert f"--schedule synth --memory-limit {c.memory_limit} " in command
         item = plan_json(e, settings.batch)

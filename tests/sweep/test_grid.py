@@ -104,3 +104,6 @@ def test_synth_and_memory_limits_go_together() -> None:
         sweep_points(["synth"], [4], [8])
     with pytest.raises(PipesimError, match=r"^--schedules synth goes with --memory-limits"):
         sweep_points(["1f1b"], [4], [8], memory_limits=[2])
+    for typed in ("synth N=0", "synth N=\u00b2", "synth N=3"):  # series are made, not typed
+        with pytest.raises(PipesimError, match=r"^unknown schedule 'synth N="):
+            sweep_points([typed], [4], [8])
