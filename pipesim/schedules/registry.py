@@ -294,12 +294,18 @@ def estimated_actions(info: ScheduleInfo, devices: int, microbatches: int, chunk
 
 
 def check_size(
-    info: ScheduleInfo, devices: int, microbatches: int, chunks: int, steps: int = 1
+    info: ScheduleInfo,
+    devices: int,
+    microbatches: int,
+    chunks: int,
+    steps: int = 1,
+    name: str | None = None,
 ) -> None:
     """Refuse, before generating anything, a shape beyond :mod:`pipesim.common.limits` (K, v, and
     the actions it implies over ``steps`` simulated steps), with the limit and how to raise
-    it."""
-    shape = f"{info.name} K={devices:,} M={microbatches:,} v={chunks}"
+    it. ``name`` names the shape in the message when it is not ``info``'s own (a schedule
+    sized as ``info``'s is)."""
+    shape = f"{name or info.name} K={devices:,} M={microbatches:,} v={chunks}"
     check(Limit.DEVICES, devices, f"{shape}: {devices:,} devices")
     check(Limit.CHUNKS, chunks, f"{shape}: {chunks:,} chunks per device")
     actions = estimated_actions(info, devices, microbatches, chunks) * steps

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipesim.common import checks
-from pipesim.common.limits import Limit, check
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind
@@ -176,12 +175,11 @@ def synthesize(
 
 def check_synthesis_size(devices: int, microbatches: int, steps: int = 1) -> None:
     """Refuse, before any costs are built, a synthesis beyond the size limits: K devices, and
-    the 3·K·M actions of a one-stage-per-device order with split backwards over ``steps``."""
-    shape = f"{SYNTH_NAME} K={devices:,} M={microbatches:,}"
-    check(Limit.DEVICES, devices, f"{shape}: {devices:,} devices")
-    actions = 3 * devices * microbatches * steps
-    over = f" over {steps:,} steps" if steps > 1 else ""
-    check(Limit.ACTIONS, actions, f"{shape}: {actions:,} actions{over}")
+    the 3·K·M actions of a one-stage-per-device order with split backwards (ZB-H1's size) over
+    ``steps``."""
+    from pipesim.schedules.registry import check_size, schedule_info
+
+    check_size(schedule_info("zb-h1"), devices, microbatches, 1, steps, name=SYNTH_NAME)
 
 
 def greedy_schedule(

@@ -214,7 +214,7 @@ def test_a_synthesised_schedule_is_simulated_and_says_what_won(
         ),
         (
             ["--memory-limit", "2", "-M", "100000000"],
-            "synth K=4 M=100,000,000: 1,200,000,000 actions: beyond the limit of 1,048,576",
+            "synth K=4 M=100,000,000 v=1: 1,200,000,000 actions: beyond the limit of 1,048,576",
         ),
     ],
 )
