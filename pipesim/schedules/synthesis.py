@@ -28,13 +28,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipesim.common import checks
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.errors import ScheduleError
+from pipesim.memory.rules import changes
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule
+
+if TYPE_CHECKING:
+    from pipesim.engine.result import SimulationResult
 
 SYNTH_NAME = "synth"
 # Step times within this relative difference are a tie (the engines' sums differ in the last
@@ -80,49 +84,40 @@ class Synthesis:
     step_time_s: float
     candidates: tuple[tuple[str, float], ...]
     memory_limit: int
-    result: Any = field(repr=False, compare=False, default=None)
+    result: SimulationResult = field(repr=False, compare=False)
 
 
 def in_flight_peaks(schedule: Schedule) -> tuple[int, ...]:
     """Each device's most micro-batches in flight (per stage it holds), from its order alone:
-    a (stage, micro-batch) enters at its F's start and leaves at its last backward's end."""
-    last_backward: dict[tuple[int, int], int] = {}
-    peaks = []
-    for row in schedule.device_actions:
-        for index, action in enumerate(row):
-            if action.kind is not Kind.F:
-                last_backward[(action.stage, action.microbatch)] = index
-        held = peak = 0
-        for index, action in enumerate(row):
-            if action.kind is Kind.F:
-                held += 1
-                peak = max(peak, held)
-            elif last_backward.get((action.stage, action.microbatch)) == index:
-                held -= 1
-        peaks.append(peak)
-    return tuple(peaks)
+    a (stage, micro-batch) enters at its F's start and leaves at its last backward's end
+    (:func:`activation_peaks` with W needing all of it)."""
+    return tuple(round(peak) for peak in activation_peaks(schedule, 1.0))
 
 
 def activation_peaks(schedule: Schedule, weight_fraction: float = 1.0) -> tuple[float, ...]:
     """Each device's peak activation memory in units of one micro-batch's stage activations
-    (M_B), the zero-bubble paper's finer count (its Appendix G): an F adds 1, an I frees all
-    but the ``weight_fraction`` (M_W / M_B) that its W still needs, the W frees that, a full
-    B frees all. With ``weight_fraction`` 1 it is :func:`in_flight_peaks`."""
+    (M_B), by the memory model's rules (:mod:`pipesim.memory.rules`, without
+    re-materialization) with a stash of 1 and the part W keeps ``weight_fraction`` (M_W / M_B,
+    the zero-bubble paper's Appendix G): an F adds 1, an I frees all but what its W still
+    needs, the W frees that, a full B frees all."""
+    step = _unit_changes(weight_fraction)
     peaks = []
     for row in schedule.device_actions:
         held = peak = 0.0
         for action in row:
-            if action.kind is Kind.F:
-                held += 1.0
-                peak = max(peak, held)
-            elif action.kind is Kind.I:
-                held -= 1.0 - weight_fraction
-            elif action.kind is Kind.W:
-                held -= weight_fraction
-            else:
-                held -= 1.0
+            held += step[action.kind]
+            peak = max(peak, held)
         peaks.append(peak)
     return tuple(peaks)
+
+
+def _unit_changes(weight_fraction: float) -> dict[Kind, float]:
+    """What each kind of action adds to a device's activations, in M_B units (net of its
+    start and end: only an F adds, at its start, so a peak is read after each action)."""
+    return {
+        kind: sum(change.bytes(1.0, weight_fraction, 0.0) for change in changes(kind, False))
+        for kind in (Kind.F, Kind.B, Kind.I, Kind.W)
+    }
 
 
 def synthesize(
@@ -162,7 +157,12 @@ def synthesize(
 
     timed = sorted(range(len(results)), key=rank)
     chosen, best, result = results[timed[0]]
-    schedule = Schedule(SYNTH_NAME, microbatches, best.placement, best.device_actions)
+    # A greedy order already is one (validated when built); a fixed one is renamed.
+    schedule = (
+        best
+        if best.name == SYNTH_NAME
+        else Schedule(SYNTH_NAME, microbatches, best.placement, best.device_actions)
+    )
     return Synthesis(
         schedule,
         chosen,
@@ -215,7 +215,7 @@ class _GreedyRun:
         self.devices = len(costs.stages)
         self.microbatches = microbatches
         self.limit = memory_limit
-        self.weight_fraction = weight_fraction
+        self.change = _unit_changes(weight_fraction)
         self.policy = policy
         self.forward_send_s = [
             costs.network.route(s, s + 1).transfer_time_s(self.stages[s].output_bytes)
@@ -259,7 +259,7 @@ class _GreedyRun:
 
     def _room(self, device: int) -> bool:
         """Whether one more F fits the limit."""
-        return self.held[device] + 1.0 <= self.limit + 1e-9
+        return self.held[device] + self.change[Kind.F] <= self.limit + 1e-9
 
     def _forward_ready(self, device: int) -> float | None:
         m = self.next_forward[device]
@@ -307,20 +307,18 @@ class _GreedyRun:
         if kind is Kind.F:
             m = self.next_forward[device]
             self.next_forward[device] += 1
-            self.held[device] += 1.0
             end = start + stage.forward_s
             self.forward_end[device][m] = end
         elif kind is Kind.I:
             m = self.next_input_grad[device]
             self.next_input_grad[device] += 1
             end = start + stage.input_grad_s
-            self.held[device] -= 1.0 - self.weight_fraction
             self.input_grad_end[device][m] = end
             self.weight_grads[device].append(m)
         else:
             m = self.weight_grads[device].popleft()
             end = start + stage.weight_grad_s
-            self.held[device] -= self.weight_fraction
+        self.held[device] += self.change[kind]
         self.clock[device] = end
         self.rows[device].append(Action(device, kind, m))
 
