@@ -14,12 +14,12 @@ from cli.schedule_source import (
 )
 from cli.synthesized import (
     add_memory_limit_argument,
-    refuse_costs_without_synthesis,
     synthesis_line,
     synthesized_schedule,
     wants_synthesis,
 )
 from pipesim.common.command_line import EXIT_OK
+from pipesim.errors import PipesimError
 from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import write_json
 from pipesim.schedules import (
@@ -136,7 +136,17 @@ def _schedule(args: argparse.Namespace) -> tuple[Schedule, Synthesis | None]:
 
         found = synthesized_schedule(args, cost_request(args))
         return found.schedule, found
-    refuse_costs_without_synthesis(args)
+    # Costs only make a synthesised order: a named schedule or a file has its order already,
+    # so a cost option given is refused rather than ignored.
+    from cli.simulate_cmd import given_cost_options
+
+    given = given_cost_options(args)
+    if given:
+        flag, value = given[0]
+        raise PipesimError(
+            f"{flag} goes with --schedule {SYNTH_NAME} here (a schedule's order does not "
+            f"depend on costs), got {value!r}"
+        )
     return load_schedule(args), None
 
 

@@ -57,6 +57,13 @@ def add_schedule_source_arguments(parser: argparse.ArgumentParser, *, allow_file
     )
 
 
+def require_shape(args: argparse.Namespace) -> None:
+    """-K and -M, which a named ``--schedule`` needs (a file fixes its own shape)."""
+    for flag, value in (("-K/--devices", args.devices), ("-M/--microbatches", args.microbatches)):
+        if value is None:
+            raise PipesimError(f"{flag} is required with --schedule {args.schedule}")
+
+
 def load_schedule(args: argparse.Namespace) -> Schedule:
     """The schedule named by ``--schedule`` and -K/-M/-v, or loaded from ``--schedule-file``."""
     if getattr(args, "schedule_file", None):
@@ -74,7 +81,5 @@ def load_schedule(args: argparse.Namespace) -> Schedule:
             f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "
             f"{args.schedule} has its own update rule"
         )
-    for flag, value in (("-K/--devices", args.devices), ("-M/--microbatches", args.microbatches)):
-        if value is None:
-            raise PipesimError(f"{flag} is required with --schedule {args.schedule}")
+    require_shape(args)
     return build(args.schedule, args.devices, args.microbatches, args.chunks, remat=args.remat)

@@ -72,6 +72,38 @@ def _parse_partition(text: str) -> tuple[int, ...] | str:
         ) from None
 
 
+# The options add_cost_arguments adds: flag, attribute, its value when not given, and which
+# costs it belongs to (a synthetic model, or a model on hardware).
+COST_OPTIONS = (
+    ("--costs", "costs", None, "synthetic"),
+    ("--model", "model", None, "model"),
+    ("--hardware", "hardware", None, "model"),
+    ("--comm", "comm", 0.0, "synthetic"),
+    ("--activation-bytes", "activation_bytes", 0.0, "synthetic"),
+    ("--batch", "batch", None, "model"),
+    ("--partition", "partition", None, "model"),
+    ("--dtype", "dtype", None, "model"),
+    ("--optimizer", "optimizer", None, "model"),
+    ("--master-weights", "master_weights", None, "model"),
+    ("--data-parallel", "data_parallel", None, "model"),
+    ("--no-optimizer", "no_optimizer", False, "model"),
+)
+# What a model on hardware takes besides --model itself.
+MODEL_OPTIONS = tuple(o for o in COST_OPTIONS if o[3] == "model" and o[0] != "--model")
+
+
+def given_cost_options(
+    args: argparse.Namespace, options: tuple[tuple[str, str, Any, str], ...] = COST_OPTIONS
+) -> list[tuple[str, Any]]:
+    """The (flag, value) of each of ``options`` the command line gave, in order."""
+    given = []
+    for flag, attribute, absent, _ in options:
+        value = getattr(args, attribute, absent)
+        if value != absent:
+            given.append((flag, value))
+    return given
+
+
 def cost_request(args: argparse.Namespace) -> Any:
     """The cost request (synthetic, or model on hardware) the arguments ask for."""
     from pipesim.request.cost_request import ModelRequest, SyntheticRequest
@@ -81,18 +113,8 @@ def cost_request(args: argparse.Namespace) -> Any:
             "give either --costs F,B[,W] or --model NAME with --hardware NAME (not both)"
         )
     if args.costs is not None:
-        for flag, value in (
-            ("--hardware", args.hardware),
-            ("--batch", args.batch),
-            ("--partition", args.partition),
-            ("--dtype", args.dtype),
-            ("--optimizer", args.optimizer),
-            ("--master-weights", args.master_weights),
-            ("--data-parallel", args.data_parallel),
-            ("--no-optimizer", True if args.no_optimizer else None),
-        ):
-            if value is not None:
-                raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")
+        for flag, value in given_cost_options(args, MODEL_OPTIONS):
+            raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")
         forward, backward, weight = _parse_costs(args.costs)
         return SyntheticRequest(forward, backward, weight, args.comm, args.activation_bytes)
     if args.hardware is None:

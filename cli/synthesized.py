@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from cli.schedule_source import require_shape
 from pipesim.errors import PipesimError
 from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis, check_synthesis_size
 
@@ -36,9 +37,7 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
         raise PipesimError(f"--schedule {SYNTH_NAME} needs --memory-limit N (micro-batches)")
     if args.memory_limit < 1:
         raise PipesimError(f"--memory-limit must be an integer >= 1, got {args.memory_limit}")
-    for flag, value in (("-K/--devices", args.devices), ("-M/--microbatches", args.microbatches)):
-        if value is None:
-            raise PipesimError(f"{flag} is required with --schedule {SYNTH_NAME}")
+    require_shape(args)
     if args.chunks not in (None, 1):
         raise PipesimError(
             f"-v/--chunks: --schedule {SYNTH_NAME} places one stage per device, got {args.chunks}"
@@ -65,35 +64,6 @@ def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
     shape = build("1f1b", args.devices, args.microbatches)
     costs = request.build(shape.devices, 1, shape.microbatches, shape, 1)
     return synthesize(costs, args.microbatches, args.memory_limit)
-
-
-# The cost options and the value each has when it is not given.
-_COST_OPTIONS = (
-    ("--costs", "costs", None),
-    ("--model", "model", None),
-    ("--hardware", "hardware", None),
-    ("--comm", "comm", 0.0),
-    ("--activation-bytes", "activation_bytes", 0.0),
-    ("--batch", "batch", None),
-    ("--partition", "partition", None),
-    ("--dtype", "dtype", None),
-    ("--optimizer", "optimizer", None),
-    ("--master-weights", "master_weights", None),
-    ("--data-parallel", "data_parallel", None),
-    ("--no-optimizer", "no_optimizer", False),
-)
-
-
-def refuse_costs_without_synthesis(args: argparse.Namespace) -> None:
-    """``schedule show|export`` take costs only to synthesise: a named schedule or a file
-    has its order already, so any cost option given is refused rather than ignored."""
-    for flag, attribute, absent in _COST_OPTIONS:
-        value = getattr(args, attribute, absent)
-        if value != absent:
-            raise PipesimError(
-                f"{flag} goes with --schedule {SYNTH_NAME} here (a schedule's order does not "
-                f"depend on costs), got {value!r}"
-            )
 
 
 def synthesis_line(found: Synthesis) -> str:
