@@ -7,14 +7,19 @@ import sys
 from typing import Any
 
 from cli.schedule_source import add_schedule_source_arguments, load_schedule
-from cli.synthesized import add_memory_limit_argument, synthesis_line, wants_synthesis
+from cli.synthesized import (
+    add_memory_limit_argument,
+    synthesis_line,
+    synthesis_shape,
+    synthesize_for,
+    wants_synthesis,
+)
 from pipesim.common.command_line import EXIT_OK
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import PipesimError
 from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text, overflow_checked, require_reportable, write_json
-from pipesim.schedules.synthesis import synthesize
 
 
 def register(subparsers: Any) -> None:
@@ -234,14 +239,9 @@ def _simulate(args: argparse.Namespace) -> int:
 
     synthesis = None
     synthesizing = wants_synthesis(args)
-    if synthesizing:
-        from pipesim.schedules import build
-
-        # The shape, checked, and the order the costs are built for (a model's memory-aware
-        # partition is chosen for 1F1B's memory); the order itself is synthesised below.
-        schedule = build("1f1b", args.devices, args.microbatches)
-    else:
-        schedule = load_schedule(args)
+    # A synthesis's shape: the registered order the costs are built for; the order itself is
+    # synthesised below.
+    schedule = synthesis_shape(args) if synthesizing else load_schedule(args)
     # Every check that costs nothing comes before the costs are built: a memory-aware
     # partition simulates memory over the steps, so a bad --steps must never reach it.
     if args.steps < 1:
@@ -252,7 +252,7 @@ def _simulate(args: argparse.Namespace) -> int:
         schedule.devices, schedule.chunks, schedule.microbatches, schedule, args.steps
     )
     if synthesizing:
-        synthesis = synthesize(costs, args.microbatches, args.memory_limit)
+        synthesis = synthesize_for(args, costs)
         schedule = synthesis.schedule
     with overflow_checked():  # a non-finite result is refused in one line just below
         result = simulate(schedule, costs, steps=args.steps, engine=args.engine)

@@ -1,6 +1,6 @@
-"""``--schedule synth --memory-limit N``: a schedule synthesised for the costs of the run (see
-:mod:`pipesim.schedules.synthesis`), on ``simulate`` and on ``schedule show`` and ``export``
-(which then take the costs as ``simulate`` does)."""
+"""``--schedule synth --memory-limit N [--placement looped|v] [-v V]``: a schedule synthesised
+for the costs of the run (see :mod:`pipesim.schedules.synthesis`), on ``simulate`` and on
+``schedule show`` and ``export`` (which then take the costs as ``simulate`` does)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from typing import Any
 
 from cli.schedule_source import require_shape
 from pipesim.errors import PipesimError
-from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis, check_synthesis_size
+from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.synthesis import (
+    PLACEMENTS,
+    SYNTH_NAME,
+    Synthesis,
+    check_synthesis_size,
+    minimum_limit,
+    placement_of,
+)
 
 
 def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
@@ -18,29 +26,37 @@ def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --schedule synth: at most N micro-batches in flight on any device (from an "
-        "F's start to the end of its last backward); the fastest order found for the costs",
+        help="with --schedule synth: at most N (stage, micro-batch) pairs in flight on any "
+        "device (from an F's start to the end of its last backward); the fastest order found "
+        "for the costs",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=None,
+        help="with --schedule synth: stages looped over the devices (-v per device, default "
+        "1) or two per device in a V (ZB-V's; 1F1B's memory is then 2K pairs of half-size "
+        "stages)",
     )
 
 
 def wants_synthesis(args: argparse.Namespace) -> bool:
-    """Whether the command asks for a synthesised schedule; a --memory-limit without it, or
-    options synthesis does not take, are refused."""
+    """Whether the command asks for a synthesised schedule; a --memory-limit or --placement
+    without it, or options synthesis does not take, are refused."""
     asked = getattr(args, "schedule", None) == SYNTH_NAME
     if not asked:
-        if args.memory_limit is not None:
-            raise PipesimError(
-                f"--memory-limit goes with --schedule {SYNTH_NAME}, got {args.memory_limit}"
-            )
+        for flag, value in (("--memory-limit", args.memory_limit), ("--placement", args.placement)):
+            if value is not None:
+                raise PipesimError(f"{flag} goes with --schedule {SYNTH_NAME}, got {value}")
         return False
     if args.memory_limit is None:
         raise PipesimError(f"--schedule {SYNTH_NAME} needs --memory-limit N (micro-batches)")
     if args.memory_limit < 1:
         raise PipesimError(f"--memory-limit must be an integer >= 1, got {args.memory_limit}")
     require_shape(args)
-    if args.chunks not in (None, 1):
+    if args.placement == "v" and args.chunks not in (None, 2):
         raise PipesimError(
-            f"-v/--chunks: --schedule {SYNTH_NAME} places one stage per device, got {args.chunks}"
+            f"-v/--chunks: --placement v holds 2 stages per device, got {args.chunks}"
         )
     if args.remat:
         raise PipesimError(f"--remat: --schedule {SYNTH_NAME} splits backwards into I and W")
@@ -49,27 +65,61 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
             f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "
             f"{SYNTH_NAME} flushes"
         )
-    # Its size before any costs are built: K, and 3·K·M actions over the steps.
-    check_synthesis_size(args.devices, args.microbatches, getattr(args, "steps", 1))
+    chunks = synthesis_chunks(args)
+    # Its size before any costs are built: K, v, and 3·K·v·M actions over the steps.
+    check_synthesis_size(args.devices, args.microbatches, getattr(args, "steps", 1), chunks)
+    fewest = minimum_limit(placement_of(args.placement or "looped", args.devices, chunks))
+    if args.memory_limit < fewest:
+        raise PipesimError(
+            f"--memory-limit must be >= {fewest} with {fewest} stages per device (a device "
+            f"holds every stage of a micro-batch it has at once), got {args.memory_limit}"
+        )
     return True
+
+
+def synthesis_chunks(args: argparse.Namespace) -> int:
+    """v, the stages per device of the synthesis asked for."""
+    if args.placement == "v":
+        return 2
+    return 1 if args.chunks is None else args.chunks
+
+
+def synthesis_shape(args: argparse.Namespace) -> Schedule:
+    """A registered schedule of the asked shape and placement (1F1B, looped BFS over -v
+    chunks, or ZB-V), checked: the costs are built for it (a model's memory-aware partition
+    is chosen for its memory); the order itself is synthesised for those costs."""
+    from pipesim.schedules import build
+
+    chunks = synthesis_chunks(args)
+    if args.placement == "v":
+        return build("zbv", args.devices, args.microbatches)
+    if chunks == 1:
+        return build("1f1b", args.devices, args.microbatches)
+    return build("looped-bfs", args.devices, args.microbatches, chunks)
+
+
+def synthesize_for(args: argparse.Namespace, costs: Any) -> Synthesis:
+    """The synthesis for ``costs`` (built for :func:`synthesis_shape`)."""
+    from pipesim.schedules.synthesis import synthesize
+
+    placement = placement_of(args.placement or "looped", args.devices, synthesis_chunks(args))
+    return synthesize(costs, args.microbatches, args.memory_limit, placement=placement)
 
 
 def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
     """The synthesis for ``schedule show|export``: the costs ``request`` builds (as
-    ``simulate`` builds them) for 1F1B's order of the shape, one step, then the order
+    ``simulate`` builds them) for the shape's registered order, one step, then the order
     synthesised for them."""
-    from pipesim.schedules import build
-    from pipesim.schedules.synthesis import synthesize
-
-    shape = build("1f1b", args.devices, args.microbatches)
-    costs = request.build(shape.devices, 1, shape.microbatches, shape, 1)
-    return synthesize(costs, args.microbatches, args.memory_limit)
+    shape = synthesis_shape(args)
+    costs = request.build(shape.devices, shape.chunks, shape.microbatches, shape, 1)
+    return synthesize_for(args, costs)
 
 
 def synthesis_line(found: Synthesis) -> str:
     """One line saying what was synthesised and what it beat."""
     others = ", ".join(f"{name} {time_s:.6g} s" for name, time_s in found.candidates[1:4])
+    unit = "micro-batch(es)" if found.schedule.chunks == 1 else "(stage, micro-batch) pairs"
     return (
-        f"synthesised for at most {found.memory_limit} micro-batch(es) in flight per device: "
+        f"synthesised for at most {found.memory_limit} {unit} in flight per device: "
         f"{found.chosen} won ({found.step_time_s:.6g} s; next: {others or 'none'})"
     )

@@ -373,7 +373,9 @@ class PlanContext:
                 continue  # 3·K·M actions beyond the limit: no synthesis for this shape
             # Above M micro-batches the limit binds nothing; above 2K-1 nothing is gained.
             for limit in range(min(2 * shape.devices - 1, shape.microbatches), 0, -1):
-                found = synthesize(costs, shape.microbatches, limit)
+                # The limit is chosen on the greedy portfolio alone (a local search per limit
+                # would cost 2K-1 of them); the one offered is searched, as simulate's is.
+                found = synthesize(costs, shape.microbatches, limit, search_evaluations=0)
                 result = found.result
                 peaks = tuple(d.peak_memory_bytes for d in result.per_device)
                 if max(peaks) > base.capacity_bytes:
@@ -383,6 +385,14 @@ class PlanContext:
                 ):
                     break  # less memory now costs time: keep the smallest limit as fast
                 chosen = (limit, result, peaks)
+            if chosen is not None:
+                searched = synthesize(costs, shape.microbatches, chosen[0]).result
+                fits = max(d.peak_memory_bytes for d in searched.per_device) <= base.capacity_bytes
+                chosen = (
+                    (chosen[0], searched, tuple(d.peak_memory_bytes for d in searched.per_device))
+                    if fits
+                    else None
+                )
             if chosen is None or chosen[1].iteration_time_s >= fastest[key] * (1 - 1e-9):
                 continue  # nothing fits, or no faster than a fixed schedule of this shape
             limit, result, peaks = chosen

@@ -204,8 +204,13 @@ def test_a_synthesised_schedule_is_simulated_and_says_what_won(
         ([], "--schedule synth needs --memory-limit N (micro-batches)"),
         (["--memory-limit", "0"], "--memory-limit must be an integer >= 1, got 0"),
         (
-            ["--memory-limit", "2", "-v", "2"],
-            "-v/--chunks: --schedule synth places one stage per device, got 2",
+            ["--memory-limit", "2", "--placement", "v", "-v", "3"],
+            "-v/--chunks: --placement v holds 2 stages per device, got 3",
+        ),
+        (
+            ["--memory-limit", "1", "-v", "2"],
+            "--memory-limit must be >= 2 with 2 stages per device (a device holds every stage "
+            "of a micro-batch it has at once), got 1",
         ),
         (["--memory-limit", "2", "--remat"], "--remat: --schedule synth splits backwards"),
         (
@@ -224,6 +229,29 @@ def test_synthesis_options_are_checked(
     status, out, err = run(capsys, *SYNTH, *extra)
     assert status == 2 and out == ""
     assert err.startswith(f"pipesim: error: {message}") and err.count("\n") == 1
+
+
+def test_a_v_shaped_synthesis_is_simulated(capsys: pytest.CaptureFixture[str]) -> None:
+    """At 1F1B's memory (2K pairs of half-size stages) in a V, ZB-V's order is the best found
+    for F=I=W=1 on K=4, M=8; V-Min's building block keeps within K pairs."""
+    status, out, _ = run(capsys, *SYNTH, "--memory-limit", "8", "--placement", "v")
+    assert status == 0
+    assert out.startswith(
+        "synthesised for at most 8 (stage, micro-batch) pairs in flight per device: zbv won"
+    )
+    assert "synth: K=4 devices, M=8 micro-batches, v=2" in out
+    status, out, _ = run(capsys, *SYNTH, "--memory-limit", "4", "--placement", "v", "--json")
+    assert status == 0
+    assert json.loads(out)["iteration_time"] <= 29.5  # V-Min's order, or better
+
+
+def test_a_placement_without_synthesis_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(
+        capsys, "simulate", "--schedule", "zbv", "-K", "2", "-M", "4", "--costs", "1,1,1",
+        "--placement", "v",
+    )  # fmt: skip
+    assert status == 2
+    assert err == "pipesim: error: --placement goes with --schedule synth, got v\n"
 
 
 def test_a_memory_limit_without_synthesis_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

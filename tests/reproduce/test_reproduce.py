@@ -65,11 +65,12 @@ def test_zero_bubble_and_interleaved_formulas_hold_exactly(tmp_path: Path) -> No
     # difference must be zero instead.
     outcome, paths = reproduce("zero-bubble", tmp_path / "zb0")
     vanishing = [r for r in outcome.rows if r.paper == 0]
-    assert len(vanishing) == 10 and {r.model for r in vanishing} == {"zb-h2", "zbv"}
+    assert len(vanishing) == 13
+    assert {r.model for r in vanishing} == {"zb-h2", "zbv", "V-ZB: synth at 1F1B's memory"}
     assert all(r.difference == pytest.approx(0.0, abs=1e-12) for r in vanishing)
     cells = list(csv.DictReader(paths["csv"].open()))
     zero_cells = [c for c in cells if c["paper"] and float(c["paper"]) == 0]
-    assert len(zero_cells) == 10 and all(float(c["difference"]) == 0 for c in zero_cells)
+    assert len(zero_cells) == 13 and all(float(c["difference"]) == 0 for c in zero_cells)
     memory = ratios("zero-bubble", tmp_path / "zb2", "Table 2: peak activation memory (in M_B)")
     assert memory and all(r == pytest.approx(1.0) for r in memory)
     bubble = ratios("interleaved", tmp_path / "il", "Bubble (fraction of the ideal time)")
@@ -96,6 +97,25 @@ def test_zero_bubble_table_5_on_its_profiled_times(tmp_path: Path) -> None:
             row.hardware,
             row.microbatches,
         )
+
+
+def test_the_controllable_memory_v_schedules(tmp_path: Path) -> None:
+    """2405.15362: every peak equals its formula; V-ZB has no bubble; V-Min's rate is within
+    2 points of 2B/3; the synthesis at V-Half's memory is never worse than V-Half's block."""
+    from validation.reproduce.zero_bubble import CONTROLLABLE_NAME
+
+    outcome, _ = reproduce("zero-bubble", tmp_path)
+    rows = [r for r in outcome.rows if r.table == CONTROLLABLE_NAME]
+    assert len(rows) == 24
+    memory = [r for r in rows if r.quantity.startswith("peak")]
+    assert len(memory) == 12 and all(r.simulated == r.paper for r in memory)
+    rate = {(r.model, r.devices): r for r in rows if r.quantity == "bubble rate"}
+    for p in (4, 6, 8):
+        assert rate["V-ZB: synth at 1F1B's memory", p].simulated == pytest.approx(0.0, abs=1e-12)
+        v_min = rate["V-Min (building block)", p]
+        assert abs((v_min.simulated or 0) - (v_min.paper or 0)) < 0.02
+        synthesised = rate["synth at V-Half's memory", p].simulated or 0
+        assert synthesised <= (rate["V-Half (building block)", p].simulated or 0) + 1e-12
 
 
 def test_gpipe_transformer_sizes_match_table_1(tmp_path: Path) -> None:

@@ -9,24 +9,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
 from pipesim.errors import ScheduleError
+from pipesim.hardware.network import Link, Network, Topology
 from pipesim.schedules import Kind, build
+from pipesim.schedules.list_scheduler import GreedyPolicy, greedy_schedule, policies
+from pipesim.schedules.local_search import improve
+from pipesim.schedules.placement import looped, v_shape
+from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.synthesis import (
-    POLICIES,
-    GreedyPolicy,
     activation_peaks,
     fixed_within,
-    greedy_schedule,
     in_flight_peaks,
+    largest_stage_span_s,
     memory_tradeoff,
+    minimum_limit,
+    step_time_s,
     synthesize,
 )
+from pipesim.schedules.v_family import v_block_schedule
 
 from .strategies import in_flight_peaks as reference_peaks
 from .strategies import pipeline_costs, reference_runs_to_completion, schedules
+
+POLICIES = policies(1)
 
 
 def test_a_tiny_case_literally() -> None:
@@ -35,7 +43,7 @@ def test_a_tiny_case_literally() -> None:
     costs = synthetic_costs(2, 1, 1.0, 1.0, 1.0)
     rows = {
         limit: [" ".join(map(str, row)) for row in greedy_schedule(
-            costs, 3, limit, GreedyPolicy()).device_actions]
+            costs, 3, limit, GreedyPolicy()).device_actions]  # type: ignore[union-attr]
         for limit in (1, 2)
     }  # fmt: skip
     assert rows[1] == [
@@ -65,6 +73,7 @@ def test_every_greedy_order_is_complete_and_within_the_limit(
     costs: PipelineCosts, microbatches: int, limit: int, policy: GreedyPolicy
 ) -> None:
     schedule = greedy_schedule(costs, microbatches, limit, policy)
+    assert schedule is not None
     assert reference_runs_to_completion(
         schedule.stages, schedule.placement, schedule.device_actions
     )
@@ -134,6 +143,7 @@ def test_the_finer_memory_count_is_kept_and_lets_more_wait_for_w(
     assert max(activation_peaks(found.schedule, weight_fraction)) <= limit + 1e-9
     for policy in POLICIES:
         greedy = greedy_schedule(costs, microbatches, limit, policy, weight_fraction)
+        assert greedy is not None
         assert max(activation_peaks(greedy, weight_fraction)) <= limit + 1e-9
     assert activation_peaks(found.schedule, 1.0) == tuple(
         float(p) for p in in_flight_peaks(found.schedule)
@@ -144,5 +154,119 @@ def test_activation_peaks_literally() -> None:
     """Device 0 of the K=2, M=3, N=2 greedy order (0F0 0F1 0I0 0W0 0I1 0F2 0W1 0I2 0W2) with
     M_W = 0.25 M_B: 1, 2, 1.25, 1, 0.25, 1.25, 1, 0.25, 0: peak 2."""
     schedule = greedy_schedule(synthetic_costs(2, 1, 1.0, 1.0, 1.0), 3, 2, GreedyPolicy())
+    assert schedule is not None
     assert activation_peaks(schedule, 0.25)[0] == 2.0
     assert activation_peaks(schedule, 1.0) == (2.0, 2.0)
+
+
+@st.composite
+def placed_costs(draw: st.DrawFn) -> tuple[PipelineCosts, tuple[int, ...]]:
+    """Random per-stage costs for a V (two stages per device) or a looped placement over 2
+    or 3 chunks, with a link latency."""
+    devices = draw(st.integers(1, 3))
+    shape = draw(st.sampled_from(["v", "looped-2", "looped-3"]))
+    placement = v_shape(devices) if shape == "v" else looped(devices, int(shape[-1]))
+    stages = tuple(
+        StageCosts(
+            float(draw(st.integers(1, 4))),
+            float(draw(st.integers(1, 4))),
+            float(draw(st.integers(0, 4))),
+            output_bytes=1.0,
+        )
+        for _ in placement
+    )
+    latency = draw(st.sampled_from([0.0, 0.5]))
+    network = Network(devices, Topology.ALL_TO_ALL, Link("l", 1e9, latency))
+    return PipelineCosts(stages, network), placement
+
+
+@settings(max_examples=30, deadline=None)
+@given(placed_costs(), st.integers(1, 6), st.integers(0, 6), st.sampled_from([1.0, 0.4]))
+def test_with_several_stages_per_device_the_limit_holds_and_no_fixed_order_is_faster(
+    placed: tuple[PipelineCosts, tuple[int, ...]],
+    microbatches: int,
+    extra: int,
+    weight_fraction: float,
+) -> None:
+    """Every greedy policy (both admission rules) finishes or gives no order, never over the
+    limit; the synthesis is complete, within the limit and at least as fast as every seed of
+    its placement (ZB-V, DualPipeV, V-Min, V-Half in a V; interleaved and looped BFS)."""
+    costs, placement = placed
+    limit = minimum_limit(placement) + extra
+    for policy in policies(minimum_limit(placement)):
+        greedy = greedy_schedule(costs, microbatches, limit, policy, weight_fraction, placement)
+        if greedy is not None:
+            assert max(activation_peaks(greedy, weight_fraction)) <= limit + 1e-9, policy.name
+    found = synthesize(
+        costs, microbatches, limit, weight_fraction, placement=placement, search_evaluations=20
+    )
+    assert found.schedule.placement == placement
+    assert reference_runs_to_completion(
+        found.schedule.stages, found.schedule.placement, found.schedule.device_actions
+    )
+    assert max(activation_peaks(found.schedule, weight_fraction)) <= limit + 1e-9
+    for name, fixed in fixed_within(
+        placement, microbatches, limit, weight_fraction=weight_fraction
+    ):
+        assert found.step_time_s <= simulate(fixed, costs).iteration_time_s * (1 + 1e-12), name
+
+
+def test_the_reserving_policies_always_finish() -> None:
+    """At the smallest limit a V or a looped placement allows, the policies that promise a
+    micro-batch every stage it will need on a device never stall."""
+    for placement in (v_shape(3), looped(3, 2), looped(2, 3)):
+        costs = PipelineCosts(
+            tuple(StageCosts(1.0, 2.0, 1.0) for _ in placement),
+            Network(max(placement) + 1, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0)),
+        )
+        for policy in policies(2):
+            if policy.reserve_all:
+                limit = minimum_limit(placement)
+                assert greedy_schedule(costs, 6, limit, policy, 1.0, placement) is not None
+
+
+def test_a_limit_below_the_stages_per_device_is_refused() -> None:
+    costs = synthetic_costs(2, 2, 1.0, 1.0, 1.0)
+    with pytest.raises(
+        ScheduleError,
+        match=r"^--memory-limit must be >= 2 with 2 stages per device \(a device holds every "
+        r"stage of a micro-batch it has at once\), got 1$",
+    ):
+        synthesize(costs, 4, 1, placement=v_shape(2))
+
+
+def test_the_largest_stage_span_literally() -> None:
+    """GPipe, K=2, M=2, F=1, B=2: device 0 runs its forwards from 0 to 2 and its backwards
+    from 5 to 9 (span 9); device 1 starts at 1 and ends at 7 (span 6): the largest is 9, the
+    step 9."""
+    costs = synthetic_costs(2, 1, 1.0, 2.0, 0.0)
+    result = simulate(build("gpipe", 2, 2), costs)
+    assert largest_stage_span_s(result) == pytest.approx(9.0)
+    assert step_time_s(result) == pytest.approx(9.0)
+    one_device = simulate(build("gpipe", 2, 2), costs).run
+    assert min(one_device.start_s[one_device.device == 1]) == pytest.approx(1.0)
+    found = synthesize(costs, 2, 2, objective="stage-span")
+    assert found.objective == "stage-span"
+    assert found.objective_value == pytest.approx(largest_stage_span_s(found.result))
+    with pytest.raises(
+        ScheduleError, match=r"^objective must be one of step, stage-span, got 'x'$"
+    ):
+        synthesize(costs, 2, 2, objective="x")
+
+
+def test_the_local_search_keeps_the_limit_and_never_worsens() -> None:
+    """From V-Half's building block (K=4, M=16, one slot per chunk pass), 200 seeded moves
+    within its 6 pairs: a valid order, never over 6, its span never above the block's 108."""
+    costs = synthetic_costs(4, 2, 2.0, 2.0, 2.0)
+    block = v_block_schedule("v-half", 4, 16)
+
+    def fits(order: Schedule) -> bool:
+        return max(in_flight_peaks(order)) <= 6
+
+    searched = improve(block, costs, largest_stage_span_s, fits, 200)
+    assert searched.tried == 200 and fits(searched.schedule)
+    assert largest_stage_span_s(searched.result) <= 108.0
+    assert largest_stage_span_s(simulate(searched.schedule, costs)) == pytest.approx(
+        largest_stage_span_s(searched.result)
+    )
+    assert (searched.kept == 0) == (searched.schedule == block)
