@@ -56,8 +56,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--memory-limits",
         metavar="N,N,...",
-        help="with synth in --schedules: a synthesised schedule for each limit (micro-batches in "
-        "flight on any device), a series each",
+        help="with synth in --schedules: a synthesised schedule for each limit ((stage, "
+        "micro-batch) pairs in flight on any device, looped over -v stages per device), a "
+        "series each",
     )
     add_cost_arguments(parser)
     add_steps_argument(parser)

@@ -28,9 +28,10 @@ from pipesim.costs import PipelineCosts
 from pipesim.engine import simulate
 from pipesim.engine.result import SimulationResult
 from pipesim.errors import PipesimError
-from pipesim.schedules import Schedule, build
+from pipesim.schedules import Schedule
 from validation.estimate import STATISTIC, Statistic, estimate
 from validation.schema import CaseMeasurement
+from validation.synthesized_runs import run_schedule
 
 KINDS = {"F": "forward_s", "B": "backward_s", "I": "input_grad_s", "W": "weight_grad_s"}
 
@@ -135,8 +136,17 @@ def predict_rounds(
     chunks: int,
     costs: Sequence[PipelineCosts] | None = None,
 ) -> RoundPrediction:
-    """The schedule ``name`` at this M and v simulated with every round's costs."""
-    schedule = build(name, measured.case.devices, microbatches, chunks)
+    """The schedule ``name`` at this M and v simulated with every round's costs (a
+    synthesised run's recorded order, the registered schedule otherwise)."""
+    order = next(
+        (
+            r.order
+            for r in measured.runs
+            if (r.schedule, r.microbatches, r.chunks) == (name, microbatches, chunks)
+        ),
+        (),
+    )
+    schedule = run_schedule(name, measured.case.devices, microbatches, chunks, order)
     every = list(costs) if costs is not None else round_costs(measured, chunks)
     results = [simulate(schedule, c, engine="fast") for c in every]
     solo = measured.solo_samples

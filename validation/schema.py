@@ -38,6 +38,8 @@ def _flat_from_json(cls: type[R], data: object, where: str) -> R:
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.default is not dataclasses.MISSING and isinstance(data, dict) and f.name not in data:
+            continue  # a field added later, with a default: files written before it still read
         value = _tuples(require(data, f.name, where))
         if hints[f.name] is float and isinstance(value, int):
             value = float(value)
@@ -96,6 +98,9 @@ class RunMeasurement:
             allocated that owes nothing to the executor's count. None where not measured.
         timeline: (device, step, action or None, start_s, end_s) of the step whose span was the
             median.
+        order: each device's order as action strings, for a schedule synthesised in the case
+            (:mod:`validation.synthesized_runs`); empty for a registered schedule, which its
+            name rebuilds.
     """
 
     schedule: str
@@ -108,6 +113,7 @@ class RunMeasurement:
     peak_allocated_bytes: tuple[int | None, ...]
     peak_rss_bytes: tuple[int | None, ...]
     timeline: tuple[tuple[int, int, str | None, float, float], ...]
+    order: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Every field (tuples as lists)."""
@@ -274,6 +280,7 @@ def _check_runs(measured: CaseMeasurement) -> None:
                     f"{where}.{field} has {len(getattr(run, field))} values for {run.devices} "
                     "devices"
                 )
+        _check_order(run, where)
         for position, (device, _, _, start_s, end_s) in enumerate(run.timeline):
             if device >= run.devices or end_s < start_s:
                 raise PipesimError(
@@ -281,6 +288,24 @@ def _check_runs(measured: CaseMeasurement) -> None:
                     f"{end_s:g} s is not an action of {run.devices} devices ending after it "
                     "starts"
                 )
+
+
+def _check_order(run: RunMeasurement, where: str) -> None:
+    """A synthesised run has its order, a valid schedule of its shape; a registered one none."""
+    from validation.synthesized_runs import run_schedule, synth_limit
+
+    synthesised = synth_limit(run.schedule) is not None
+    if synthesised != bool(run.order):
+        held = "holds none" if synthesised else "holds one"
+        raise PipesimError(
+            f"{where}.order: {run.schedule!r} {held} (only a synthesised run records its order)"
+        )
+    if synthesised:
+        try:
+            run_schedule(run.schedule, run.devices, run.microbatches, run.chunks, run.order)
+        except (PipesimError, TypeError) as error:
+            first = str(error).splitlines()[0]  # a deadlock's diagram stays out of one line
+            raise PipesimError(f"{where}.order is not a valid schedule: {first}") from None
 
 
 def _check_per_round(data: object) -> None:

@@ -41,6 +41,7 @@ from torch.multiprocessing.spawn import (
 
 from executor import StepResult, StepState, run_step, split_model
 from executor.profile import (
+    LinkProfile,
     StageProfile,
     action_samples,
     latency_samples,
@@ -55,6 +56,7 @@ from pipesim.engine.records import Timeline
 from pipesim.errors import RunFailed
 from pipesim.schedules import Schedule, build
 from pipesim.schedules.registry import probe_schedules
+from validation import synthesized_runs
 from validation.estimate import relative_uncertainty
 from validation.host import host_load, sample_host
 from validation.schema import CaseMeasurement, Machine, RunMeasurement
@@ -254,7 +256,8 @@ def _measure(
     isolated = {chunks: _calibrate(case, chunks, rank, device) for chunks in all_chunks}
     probes = {chunks: probe_runs(case, chunks) for chunks in all_chunks}
     probe_list = [(name, m, c) for c, names in probes.items() for name, m in names]
-    rounds = _Rounds(case, probe_list + runs, rank, device, stability, report)
+    made = _synthesized(case, runs, isolated, link, rank, report)
+    rounds = _Rounds(case, probe_list + runs, rank, device, stability, report, made)
     rounds.measure()
     report("memory")
     memory = _measure_memory(case, rounds, rank)
@@ -271,7 +274,7 @@ def _measure(
             latency_samples(timelines, link.bandwidth_bytes_per_s) for timelines in per_round
         ]
     measured_runs = [
-        _run_measurement(case, run, rounds, index, memory[index])
+        _run_measurement(case, run, rounds, index, memory[index], made.get(run[:2]))
         for index, run in enumerate(runs, start=len(probe_list))
     ]
     crosscheck = []
@@ -295,6 +298,37 @@ def _measure(
         "solo_samples": rounds.solo,
         "crosscheck": crosscheck,
         "rounds": rounds.measured_rounds,
+    }
+
+
+def _synthesized(
+    case: Case,
+    runs: list[Run],
+    isolated: dict[int, list[StageProfile]],
+    link: LinkProfile,
+    rank: int,
+    report: Callable[[str], None],
+) -> dict[tuple[str, int], Schedule]:
+    """The case's synthesised runs (``synth N=<limit>``) made on rank 0 from the isolated
+    profiles and the link, and handed to every rank (:mod:`validation.synthesized_runs`)."""
+    wanted = [(name, m) for name, m, _ in runs if synthesized_runs.synth_limit(name) is not None]
+    if not wanted:
+        return {}
+    report("synthesis")
+    orders: list[Any] = [None]
+    if rank == 0:
+        orders[0] = {
+            (name, m): synthesized_runs.order_of(
+                synthesized_runs.synthesized(
+                    isolated[1], link, case.devices, m, synthesized_runs.synth_limit(name) or 1
+                )
+            )
+            for name, m in wanted
+        }
+    dist.broadcast_object_list(orders, src=0)
+    return {
+        key: synthesized_runs.run_schedule(key[0], case.devices, key[1], 1, order)
+        for key, order in orders[0].items()
     }
 
 
@@ -386,6 +420,7 @@ class _Rounds:
         device: torch.device,
         stability: Stability | None,
         report: Callable[[str], None],
+        made: dict[tuple[str, int], Schedule] | None = None,
     ) -> None:
         self.case, self.runs, self.rank, self.device = case, runs, rank, device
         self.stability, self.report = stability, report
@@ -393,7 +428,7 @@ class _Rounds:
         self.splits: dict[int, list[nn.Module]] = {}
         self.plans: list[tuple[Schedule, StepState]] = []
         for name, m, chunks in runs:
-            schedule = build(name, case.devices, m, chunks)
+            schedule = (made or {}).get((name, m)) or build(name, case.devices, m, chunks)
             if chunks not in self.splits:
                 self.splits[chunks] = split_model(self.model, schedule)
             self.plans.append((schedule, StepState()))
@@ -535,7 +570,12 @@ def _measure_memory(case: Case, rounds: _Rounds, rank: int) -> list[list[int | N
 
 
 def _run_measurement(
-    case: Case, run: Run, rounds: _Rounds, index: int, rss: list[int | None]
+    case: Case,
+    run: Run,
+    rounds: _Rounds,
+    index: int,
+    rss: list[int | None],
+    made: Schedule | None = None,
 ) -> RunMeasurement:
     name, microbatches, chunks = run
     spans = rounds.spans[index]
@@ -560,6 +600,7 @@ def _run_measurement(
             (r.device, r.step, None if r.action is None else str(r.action), r.start_s, r.end_s)
             for r in timeline.compute
         ),
+        order=() if made is None else synthesized_runs.order_of(made),
     )
 
 

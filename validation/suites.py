@@ -18,6 +18,8 @@ from executor.backends import DeviceKind, parse_device_kind
 from pipesim.common.limits import cpu_count
 from pipesim.errors import PipesimError
 from pipesim.schedules import schedule_info, schedule_names, unsupported_reason
+from pipesim.sweep.grid import synth_limit
+from validation import synthesized_runs
 from validation.fields import require
 
 
@@ -85,13 +87,12 @@ class Case:
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(schedule, M, chunks) of every run the case makes."""
-        runs = []
-        for name in self.schedules:
-            chunks = schedule_info(name).default_chunks
-            for m in self.microbatches:
-                if unsupported_reason(name, self.devices, m, chunks) is None:
-                    runs.append((name, m, chunks))
-        return runs
+        return [
+            (name, m, _chunks(name))
+            for name in self.schedules
+            for m in self.microbatches
+            if _unsupported(name, self.devices, m) is None
+        ]
 
     def to_json(self) -> dict[str, Any]:
         """A summary of the case."""
@@ -126,14 +127,25 @@ def skipped_runs(case: Case) -> list[dict[str, Any]]:
     """The (schedule, M) of the grid a schedule cannot take, with the reason."""
     skipped = []
     for name in case.schedules:
-        chunks = schedule_info(name).default_chunks
         for m in case.microbatches:
-            reason = unsupported_reason(name, case.devices, m, chunks)
+            reason = _unsupported(name, case.devices, m)
             if reason is not None:
                 skipped.append(
                     {"case": case.name, "schedule": name, "microbatches": m, "reason": reason}
                 )
     return skipped
+
+
+def _chunks(name: str) -> int:
+    """The chunks per device a case runs ``name`` with (1 for a synthesised schedule)."""
+    return 1 if synth_limit(name) is not None else schedule_info(name).default_chunks
+
+
+def _unsupported(name: str, devices: int, microbatches: int) -> str | None:
+    """Why a case cannot run ``name`` at this K and M (None when it can)."""
+    if synth_limit(name) is not None:
+        return synthesized_runs.unsupported(name, devices, microbatches)
+    return unsupported_reason(name, devices, microbatches, _chunks(name))
 
 
 QUICK_MLP = ModelSpec(ModelKind.MLP, width=1024, layers=8, microbatch_size=64)
@@ -142,13 +154,18 @@ QUICK_TRANSFORMER = ModelSpec(
 )
 
 
+# Synthesised for each case's own calibrated costs (validation.synthesized_runs).
+SYNTHESISED = ("synth N=1", "synth N=3")
+
+
 def quick_suite(
     backend: DeviceKind | str = DeviceKind.CPU,
 ) -> tuple[list[Case], list[dict[str, Any]]]:
-    """K=2 over one core per process: every schedule, M in 1, 2, 4, 8, on the MLP and on the
-    transformer."""
+    """K=2 over one core per process: every schedule, and the schedule synthesised for the
+    case's calibrated costs with at most 1 and 3 micro-batches in flight, M in 1, 2, 4, 8, on
+    the MLP and on the transformer."""
     backend = _check_backend(backend)
-    schedules = tuple(schedule_names())
+    schedules = (*schedule_names(), *SYNTHESISED)
     cases = [
         Case("mlp-1024x8-K2", QUICK_MLP, 2, (1, 2, 4, 8), schedules, backend, repeats=15),
         Case(
@@ -182,7 +199,7 @@ def full_suite(
             model,
             devices,
             (1, 2, 4, 8, 16, 32),
-            tuple(schedule_names()),
+            (*schedule_names(), *SYNTHESISED),
             backend,
             warmup=1,
             repeats=5,

@@ -23,6 +23,7 @@ from pipesim.errors import LimitError, PipesimError
 from pipesim.files.strict_json import overflow_checked, result_problem
 from pipesim.request.cost_request import CostRequest, ModelRequest, resolved_model
 from pipesim.schedules import build, schedule_info, unsupported_reason
+from pipesim.schedules.placement import looped
 from pipesim.schedules.registry import check_size
 from pipesim.schedules.synthesis import SYNTH_NAME
 
@@ -107,13 +108,22 @@ def sweep_points(
     oversized: list[str] = []
     for name, k, m in itertools.product(schedules, devices, microbatches):
         limit = synth_limit(name)
-        # A synthesised schedule: one stage per device, I/W split (sized as ZB-H1 is).
+        # A synthesised schedule: looped over v stages per device, I/W split (sized as ZB-H1
+        # is, 3·K·v·M actions).
         registered = "zb-h1" if limit is not None else name
         for v in chunks or [schedule_info(registered).default_chunks]:
             point = SweepPoint(name, k, m, v, remat)
-            reason = unsupported_reason(registered, k, m, v, remat)
-            if limit is not None and reason is not None:
-                reason = f"{SYNTH_NAME}: one stage per device and no re-materialization"
+            if limit is None:
+                reason = unsupported_reason(name, k, m, v, remat)
+            elif remat:
+                reason = f"{SYNTH_NAME}: splits backwards into I and W, no re-materialization"
+            elif limit < v:
+                reason = (
+                    f"{SYNTH_NAME}: a limit of {limit} is below the {v} stages per device (a "
+                    "device holds every stage of a micro-batch it has at once)"
+                )
+            else:
+                reason = None
             if reason is not None:
                 skipped.append(Skipped(point, reason))
                 continue
@@ -156,14 +166,17 @@ def run_point(
     from pipesim.schedules.synthesis import synthesize
 
     limit = synth_limit(point.schedule)
-    name = "1f1b" if limit is not None else point.schedule  # a synthesis costs 1F1B's shape
+    name = point.schedule
+    if limit is not None:  # a synthesis costs the shape of 1F1B, or of looped BFS over v
+        name = "1f1b" if point.chunks == 1 else "looped-bfs"
     schedule = build(name, point.devices, point.microbatches, point.chunks, remat=point.remat)
     try:
         pipeline = costs.build(point.devices, point.chunks, point.microbatches, schedule, steps)
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
     if limit is not None:
-        schedule = synthesize(pipeline, point.microbatches, limit).schedule
+        placement = looped(point.devices, point.chunks)
+        schedule = synthesize(pipeline, point.microbatches, limit, placement=placement).schedule
     with overflow_checked():  # a non-finite result becomes an error row just below
         result = simulate(schedule, pipeline, steps=steps, engine=engine).to_json()
     problem = result_problem(result)

@@ -77,26 +77,35 @@ def test_sweep_cli_bad_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_synth_is_a_series_per_memory_limit() -> None:
-    """``synth`` with limits 2 and 4 is two series, each point the synthesised schedule's
-    simulation under the row's name; v=2 is skipped with the reason."""
+    """``synth`` with limits 1, 2 and 4 is three series, each point the synthesised schedule's
+    simulation under the row's name, looped over v stages per device; a limit below v is
+    skipped with the reason."""
     from pipesim.engine import simulate
+    from pipesim.schedules.placement import looped
     from pipesim.schedules.synthesis import synthesize
 
-    points, skipped = sweep_points(["1f1b", "synth"], [4], [8], chunks=[1, 2], memory_limits=[2, 4])
+    points, skipped = sweep_points(
+        ["1f1b", "synth"], [4], [8], chunks=[1, 2], memory_limits=[1, 2, 4]
+    )
     names = sorted({p.schedule for p in points})
-    assert names == ["1f1b", "synth N=2", "synth N=4"]
-    assert {(s.point.schedule, s.point.chunks) for s in skipped} >= {
-        ("synth N=2", 2),
-        ("synth N=4", 2),
-    }
+    assert names == ["1f1b", "synth N=1", "synth N=2", "synth N=4"]
+    assert [(s.point.schedule, s.point.chunks) for s in skipped if "synth" in s.point.schedule] == [
+        ("synth N=1", 2)
+    ]
+    assert "a limit of 1 is below the 2 stages per device" in skipped[-1].reason
     request = SyntheticRequest(1.0, 1.0, 1.0)
     for point in points:
         row = run_point(point, request)
         assert row["schedule"] == point.schedule
         if point.schedule == "synth N=2":
-            costs = request.build(4, 1, 8)
-            expected = simulate(synthesize(costs, 8, 2).schedule, costs).iteration_time_s
-            assert row["iteration_time"] == expected == 41.0
+            costs = request.build(4, point.chunks, 8)
+            placement = looped(4, point.chunks)
+            found = synthesize(costs, 8, 2, placement=placement).schedule
+            expected = simulate(found, costs).iteration_time_s
+            assert row["iteration_time"] == expected
+            assert row["chunks"] == point.chunks
+            if point.chunks == 1:
+                assert expected == 41.0
 
 
 def test_synth_and_memory_limits_go_together() -> None:

@@ -48,7 +48,7 @@ def tiny_case() -> Case:
         ModelSpec(ModelKind.MLP, width=32, layers=4, microbatch_size=4),
         2,
         (2, 4),
-        ("1f1b", "zb-h1", "zbv"),
+        ("1f1b", "zb-h1", "zbv", "synth N=1"),
         DeviceKind.CPU,
         warmup=1,
         repeats=2,
@@ -65,7 +65,17 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results == json.loads(json.dumps(result.to_json()))
-    assert {r["schedule"] for r in results["records"]} == {"1f1b", "zb-h1", "zbv"}
+    assert {r["schedule"] for r in results["records"]} == {"1f1b", "zb-h1", "zbv", "synth N=1"}
+    # The synthesised order was made from the case's own calibration and recorded as it ran:
+    # one micro-batch in flight on each device, so each runs F, I, W per micro-batch in turn.
+    runs = json.loads((tmp_path / "measured-tiny-K2.json").read_text())["runs"]
+    synthesised = [r for r in runs if r["schedule"] == "synth N=1"]
+    assert [r["microbatches"] for r in synthesised] == [2, 4]
+    assert synthesised[0]["order"] == [
+        ["0F0", "0I0", "0W0", "0F1", "0I1", "0W1"],
+        ["1F0", "1I0", "1W0", "1F1", "1I1", "1W1"],
+    ]
+    assert all(r["order"] == [] for r in runs if r["schedule"] != "synth N=1")
     for record in results["records"]:
         assert set(record) >= REQUIRED
         assert record["measured_time"] > 0 and record["predicted_time"] > 0
@@ -158,6 +168,7 @@ def reuse_refuses_corrupt_measurements(out: Path, saved: Path, data: dict[str, A
         target[path[-1]] = value
         return copy
 
+    synthesised = next(i for i, r in enumerate(data["runs"]) if r["schedule"] == "synth N=1")
     cases: list[tuple[dict[str, Any], str]] = [
         (
             changed(("runs", 0, "step_times_s", 0), math.nan),
@@ -181,7 +192,23 @@ def reuse_refuses_corrupt_measurements(out: Path, saved: Path, data: dict[str, A
         ),
         (
             changed(("runs", 0, "schedule"), "gpipe"),
-            r"runs\[0\]\.schedule 'gpipe' is not one of the case's \(1f1b, zb-h1, zbv\)",
+            r"runs\[0\]\.schedule 'gpipe' is not one of the case's \(1f1b, zb-h1, zbv, synth N=1\)",
+        ),
+        (
+            changed(("runs", synthesised, "order", 0, 1), "0Q0"),
+            rf"runs\[{synthesised}\]\.order is not a valid schedule: .*'0Q0'",
+        ),
+        (
+            changed(("runs", synthesised, "order", 1), ["1F0"]),
+            rf"runs\[{synthesised}\]\.order is not a valid schedule: ",
+        ),
+        (
+            changed(("runs", synthesised, "order"), []),
+            rf"runs\[{synthesised}\]\.order: 'synth N=1' holds none \(only a synthesised run",
+        ),
+        (
+            changed(("runs", 0, "order"), [["0F0"]]),
+            r"runs\[0\]\.order: '1f1b' holds one \(only a synthesised run records its order\)",
         ),
         (
             changed(("runs", 0, "timeline", 0, 4), 0.0),
