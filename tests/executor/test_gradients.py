@@ -13,9 +13,9 @@ from executor import run_step, split_model
 from executor.models import mlp, transformer
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.schedules import Schedule, build
-from pipesim.schedules.synthesis import synthesize
+from pipesim.schedules.synthesis import minimum_limit, synthesize
 
-from ..schedules.strategies import pipeline_costs, schedules
+from ..schedules.strategies import pipeline_costs, placed_pipeline_costs, schedules
 from .reference import assert_close, reference_step
 
 
@@ -99,3 +99,16 @@ def test_synthesised_schedules_give_unpipelined_gradients(
     """Orders made by the memory-bounded synthesiser, on random costs and limits, run by the
     executor: the same gradients as the unpipelined model."""
     check_step(synthesize(costs, microbatches, limit).schedule, "mlp", 1, 4, seed, 1)
+
+
+@settings(max_examples=10, deadline=None)
+@given(placed_pipeline_costs(), st.integers(1, 6), st.integers(0, 4), st.integers(0, 2**16))
+def test_synthesised_schedules_of_several_stages_per_device_give_unpipelined_gradients(
+    placed: tuple[PipelineCosts, tuple[int, ...]], microbatches: int, extra: int, seed: int
+) -> None:
+    """Synthesised in a V or looped over 2 or 3 chunks per device, on random costs and limits
+    (greedy orders, V-Min and V-Half blocks, the searched ones): unpipelined gradients."""
+    costs, placement = placed
+    limit = minimum_limit(placement) + extra
+    found = synthesize(costs, microbatches, limit, placement=placement, search_evaluations=10)
+    check_step(found.schedule, "mlp", 1, 4, seed, 1)

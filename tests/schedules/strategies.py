@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.schedules import Action, Kind, Schedule, build, schedule_names, unsupported_reason
+from pipesim.schedules.placement import looped, v_shape
 
 
 @st.composite
@@ -107,3 +108,24 @@ def pipeline_costs(draw: st.DrawFn, max_devices: int = 4) -> PipelineCosts:
     )
     latency = draw(st.sampled_from([0.0, 0.5, 2.0]))
     return PipelineCosts(stages, Network(devices, Topology.ALL_TO_ALL, Link("l", 1e9, latency)))
+
+
+@st.composite
+def placed_pipeline_costs(draw: st.DrawFn) -> tuple[PipelineCosts, tuple[int, ...]]:
+    """Random per-stage costs for a V (two stages per device) or a looped placement over 2
+    or 3 chunks, with a link latency."""
+    devices = draw(st.integers(1, 3))
+    shape = draw(st.sampled_from(["v", "looped-2", "looped-3"]))
+    placement = v_shape(devices) if shape == "v" else looped(devices, int(shape[-1]))
+    stages = tuple(
+        StageCosts(
+            float(draw(st.integers(1, 4))),
+            float(draw(st.integers(1, 4))),
+            float(draw(st.integers(0, 4))),
+            output_bytes=1.0,
+        )
+        for _ in placement
+    )
+    latency = draw(st.sampled_from([0.0, 0.5]))
+    network = Network(devices, Topology.ALL_TO_ALL, Link("l", 1e9, latency))
+    return PipelineCosts(stages, network), placement

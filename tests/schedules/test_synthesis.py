@@ -32,7 +32,12 @@ from pipesim.schedules.synthesis import (
 from pipesim.schedules.v_family import v_block_schedule
 
 from .strategies import in_flight_peaks as reference_peaks
-from .strategies import pipeline_costs, reference_runs_to_completion, schedules
+from .strategies import (
+    pipeline_costs,
+    placed_pipeline_costs,
+    reference_runs_to_completion,
+    schedules,
+)
 
 POLICIES = policies(1)
 
@@ -159,29 +164,8 @@ def test_activation_peaks_literally() -> None:
     assert activation_peaks(schedule, 1.0) == (2.0, 2.0)
 
 
-@st.composite
-def placed_costs(draw: st.DrawFn) -> tuple[PipelineCosts, tuple[int, ...]]:
-    """Random per-stage costs for a V (two stages per device) or a looped placement over 2
-    or 3 chunks, with a link latency."""
-    devices = draw(st.integers(1, 3))
-    shape = draw(st.sampled_from(["v", "looped-2", "looped-3"]))
-    placement = v_shape(devices) if shape == "v" else looped(devices, int(shape[-1]))
-    stages = tuple(
-        StageCosts(
-            float(draw(st.integers(1, 4))),
-            float(draw(st.integers(1, 4))),
-            float(draw(st.integers(0, 4))),
-            output_bytes=1.0,
-        )
-        for _ in placement
-    )
-    latency = draw(st.sampled_from([0.0, 0.5]))
-    network = Network(devices, Topology.ALL_TO_ALL, Link("l", 1e9, latency))
-    return PipelineCosts(stages, network), placement
-
-
 @settings(max_examples=30, deadline=None)
-@given(placed_costs(), st.integers(1, 6), st.integers(0, 6), st.sampled_from([1.0, 0.4]))
+@given(placed_pipeline_costs(), st.integers(1, 6), st.integers(0, 6), st.sampled_from([1.0, 0.4]))
 def test_with_several_stages_per_device_the_limit_holds_and_no_fixed_order_is_faster(
     placed: tuple[PipelineCosts, tuple[int, ...]],
     microbatches: int,
