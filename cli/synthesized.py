@@ -5,9 +5,11 @@ for the costs of the run (see :mod:`pipesim.schedules.synthesis`), on ``simulate
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from cli.schedule_source import require_shape
+from pipesim.common.units import format_bytes
 from pipesim.errors import PipesimError
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.synthesis import (
@@ -31,6 +33,15 @@ def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
         "for the costs",
     )
     parser.add_argument(
+        "--memory-limit-bytes",
+        type=float,
+        default=None,
+        metavar="B",
+        help="with --schedule synth, instead of --memory-limit: at most B bytes of activations "
+        "on any device, each stage's stash as the costs give it (an I frees all but what its W "
+        "keeps); the simulated peak activation memory never exceeds it",
+    )
+    parser.add_argument(
         "--placement",
         choices=PLACEMENTS,
         default=None,
@@ -44,14 +55,31 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
     """Whether the command asks for a synthesised schedule; a --memory-limit or --placement
     without it, or options synthesis does not take, are refused."""
     asked = getattr(args, "schedule", None) == SYNTH_NAME
+    given = (
+        ("--memory-limit", args.memory_limit),
+        ("--memory-limit-bytes", args.memory_limit_bytes),
+        ("--placement", args.placement),
+    )
     if not asked:
-        for flag, value in (("--memory-limit", args.memory_limit), ("--placement", args.placement)):
+        for flag, value in given:
             if value is not None:
-                raise PipesimError(f"{flag} goes with --schedule {SYNTH_NAME}, got {value}")
+                shown = f"{value:g}" if isinstance(value, float) else value
+                raise PipesimError(f"{flag} goes with --schedule {SYNTH_NAME}, got {shown}")
         return False
-    if args.memory_limit is None:
+    if args.memory_limit is None and args.memory_limit_bytes is None:
         raise PipesimError(f"--schedule {SYNTH_NAME} needs --memory-limit N (micro-batches)")
-    if args.memory_limit < 1:
+    if args.memory_limit is not None and args.memory_limit_bytes is not None:
+        raise PipesimError(
+            f"--memory-limit-bytes {args.memory_limit_bytes:g}: give --memory-limit or "
+            "--memory-limit-bytes, not both"
+        )
+    if args.memory_limit_bytes is not None and not (
+        math.isfinite(args.memory_limit_bytes) and args.memory_limit_bytes > 0
+    ):
+        raise PipesimError(
+            f"--memory-limit-bytes must be a finite number > 0, got {args.memory_limit_bytes:g}"
+        )
+    if args.memory_limit is not None and args.memory_limit < 1:
         raise PipesimError(f"--memory-limit must be an integer >= 1, got {args.memory_limit}")
     require_shape(args)
     if args.placement == "v" and args.chunks not in (None, 2):
@@ -69,7 +97,7 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
     # Its size before any costs are built: K, v, and 3·K·v·M actions over the steps.
     check_synthesis_size(args.devices, args.microbatches, getattr(args, "steps", 1), chunks)
     fewest = minimum_limit(placement_of(args.placement or "looped", args.devices, chunks))
-    if args.memory_limit < fewest:
+    if args.memory_limit is not None and args.memory_limit < fewest:
         raise PipesimError(
             f"--memory-limit must be >= {fewest} with {fewest} stages per device (a device "
             f"holds every stage of a micro-batch it has at once), got {args.memory_limit}"
@@ -103,7 +131,13 @@ def synthesize_for(args: argparse.Namespace, costs: Any) -> Synthesis:
     from pipesim.schedules.synthesis import synthesize
 
     placement = placement_of(args.placement or "looped", args.devices, synthesis_chunks(args))
-    return synthesize(costs, args.microbatches, args.memory_limit, placement=placement)
+    return synthesize(
+        costs,
+        args.microbatches,
+        args.memory_limit,
+        memory_limit_bytes=args.memory_limit_bytes,
+        placement=placement,
+    )
 
 
 def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
@@ -118,8 +152,12 @@ def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
 def synthesis_line(found: Synthesis) -> str:
     """One line saying what was synthesised and what it beat."""
     others = ", ".join(f"{name} {time_s:.6g} s" for name, time_s in found.candidates[1:4])
-    unit = "micro-batch(es)" if found.schedule.chunks == 1 else "(stage, micro-batch) pairs"
+    if found.memory_limit_bytes is not None:
+        limit = f"{format_bytes(found.memory_limit_bytes)} of activations"
+    else:
+        unit = "micro-batch(es)" if found.schedule.chunks == 1 else "(stage, micro-batch) pairs"
+        limit = f"{found.memory_limit} {unit} in flight"
     return (
-        f"synthesised for at most {found.memory_limit} {unit} in flight per device: "
+        f"synthesised for at most {limit} per device: "
         f"{found.chosen} won ({found.step_time_s:.6g} s; next: {others or 'none'})"
     )

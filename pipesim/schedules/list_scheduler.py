@@ -20,6 +20,7 @@ anyway gives no order (:func:`greedy_orders` returns None).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Sequence
@@ -48,12 +49,16 @@ class GreedyPolicy:
             Matters only when a device holds several stages.
         reserve_all: admit a micro-batch into a device only with room for every stage of it
             the device holds; else by the banker's rule.
+        wait_for_input_grad: a device whose next action would be an F waits instead for an I
+            known to arrive before that F would end (the I is on the critical path; an F
+            started just before it arrives delays it by up to a forward's time per stage).
     """
 
     input_grad_first: bool = True
     weight_grad: str = "eager"
     deeper_first: bool = True
     reserve_all: bool = True
+    wait_for_input_grad: bool = False
 
     @property
     def name(self) -> str:
@@ -64,19 +69,28 @@ class GreedyPolicy:
             words.append("shallow-first")
         if not self.reserve_all:
             words.append("banker")
+        if self.wait_for_input_grad:
+            words.append("wait-I")
         return "-".join(words)
 
 
 def policies(chunks: int) -> tuple[GreedyPolicy, ...]:
     """The portfolio for ``chunks`` stages per device: I or F first times the three W modes,
-    and with several stages per device, deeper or shallower first and both admission rules."""
+    and with several stages per device, deeper or shallower first and both admission rules;
+    then the I-first ones again waiting for an I known to arrive before a ready F would end."""
     several = (True, False) if chunks > 1 else (True,)
-    return tuple(
+    base = tuple(
         GreedyPolicy(first, weight, deeper, reserve)
         for first, weight, deeper, reserve in itertools.product(
             (True, False), WEIGHT_GRAD_MODES, several, several
         )
     )
+    waiting = tuple(
+        dataclasses.replace(policy, wait_for_input_grad=True)
+        for policy in base
+        if policy.input_grad_first
+    )
+    return base + waiting
 
 
 def unit_changes(weight_fraction: float) -> dict[Kind, float]:
@@ -90,17 +104,72 @@ def unit_changes(weight_fraction: float) -> dict[Kind, float]:
     }
 
 
+@dataclass(frozen=True)
+class MemoryCount:
+    """What a limit counts, per stage: the stash its F adds and what its W still keeps after
+    its I, in pairs (a stash of 1) or in bytes (the costs' activation bytes). Each kind's
+    change follows :mod:`pipesim.memory.rules` (without re-materialization): F adds the stash,
+    I frees all but what W keeps, W frees that, a full B frees all."""
+
+    stash: tuple[float, ...]
+    kept: tuple[float, ...]
+    unit: str = "pairs"
+
+    def change(self, stage: int, kind: Kind) -> float:
+        """What ``kind`` on ``stage`` adds (negative: frees)."""
+        return sum(
+            rule.bytes(self.stash[stage], self.kept[stage], 0.0) for rule in changes(kind, False)
+        )
+
+    def peaks(self, schedule: Schedule) -> tuple[float, ...]:
+        """Each device's peak under this count, from its order alone (an F adds at its start,
+        the others free at their end, so a peak is read after each action)."""
+        peaks = []
+        for row in schedule.device_actions:
+            held = peak = 0.0
+            for action in row:
+                held += self.change(action.stage, action.kind)
+                peak = max(peak, held)
+            peaks.append(peak)
+        return tuple(peaks)
+
+    def fewest(self, placement: Sequence[int]) -> float:
+        """The least any order of ``placement`` can run with: a device holds every stage of a
+        micro-batch it has at once."""
+        return max(
+            sum(self.stash[s] for s, d in enumerate(placement) if d == device)
+            for device in set(placement)
+        )
+
+
+def pair_count(stages: int, weight_fraction: float = 1.0) -> MemoryCount:
+    """(stage, micro-batch) pairs in flight, W keeping ``weight_fraction`` of a pair after I."""
+    return MemoryCount((1.0,) * stages, (weight_fraction,) * stages)
+
+
+def byte_count(costs: PipelineCosts) -> MemoryCount:
+    """Activation bytes, each stage's stash and the part its W keeps as the costs give them."""
+    return MemoryCount(
+        tuple(s.activation_bytes for s in costs.stages),
+        tuple(s.weight_grad_activation_bytes for s in costs.stages),
+        "bytes",
+    )
+
+
 def greedy_orders(
     costs: PipelineCosts,
     placement: Sequence[int],
     microbatches: int,
     memory_limit: float,
     policy: GreedyPolicy,
-    weight_fraction: float = 1.0,
+    count: MemoryCount | None = None,
 ) -> tuple[tuple[Action, ...], ...] | None:
     """Each device's order (F, I and W of every stage and micro-batch, micro-batches in order
-    within each stage and kind), or None when this policy stalls under the limit."""
-    return _Run(costs, tuple(placement), microbatches, memory_limit, policy, weight_fraction).run()
+    within each stage and kind), or None when this policy stalls under the limit. ``count``
+    is what the limit counts (pairs in flight when None)."""
+    placement = tuple(placement)
+    count = pair_count(len(placement)) if count is None else count
+    return _Run(costs, placement, microbatches, memory_limit, policy, count).run()
 
 
 def greedy_schedule(
@@ -110,11 +179,15 @@ def greedy_schedule(
     policy: GreedyPolicy,
     weight_fraction: float = 1.0,
     placement: Sequence[int] | None = None,
+    count: MemoryCount | None = None,
 ) -> Schedule | None:
     """:func:`greedy_orders` as a schedule named ``synth`` (one stage per device when
-    ``placement`` is None), validated; None when the policy stalls."""
+    ``placement`` is None), validated; None when the policy stalls. The limit counts pairs,
+    W keeping ``weight_fraction`` of one after I, unless ``count`` says otherwise."""
     placement = tuple(range(len(costs.stages))) if placement is None else tuple(placement)
-    rows = greedy_orders(costs, placement, microbatches, memory_limit, policy, weight_fraction)
+    if count is None:
+        count = pair_count(len(placement), weight_fraction)
+    rows = greedy_orders(costs, placement, microbatches, memory_limit, policy, count)
     return None if rows is None else Schedule(SYNTH_NAME, microbatches, placement, rows)
 
 
@@ -129,7 +202,7 @@ class _Run:
         microbatches: int,
         memory_limit: float,
         policy: GreedyPolicy,
-        weight_fraction: float,
+        count: MemoryCount,
     ) -> None:
         stages = len(placement)
         self.costs = costs.stages
@@ -137,8 +210,9 @@ class _Run:
         self.placement = placement
         self.devices = max(placement) + 1
         self.microbatches = microbatches
-        self.limit = memory_limit + 1e-9
-        self.change = unit_changes(weight_fraction)
+        self.limit = memory_limit * (1 + 1e-12) + 1e-9
+        self.change = [{kind: count.change(s, kind) for kind in Kind} for s in range(stages)]
+        self.stash = count.stash
         self.policy = policy
         self.stages_of = [
             [s for s in range(stages) if placement[s] == d] for d in range(self.devices)
@@ -147,6 +221,8 @@ class _Run:
         # are promised there and then.
         self.entry = [self.stages_of[d][0] for d in range(self.devices)]
         self.chunks = [len(row) for row in self.stages_of]
+        # what a micro-batch's stages on a device stash in all
+        self.need = [sum(self.stash[s] for s in row) for row in self.stages_of]
         self.forward_send_s = [self._send_s(s, s + 1, s) for s in range(stages)]
         self.backward_send_s = [self._send_s(s, s - 1, s - 1) for s in range(stages)]
         self.clock = [0.0] * self.devices
@@ -154,9 +230,9 @@ class _Run:
         self.next_input_grad = [0] * stages
         self.weight_grads: list[deque[Action]] = [deque() for _ in range(self.devices)]
         self.held = [0.0] * self.devices
-        self.promised = [0] * self.devices  # stages admitted micro-batches will still need
+        self.promised = [0.0] * self.devices  # what admitted micro-batches will still stash
         # per device and admitted micro-batch: its stages there not yet forwarded
-        self.owing: list[dict[int, int]] = [{} for _ in range(self.devices)]
+        self.owing: list[dict[int, list[int]]] = [{} for _ in range(self.devices)]
         self.forward_end = [[-1.0] * microbatches for _ in range(stages)]
         self.input_grad_end = [[-1.0] * microbatches for _ in range(stages)]
         self.rows: list[list[Action]] = [[] for _ in range(self.devices)]
@@ -193,18 +269,18 @@ class _Run:
 
     def _admits(self, device: int) -> bool:
         """Whether the device can take one more micro-batch in."""
-        stash = self.change[Kind.F]
-        need = self.chunks[device] * stash
+        need = self.need[device]
         if self.policy.reserve_all or self.chunks[device] == 1:
-            return self.held[device] + self.promised[device] * stash + need <= self.limit
+            return self.held[device] + self.promised[device] + need <= self.limit
         # Banker's rule: after admitting, the micro-batches in can finish one after another,
-        # fewest stages owed first, each freeing what it holds and was promised.
-        chunks = self.chunks[device]
-        free = self.limit - self.held[device] - stash
-        for count in sorted([*self.owing[device].values(), chunks - 1]):
-            if count * stash > free:
+        # least owed first, each freeing what it holds when it finishes.
+        first = self.stash[self.entry[device]]
+        free = self.limit - self.held[device] - first
+        owed = [sum(self.stash[s] for s in rest) for rest in self.owing[device].values()]
+        for amount in sorted([*owed, need - first]):
+            if amount > free:
                 return False
-            free += (chunks - count) * stash  # what it held comes back when it finishes
+            free += need - amount  # what it held comes back when it finishes
         return True
 
     def _forward_ready(self, stage: int) -> float | None:
@@ -215,7 +291,7 @@ class _Run:
         if stage == self.entry[device]:
             if not self._admits(device):
                 return None
-        elif self.held[device] + self.change[Kind.F] > self.limit:
+        elif self.held[device] + self.stash[stage] > self.limit:
             return None  # promised under the banker's rule, but not free yet
         if stage == 0:
             return 0.0
@@ -246,6 +322,13 @@ class _Run:
                 if at is not None:
                     ready.append((max(at, now), order.index(kind), depth * stage, stage, kind))
         ready.sort()
+        if self.policy.wait_for_input_grad and ready and ready[0][4] is Kind.F:
+            # An I known to arrive before this F would end goes first: the device waits.
+            ends = ready[0][0] + self.costs[ready[0][3]].forward_s
+            coming = [entry for entry in ready if entry[4] is Kind.I and entry[0] < ends]
+            if coming:
+                ready.remove(coming[0])
+                ready.insert(0, coming[0])
         owed = self.weight_grads[device]
         if ready and ready[0][0] <= now:
             return now, ready[0][3], ready[0][4]
@@ -281,12 +364,12 @@ class _Run:
             self.next_forward[stage] += 1
             owing = self.owing[device]
             if stage == self.entry[device]:
-                self.promised[device] += self.chunks[device] - 1
-                owing[m] = self.chunks[device] - 1
+                owing[m] = self.stages_of[device][1:]
+                self.promised[device] += self.need[device] - self.stash[stage]
             else:
-                self.promised[device] -= 1
-                owing[m] -= 1
-            if owing.get(m) == 0:
+                owing[m].remove(stage)
+                self.promised[device] -= self.stash[stage]
+            if not owing[m]:
                 del owing[m]
             action = Action(stage, kind, m)
             end = start + self.costs[stage].forward_s
@@ -301,6 +384,6 @@ class _Run:
         else:
             action = self.weight_grads[device].popleft()
             end = start + self.costs[stage].weight_grad_s
-        self.held[device] += self.change[kind]
+        self.held[device] += self.change[stage][kind]
         self.clock[device] = end
         self.rows[device].append(action)

@@ -28,6 +28,7 @@ The objective is the simulated step time, or the zero-bubble paper's largest sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,10 +36,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipesim.common import checks
+from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.errors import ScheduleError
 from pipesim.schedules.list_scheduler import SYNTH_NAME as SYNTH_NAME
-from pipesim.schedules.list_scheduler import greedy_schedule, policies, unit_changes
+from pipesim.schedules.list_scheduler import (
+    MemoryCount,
+    byte_count,
+    greedy_schedule,
+    pair_count,
+    policies,
+)
 from pipesim.schedules.placement import looped, v_shape
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.v_family import v_block_schedule
@@ -99,20 +107,23 @@ class Synthesis:
         step_time_s: its simulated step time.
         candidates: every candidate tried within the limit, with its objective value, best
             first (the local search's result first when it improved).
-        memory_limit: (stage, micro-batch) pairs in flight per device.
+        memory_limit: (stage, micro-batch) pairs in flight per device (None for a limit in
+            bytes).
         result: the winner's simulation (its memory and timeline, without simulating again).
         objective: what was minimised (``step`` or ``stage-span``).
         objective_value: the winner's value of it (its step time for ``step``).
+        memory_limit_bytes: the limit on each device's activation bytes, when given so.
     """
 
     schedule: Schedule
     chosen: str
     step_time_s: float
     candidates: tuple[tuple[str, float], ...]
-    memory_limit: int
+    memory_limit: int | None
     result: SimulationResult = field(repr=False, compare=False)
     objective: str = "step"
     objective_value: float = 0.0
+    memory_limit_bytes: float | None = None
 
 
 def in_flight_peaks(schedule: Schedule) -> tuple[int, ...]:
@@ -128,15 +139,7 @@ def activation_peaks(schedule: Schedule, weight_fraction: float = 1.0) -> tuple[
     (:mod:`pipesim.memory.rules`, without re-materialization) with a stash of 1 and the part
     W keeps ``weight_fraction`` (M_W / M_B, the zero-bubble paper's Appendix G): an F adds 1,
     an I frees all but what its W still needs, the W frees that, a full B frees all."""
-    step = unit_changes(weight_fraction)
-    peaks = []
-    for row in schedule.device_actions:
-        held = peak = 0.0
-        for action in row:
-            held += step[action.kind]
-            peak = max(peak, held)
-        peaks.append(peak)
-    return tuple(peaks)
+    return pair_count(schedule.stages, weight_fraction).peaks(schedule)
 
 
 def placement_of(name: str, devices: int, chunks: int = 1) -> tuple[int, ...]:
@@ -160,9 +163,10 @@ def minimum_limit(placement: Sequence[int]) -> int:
 def synthesize(
     costs: PipelineCosts,
     microbatches: int,
-    memory_limit: int,
+    memory_limit: int | None,
     weight_fraction: float = 1.0,
     *,
+    memory_limit_bytes: float | None = None,
     placement: Sequence[int] | None = None,
     objective: str = "step",
     search_evaluations: int | None = None,
@@ -173,6 +177,9 @@ def synthesize(
     time through a one-stage-per-device pipeline; K is 1F1B's memory. With ``weight_fraction``
     below 1 the limit is on activation memory in stashes, an I freeing all but that fraction
     (see :func:`activation_peaks`): more micro-batches may then wait for their W.
+    ``memory_limit_bytes`` instead (``memory_limit`` None) limits each device's activation
+    bytes as the costs give them (each stage's stash, and what its W keeps after I): the
+    engine's peak activation memory of the result never exceeds it.
     ``objective`` is ``step`` or ``stage-span`` (:data:`OBJECTIVES`);
     ``search_evaluations`` bounds the local search (None: :data:`SEARCH_EVALUATIONS`, fewer
     for large orders; 0: none)."""
@@ -180,7 +187,6 @@ def synthesize(
     from pipesim.schedules.local_search import improve
 
     microbatches = checks.positive_int("microbatches", microbatches, error=ScheduleError)
-    memory_limit = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
     if not 0.0 <= weight_fraction <= 1.0:
         raise ScheduleError(f"weight_fraction must be from 0 to 1, got {weight_fraction}")
     if objective not in OBJECTIVES:
@@ -188,25 +194,18 @@ def synthesize(
     placement = tuple(range(len(costs.stages))) if placement is None else tuple(placement)
     if len(placement) != len(costs.stages):
         raise ScheduleError(f"placement has {len(placement)} stages, the costs {len(costs.stages)}")
-    fewest = minimum_limit(placement)
-    if memory_limit < fewest:
-        raise ScheduleError(
-            f"--memory-limit must be >= {fewest} with {fewest} stages per device (a device "
-            f"holds every stage of a micro-batch it has at once), got {memory_limit}"
-        )
+    count, limit = _limit(costs, placement, memory_limit, weight_fraction, memory_limit_bytes)
     measure = OBJECTIVES[objective]
     candidates: list[tuple[str, Schedule]] = []
-    for policy in policies(fewest):
+    for policy in policies(minimum_limit(placement)):
         greedy = greedy_schedule(
-            costs, microbatches, memory_limit, policy, weight_fraction, placement
+            costs, microbatches, limit, policy, placement=placement, count=count
         )
         if greedy is not None:
             candidates.append((policy.name, greedy))
-    candidates += fixed_within(
-        placement, microbatches, memory_limit, weight_fraction=weight_fraction
-    )
+    candidates += fixed_within(placement, microbatches, limit, count=count)
     if not candidates:  # pragma: no cover - the reserving policies always finish
-        raise ScheduleError(f"no order found within --memory-limit {memory_limit}")
+        raise ScheduleError(f"no order found within the memory limit {limit:g}")
     results = [(name, schedule, simulate(schedule, costs)) for name, schedule in candidates]
     values = [measure(result) for _, _, result in results]
     best_value = min(values)
@@ -227,7 +226,7 @@ def synthesize(
             best,
             costs,
             measure,
-            lambda order: max(activation_peaks(order, weight_fraction)) <= memory_limit + 1e-9,
+            lambda order: max(count.peaks(order)) <= limit * (1 + 1e-12) + 1e-9,
             budget,
             start=result,
         )
@@ -249,7 +248,43 @@ def synthesize(
         result,
         objective,
         measure(result),
+        memory_limit_bytes,
     )
+
+
+def _limit(
+    costs: PipelineCosts,
+    placement: tuple[int, ...],
+    memory_limit: int | None,
+    weight_fraction: float,
+    memory_limit_bytes: float | None,
+) -> tuple[MemoryCount, float]:
+    """What the limit counts and its value; one of the two limits, and no less than the
+    fewest any order of the placement needs."""
+    if (memory_limit is None) == (memory_limit_bytes is None):
+        raise ScheduleError("give one memory limit: in pairs in flight or in bytes")
+    if memory_limit_bytes is not None:
+        if weight_fraction != 1.0:
+            raise ScheduleError("weight_fraction goes with a limit in pairs; bytes take the costs'")
+        limit = checks.positive("--memory-limit-bytes", memory_limit_bytes)
+        if not math.isfinite(limit):
+            raise ScheduleError(f"--memory-limit-bytes must be finite, got {limit:g}")
+        count = byte_count(costs)
+        fewest = count.fewest(placement)
+        if limit < fewest:
+            raise ScheduleError(
+                f"--memory-limit-bytes must be >= {fewest:.0f} ({format_bytes(fewest)}: a device "
+                f"holds every stage of a micro-batch it has at once), got {limit:.0f}"
+            )
+        return count, limit
+    limit_pairs = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
+    fewest_pairs = minimum_limit(placement)
+    if limit_pairs < fewest_pairs:
+        raise ScheduleError(
+            f"--memory-limit must be >= {fewest_pairs} with {fewest_pairs} stages per device (a "
+            f"device holds every stage of a micro-batch it has at once), got {limit_pairs}"
+        )
+    return pair_count(len(placement), weight_fraction), float(limit_pairs)
 
 
 def _search_budget(schedule: Schedule, asked: int | None) -> int:
@@ -274,17 +309,19 @@ def check_synthesis_size(devices: int, microbatches: int, steps: int = 1, chunks
 def fixed_within(
     placement: Sequence[int] | int,
     microbatches: int,
-    memory_limit: int,
+    memory_limit: float,
     names: Sequence[str] | None = None,
     weight_fraction: float = 1.0,
+    count: MemoryCount | None = None,
 ) -> list[tuple[str, Schedule]]:
     """The registered schedules among ``names`` (the seeds of the placement when None) that
     take this shape and ``placement`` (an int K: one stage per device) and whose orders keep
-    within the limit: the synthesiser's seeds, and what a synthesised schedule is compared
-    with."""
+    within the limit (in pairs, W keeping ``weight_fraction``, unless ``count`` says what it
+    counts): the synthesiser's seeds, and what a synthesised schedule is compared with."""
     from pipesim.schedules.registry import build, unsupported_reason
 
     placement = tuple(range(placement)) if isinstance(placement, int) else tuple(placement)
+    count = pair_count(len(placement), weight_fraction) if count is None else count
     devices = max(placement) + 1
     chunks = len(placement) // devices
     if names is None:
@@ -301,7 +338,7 @@ def fixed_within(
             continue
         if fixed.placement != placement:
             continue
-        if max(activation_peaks(fixed, weight_fraction)) <= memory_limit + 1e-9:
+        if max(count.peaks(fixed)) <= memory_limit * (1 + 1e-12) + 1e-9:
             within.append((name, fixed))
     return within
 

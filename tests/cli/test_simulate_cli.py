@@ -214,6 +214,20 @@ def test_a_synthesised_schedule_is_simulated_and_says_what_won(
         ),
         (["--memory-limit", "2", "--remat"], "--remat: --schedule synth splits backwards"),
         (
+            ["--memory-limit", "2", "--memory-limit-bytes", "5"],
+            "--memory-limit-bytes 5: give --memory-limit or --memory-limit-bytes, not both",
+        ),
+        (["--memory-limit-bytes", "0"], "--memory-limit-bytes must be a finite number > 0, got 0"),
+        (
+            ["--memory-limit-bytes", "inf"],
+            "--memory-limit-bytes must be a finite number > 0, got inf",
+        ),
+        (
+            ["--memory-limit-bytes", "7", "--activation-bytes", "8"],
+            "--memory-limit-bytes must be >= 8 (8 B: a device holds every stage of a micro-batch "
+            "it has at once), got 7",
+        ),
+        (
             ["--memory-limit", "2", "--update-rule", "async"],
             "--update-rule async: only for --schedule-file; --schedule synth flushes",
         ),
@@ -243,6 +257,20 @@ def test_a_v_shaped_synthesis_is_simulated(capsys: pytest.CaptureFixture[str]) -
     status, out, _ = run(capsys, *SYNTH, "--memory-limit", "4", "--placement", "v", "--json")
     assert status == 0
     assert json.loads(out)["iteration_time"] <= 29.5  # V-Min's order, or better
+
+
+def test_a_byte_limit_is_kept_in_the_simulated_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    """8 bytes a micro-batch (W keeping all): 16 bytes is two micro-batches in flight, 41 s
+    as with --memory-limit 2, and the simulated activations peak at 16 bytes."""
+    status, out, _ = run(
+        capsys, *SYNTH, "--activation-bytes", "8", "--memory-limit-bytes", "16", "--json"
+    )
+    assert status == 0
+    result = json.loads(out)
+    assert result["iteration_time"] == 41.0
+    assert max(d["peak_activation_bytes"] for d in result["per_device"]) == 16.0
+    status, out, _ = run(capsys, *SYNTH, "--activation-bytes", "8", "--memory-limit-bytes", "16")
+    assert out.startswith("synthesised for at most 16 B of activations per device: ")
 
 
 def test_a_placement_without_synthesis_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ schedules that keep within it, a literal table for a tiny case."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -15,7 +16,7 @@ from pipesim.engine import simulate
 from pipesim.errors import ScheduleError
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.schedules import Kind, build
-from pipesim.schedules.list_scheduler import GreedyPolicy, greedy_schedule, policies
+from pipesim.schedules.list_scheduler import GreedyPolicy, byte_count, greedy_schedule, policies
 from pipesim.schedules.local_search import improve
 from pipesim.schedules.placement import looped, v_shape
 from pipesim.schedules.schedule import Schedule
@@ -254,3 +255,68 @@ def test_the_local_search_keeps_the_limit_and_never_worsens() -> None:
         largest_stage_span_s(searched.result)
     )
     assert (searched.kept == 0) == (searched.schedule == block)
+
+
+@st.composite
+def costs_with_bytes(draw: st.DrawFn) -> tuple[PipelineCosts, tuple[int, ...], float]:
+    """Random placed costs whose stages stash random bytes (W keeping none, a part or all of
+    them after I), and a byte limit from the least any order needs to four times it."""
+    costs, placement = draw(placed_pipeline_costs() | pipeline_costs().map(lambda c: (c, None)))
+    placement = placement or tuple(range(len(costs.stages)))
+    stages = []
+    for stage in costs.stages:
+        stash = float(draw(st.sampled_from([0, 1, 3, 10])))
+        kept = stash * draw(st.sampled_from([0.0, 0.25, 1.0]))
+        stages.append(
+            dataclasses.replace(stage, activation_bytes=stash, weight_grad_activation_bytes=kept)
+        )
+    costs = dataclasses.replace(costs, stages=tuple(stages))
+    fewest = max(
+        sum(stages[s].activation_bytes for s, d in enumerate(placement) if d == device)
+        for device in set(placement)
+    )
+    limit = draw(st.floats(1.0, 4.0)) * fewest if fewest else 1.0
+    return costs, placement, limit
+
+
+@settings(max_examples=30, deadline=None)
+@given(costs_with_bytes(), st.integers(1, 6))
+def test_a_byte_limit_holds_in_the_engines_memory_and_no_fixed_order_within_is_faster(
+    drawn: tuple[PipelineCosts, tuple[int, ...], float], microbatches: int
+) -> None:
+    """Limited in bytes, the synthesised schedule's peak activation memory as the engine
+    simulates it never exceeds the limit, and no seed of its placement that keeps within the
+    same bytes is faster."""
+    costs, placement, limit = drawn
+    found = synthesize(
+        costs,
+        microbatches,
+        None,
+        memory_limit_bytes=limit,
+        placement=placement,
+        search_evaluations=10,
+    )
+    assert found.memory_limit is None and found.memory_limit_bytes == limit
+    simulated = simulate(found.schedule, costs)
+    assert max(d.peak_activation_bytes for d in simulated.per_device) <= limit * (1 + 1e-9)
+    for name, fixed in fixed_within(placement, microbatches, limit, count=byte_count(costs)):
+        assert max(d.peak_activation_bytes for d in simulate(fixed, costs).per_device) <= limit
+        assert found.step_time_s <= simulate(fixed, costs).iteration_time_s * (1 + 1e-12), name
+
+
+def test_a_byte_limit_is_one_of_two_and_no_less_than_a_micro_batch_needs() -> None:
+    costs = synthetic_costs(2, 1, 1.0, 1.0, 1.0, activation_bytes=8.0)
+    with pytest.raises(ScheduleError, match=r"^give one memory limit"):
+        synthesize(costs, 4, 2, memory_limit_bytes=16.0)
+    with pytest.raises(ScheduleError, match=r"^give one memory limit"):
+        synthesize(costs, 4, None)
+    with pytest.raises(
+        ScheduleError,
+        match=r"^--memory-limit-bytes must be >= 8 \(8 B: a device holds every stage of a "
+        r"micro-batch it has at once\), got 7$",
+    ):
+        synthesize(costs, 4, None, memory_limit_bytes=7.0)
+    # 8 bytes a micro-batch, W keeping all of it: 16 bytes is two micro-batches in flight.
+    by_bytes = synthesize(costs, 4, None, memory_limit_bytes=16.0, search_evaluations=0)
+    by_pairs = synthesize(costs, 4, 2, search_evaluations=0)
+    assert by_bytes.schedule == by_pairs.schedule
