@@ -127,17 +127,22 @@ def synthesis_shape(args: argparse.Namespace) -> Schedule:
 
 
 def synthesize_for(args: argparse.Namespace, costs: Any) -> Synthesis:
-    """The synthesis for ``costs`` (built for :func:`synthesis_shape`)."""
-    from pipesim.schedules.synthesis import synthesize
+    """The synthesis for ``costs`` (built for :func:`synthesis_shape`), with a progress bar
+    on a terminal."""
+    from pipesim.common.progress import progress
+    from pipesim.schedules.synthesis import synthesis_steps, synthesize
 
     placement = placement_of(args.placement or "looped", args.devices, synthesis_chunks(args))
-    return synthesize(
-        costs,
-        args.microbatches,
-        args.memory_limit,
-        memory_limit_bytes=args.memory_limit_bytes,
-        placement=placement,
-    )
+    steps = synthesis_steps(placement, args.microbatches)
+    with progress(steps, "synthesis", enabled=not getattr(args, "json", False)) as bar:
+        return synthesize(
+            costs,
+            args.microbatches,
+            args.memory_limit,
+            memory_limit_bytes=args.memory_limit_bytes,
+            placement=placement,
+            progress=bar,
+        )
 
 
 def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:

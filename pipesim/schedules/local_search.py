@@ -48,10 +48,11 @@ def improve(
     *,
     start: SimulationResult | None = None,
     seed: int = SEED,
+    on_evaluation: Callable[[], object] | None = None,
 ) -> Searched:
     """Hill-climb from ``schedule``: at most ``evaluations`` simulations of moved orders,
     keeping each that ``fits`` and lowers ``objective``. ``start`` is ``schedule``'s own
-    simulation when the caller has it."""
+    simulation when the caller has it; ``on_evaluation`` is called after each simulation."""
     from pipesim.engine import simulate
 
     best = schedule
@@ -77,6 +78,8 @@ def improve(
             continue
         tried += 1
         candidate_result = simulate(candidate, costs)
+        if on_evaluation is not None:
+            on_evaluation()
         candidate_value = objective(candidate_result)
         if candidate_value < value * (1 - 1e-12):
             best, result, value, rows = candidate, candidate_result, candidate_value, moved

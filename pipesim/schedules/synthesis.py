@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipesim.common import checks
+from pipesim.common.progress import Progress
 from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.errors import ScheduleError
@@ -170,6 +171,7 @@ def synthesize(
     placement: Sequence[int] | None = None,
     objective: str = "step",
     search_evaluations: int | None = None,
+    progress: Progress | None = None,
 ) -> Synthesis:
     """The best schedule found for ``costs``, ``microbatches`` and at most ``memory_limit``
     (stage, micro-batch) pairs in flight on any device, with ``placement`` (one stage per
@@ -182,7 +184,8 @@ def synthesize(
     engine's peak activation memory of the result never exceeds it.
     ``objective`` is ``step`` or ``stage-span`` (:data:`OBJECTIVES`);
     ``search_evaluations`` bounds the local search (None: :data:`SEARCH_EVALUATIONS`, fewer
-    for large orders; 0: none)."""
+    for large orders; 0: none). ``progress`` advances once per candidate and per search
+    simulation (:func:`synthesis_steps` of them)."""
     from pipesim.engine import simulate
     from pipesim.schedules.local_search import improve
 
@@ -196,17 +199,25 @@ def synthesize(
         raise ScheduleError(f"placement has {len(placement)} stages, the costs {len(costs.stages)}")
     count, limit = _limit(costs, placement, memory_limit, weight_fraction, memory_limit_bytes)
     measure = OBJECTIVES[objective]
+    bar = progress if progress is not None else _NO_PROGRESS
     candidates: list[tuple[str, Schedule]] = []
     for policy in policies(minimum_limit(placement)):
+        bar.set_postfix_str(policy.name)
         greedy = greedy_schedule(
             costs, microbatches, limit, policy, placement=placement, count=count
         )
         if greedy is not None:
             candidates.append((policy.name, greedy))
+        else:
+            bar.update()  # stalled: nothing to simulate
     candidates += fixed_within(placement, microbatches, limit, count=count)
     if not candidates:  # pragma: no cover - the reserving policies always finish
         raise ScheduleError(f"no order found within the memory limit {limit:g}")
-    results = [(name, schedule, simulate(schedule, costs)) for name, schedule in candidates]
+    results = []
+    for name, schedule in candidates:
+        results.append((name, schedule, simulate(schedule, costs)))
+        bar.update()
+    bar.set_postfix_str("local search")
     values = [measure(result) for _, _, result in results]
     best_value = min(values)
 
@@ -229,6 +240,7 @@ def synthesize(
             lambda order: max(count.peaks(order)) <= limit * (1 + 1e-12) + 1e-9,
             budget,
             start=result,
+            on_evaluation=bar.update,
         )
         if measure(searched.result) < values[ranked[0]] * (1 - TIE_TOLERANCE):
             chosen, best, result = f"{chosen}+search", searched.schedule, searched.result
@@ -285,6 +297,33 @@ def _limit(
             f"device holds every stage of a micro-batch it has at once), got {limit_pairs}"
         )
     return pair_count(len(placement), weight_fraction), float(limit_pairs)
+
+
+def synthesis_steps(
+    placement: Sequence[int], microbatches: int, search_evaluations: int | None = None
+) -> int:
+    """How many times :func:`synthesize` advances its progress: a candidate per greedy
+    policy and per seed of the placement, and the local search's simulations (at most)."""
+    placement = tuple(placement)
+    actions = 3 * len(placement) * microbatches
+    if search_evaluations is None:
+        search = min(SEARCH_EVALUATIONS, SEARCH_WORK // max(1, actions))
+    else:
+        search = search_evaluations
+    return len(policies(minimum_limit(placement))) + len(_seeds(placement)) + search
+
+
+class _Silent:
+    """No progress shown."""
+
+    def update(self, n: int = 1) -> None:
+        return None
+
+    def set_postfix_str(self, text: str) -> None:
+        return None
+
+
+_NO_PROGRESS = _Silent()
 
 
 def _search_budget(schedule: Schedule, asked: int | None) -> int:
