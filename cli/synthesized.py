@@ -16,8 +16,8 @@ from pipesim.schedules.synthesis import (
     PLACEMENTS,
     SYNTH_NAME,
     Synthesis,
+    check_pair_limit,
     check_synthesis_size,
-    minimum_limit,
     placement_of,
 )
 
@@ -79,8 +79,6 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
         raise PipesimError(
             f"--memory-limit-bytes must be a finite number > 0, got {args.memory_limit_bytes:g}"
         )
-    if args.memory_limit is not None and args.memory_limit < 1:
-        raise PipesimError(f"--memory-limit must be an integer >= 1, got {args.memory_limit}")
     require_shape(args)
     if args.placement == "v" and args.chunks not in (None, 2):
         raise PipesimError(
@@ -96,12 +94,9 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
     chunks = synthesis_chunks(args)
     # Its size before any costs are built: K, v, and 3·K·v·M actions over the steps.
     check_synthesis_size(args.devices, args.microbatches, getattr(args, "steps", 1), chunks)
-    fewest = minimum_limit(placement_of(args.placement or "looped", args.devices, chunks))
-    if args.memory_limit is not None and args.memory_limit < fewest:
-        raise PipesimError(
-            f"--memory-limit must be >= {fewest} with {fewest} stages per device (a device "
-            f"holds every stage of a micro-batch it has at once), got {args.memory_limit}"
-        )
+    if args.memory_limit is not None:
+        placement = placement_of(args.placement or "looped", args.devices, chunks)
+        check_pair_limit(args.memory_limit, placement)
     return True
 
 

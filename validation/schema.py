@@ -38,8 +38,6 @@ def _flat_from_json(cls: type[R], data: object, where: str) -> R:
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.default is not dataclasses.MISSING and isinstance(data, dict) and f.name not in data:
-            continue  # a field added later, with a default: files written before it still read
         value = _tuples(require(data, f.name, where))
         if hints[f.name] is float and isinstance(value, int):
             value = float(value)
@@ -301,6 +299,10 @@ def _check_order(run: RunMeasurement, where: str) -> None:
             f"{where}.order: {run.schedule!r} {held} (only a synthesised run records its order)"
         )
     if synthesised:
+        if run.chunks != 1:
+            raise PipesimError(
+                f"{where}.chunks: a synthesised run has one stage per device, got {run.chunks}"
+            )
         try:
             run_schedule(run.schedule, run.devices, run.microbatches, run.chunks, run.order)
         except (PipesimError, TypeError) as error:

@@ -311,7 +311,11 @@ def _synthesized(
 ) -> dict[tuple[str, int], Schedule]:
     """The case's synthesised runs (``synth N=<limit>``) made on rank 0 from the isolated
     profiles and the link, and handed to every rank (:mod:`validation.synthesized_runs`)."""
-    wanted = [(name, m) for name, m, _ in runs if synthesized_runs.synth_limit(name) is not None]
+    wanted = [
+        (name, m, limit)
+        for name, m, _ in runs
+        if (limit := synthesized_runs.synth_limit(name)) is not None
+    ]
     if not wanted:
         return {}
     report("synthesis")
@@ -319,11 +323,9 @@ def _synthesized(
     if rank == 0:
         orders[0] = {
             (name, m): synthesized_runs.order_of(
-                synthesized_runs.synthesized(
-                    isolated[1], link, case.devices, m, synthesized_runs.synth_limit(name) or 1
-                )
+                synthesized_runs.synthesized(isolated[1], link, case.devices, m, limit)
             )
-            for name, m in wanted
+            for name, m, limit in wanted
         }
     dist.broadcast_object_list(orders, src=0)
     return {

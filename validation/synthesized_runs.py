@@ -16,6 +16,7 @@ from executor.profile import LinkProfile, StageProfile, calibrated_costs
 from pipesim.errors import LimitError
 from pipesim.schedules import Schedule, build
 from pipesim.schedules.action import parse_action
+from pipesim.schedules.placement import looped
 from pipesim.schedules.synthesis import SYNTH_NAME, check_synthesis_size, synthesize
 from pipesim.sweep.grid import synth_limit
 
@@ -62,4 +63,4 @@ def run_schedule(
     if not order:
         return build(name, devices, microbatches, chunks)
     rows = tuple(tuple(parse_action(text) for text in row) for row in order)
-    return Schedule(SYNTH_NAME, microbatches, tuple(range(devices)), rows)
+    return Schedule(SYNTH_NAME, microbatches, looped(devices, chunks), rows)

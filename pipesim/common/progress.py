@@ -36,6 +36,10 @@ class _Silent:
         return None
 
 
+# A bar that draws nothing, for callers that take an optional one.
+SILENT: Progress = _Silent()
+
+
 def progress_wanted(enabled: bool = True) -> bool:
     """Whether a bar should be drawn: the caller allows it and a person is watching."""
     forced = os.environ.get("PIPESIM_PROGRESS")

@@ -385,14 +385,14 @@ class PlanContext:
                 ):
                     break  # less memory now costs time: keep the smallest limit as fast
                 chosen = (limit, result, peaks)
-            if chosen is not None:
-                searched = synthesize(costs, shape.microbatches, chosen[0]).result
-                fits = max(d.peak_memory_bytes for d in searched.per_device) <= base.capacity_bytes
-                chosen = (
-                    (chosen[0], searched, tuple(d.peak_memory_bytes for d in searched.per_device))
-                    if fits
-                    else None
-                )
+            # The search keeps the pairs in flight, not the bytes: where the searched order of
+            # the limit chosen no longer fits memory, the next smaller limit's is tried.
+            for limit in range(chosen[0], 0, -1) if chosen is not None else ():
+                searched = synthesize(costs, shape.microbatches, limit).result
+                peaks = tuple(d.peak_memory_bytes for d in searched.per_device)
+                chosen = (limit, searched, peaks) if max(peaks) <= base.capacity_bytes else None
+                if chosen is not None:
+                    break
             if chosen is None or chosen[1].iteration_time_s >= fastest[key] * (1 - 1e-9):
                 continue  # nothing fits, or no faster than a fixed schedule of this shape
             limit, result, peaks = chosen

@@ -34,6 +34,14 @@ from pipesim.schedules.schedule import Schedule
 SYNTH_NAME = "synth"
 
 WEIGHT_GRAD_MODES = ("eager", "fit", "late")
+# A memory count within this relative difference of the limit keeps within it (sums of
+# fractional stashes differ from the limit in the last digits).
+LIMIT_TOLERANCE = 1e-12
+
+
+def within(peak: float, limit: float) -> bool:
+    """Whether a memory count's ``peak`` keeps within ``limit`` (up to rounding)."""
+    return peak <= limit * (1 + LIMIT_TOLERANCE)
 
 
 @dataclass(frozen=True)
@@ -210,7 +218,7 @@ class _Run:
         self.placement = placement
         self.devices = max(placement) + 1
         self.microbatches = microbatches
-        self.limit = memory_limit * (1 + 1e-12) + 1e-9
+        self.limit = memory_limit * (1 + LIMIT_TOLERANCE)
         self.change = [{kind: count.change(s, kind) for kind in Kind} for s in range(stages)]
         self.stash = count.stash
         self.policy = policy
@@ -269,15 +277,28 @@ class _Run:
 
     def _admits(self, device: int) -> bool:
         """Whether the device can take one more micro-batch in."""
-        need = self.need[device]
         if self.policy.reserve_all or self.chunks[device] == 1:
-            return self.held[device] + self.promised[device] + need <= self.limit
-        # Banker's rule: after admitting, the micro-batches in can finish one after another,
-        # least owed first, each freeing what it holds when it finishes.
-        first = self.stash[self.entry[device]]
-        free = self.limit - self.held[device] - first
-        owed = [sum(self.stash[s] for s in rest) for rest in self.owing[device].values()]
-        for amount in sorted([*owed, need - first]):
+            return self.held[device] + self.promised[device] + self.need[device] <= self.limit
+        return self._safe(device, self.entry[device], None)
+
+    def _safe(self, device: int, stage: int, microbatch: int | None) -> bool:
+        """The banker's rule: whether, after ``stage``'s F is granted its stash (for an
+        admitted ``microbatch``, or for a new one when None), the micro-batches in the device
+        can still finish one after another, least owed first, each freeing all it holds when
+        it finishes. Checked for every grant, not only admissions: a younger micro-batch must
+        not take what the oldest needs to finish."""
+        need = self.need[device]
+        stash = self.stash[stage]
+        free = self.limit - self.held[device] - stash
+        if free < 0:
+            return False
+        owed = []
+        for m, rest in self.owing[device].items():
+            amount = sum(self.stash[s] for s in rest)
+            owed.append(amount - stash if m == microbatch else amount)
+        if microbatch is None:
+            owed.append(need - stash)
+        for amount in sorted(owed):
             if amount > free:
                 return False
             free += need - amount  # what it held comes back when it finishes
@@ -291,8 +312,11 @@ class _Run:
         if stage == self.entry[device]:
             if not self._admits(device):
                 return None
-        elif self.held[device] + self.stash[stage] > self.limit:
-            return None  # promised under the banker's rule, but not free yet
+        elif self.policy.reserve_all:
+            if self.held[device] + self.stash[stage] > self.limit:  # pragma: no cover - promised
+                return None
+        elif not self._safe(device, stage, m):
+            return None
         if stage == 0:
             return 0.0
         end = self.forward_end[stage - 1][m]
@@ -336,7 +360,7 @@ class _Run:
             return now, owed[0].stage, Kind.W
         if ready:
             return ready[0][0], ready[0][3], ready[0][4]
-        if owed:  # nothing else will come to this device before it
+        if owed:  # nothing is known to be coming: a W rather than idle
             return now, owed[0].stage, Kind.W
         return float("inf"), -1, None
 

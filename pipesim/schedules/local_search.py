@@ -101,6 +101,9 @@ def _move(rows: list[list[Action]], rng: random.Random) -> list[list[Action]] | 
         to = at + rng.choice([d for d in range(-WEIGHT_REACH, WEIGHT_REACH + 1) if d])
         if not 0 <= to < len(row):
             return None
+        passed = row[min(at, to) : max(at, to) + 1]
+        if any(a.kind is Kind.W and a.stage == row[at].stage for a in passed if a is not row[at]):
+            return None  # W passes of a stage keep their micro-batches' order
         new_row = row[:at] + row[at + 1 :]
         new_row.insert(to, row[at])
     else:

@@ -6,17 +6,19 @@ until the end of its last backward action (W under the I/W split, B otherwise), 
 may ever hold more than ``memory_limit`` (stage, micro-batch) pairs. Actions on a device run
 one after another, so that count depends on the device's order only (:func:`in_flight_peaks`).
 A device holding v stages holds v pairs of a micro-batch whose every stage there is in flight:
-with a V placement, 1F1B's memory of K micro-batches is 2K pairs of half-size stages.
+with a V placement, 1F1B's memory of K micro-batches is 2K pairs of half-size stages. A limit
+in bytes (``memory_limit_bytes``) counts each stage's activation bytes as the costs give them
+instead, an I freeing all but what its W keeps.
 
 The synthesiser is the paper's heuristic made into a small portfolio, judged by the engine:
 
 * the greedy list scheduler of :mod:`pipesim.schedules.list_scheduler`, one order per policy
-  (I or F first, three ways to place W, and with several stages per device the stage order
-  and the admission rule);
+  (I or F first, three ways to place W, waiting for an I about to arrive, and with several
+  stages per device the stage order and the admission rule);
 * the registered schedules of the same placement whose orders keep within the limit (1F1B,
-  ZB-H1, ZB-H2 and GPipe with one stage per device; ZB-V and DualPipeV in a V; interleaved
-  1F1B, interleaved ZB and looped BFS looped over v chunks), so the result is never slower
-  than the best of them;
+  ZB-H1, ZB-H2 and GPipe with one stage per device; ZB-V, DualPipeV and the V-Min and V-Half
+  building blocks of :mod:`pipesim.schedules.v_family` in a V; interleaved 1F1B, interleaved
+  ZB and looped BFS looped over v chunks), so the result is never slower than the best of them;
 * then a local search from the best (:mod:`pipesim.schedules.local_search`): moves of W and
   swaps of neighbouring actions, each kept only when the engine finds it better and the order
   stays within the limit.
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipesim.common import checks
-from pipesim.common.progress import Progress
+from pipesim.common.progress import SILENT, Progress
 from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.errors import ScheduleError
@@ -47,6 +49,7 @@ from pipesim.schedules.list_scheduler import (
     greedy_schedule,
     pair_count,
     policies,
+    within,
 )
 from pipesim.schedules.placement import looped, v_shape
 from pipesim.schedules.schedule import Schedule
@@ -181,7 +184,8 @@ def synthesize(
     (see :func:`activation_peaks`): more micro-batches may then wait for their W.
     ``memory_limit_bytes`` instead (``memory_limit`` None) limits each device's activation
     bytes as the costs give them (each stage's stash, and what its W keeps after I): the
-    engine's peak activation memory of the result never exceeds it.
+    engine's peak activation memory of the result never exceeds it (up to rounding, one part
+    in 10^12).
     ``objective`` is ``step`` or ``stage-span`` (:data:`OBJECTIVES`);
     ``search_evaluations`` bounds the local search (None: :data:`SEARCH_EVALUATIONS`, fewer
     for large orders; 0: none). ``progress`` advances once per candidate and per search
@@ -197,9 +201,17 @@ def synthesize(
     placement = tuple(range(len(costs.stages))) if placement is None else tuple(placement)
     if len(placement) != len(costs.stages):
         raise ScheduleError(f"placement has {len(placement)} stages, the costs {len(costs.stages)}")
+    devices = max(placement, default=-1) + 1
+    if len(placement) % max(devices, 1) or any(
+        placement.count(device) != len(placement) // devices for device in range(devices)
+    ):
+        raise ScheduleError(
+            f"placement {placement} must hold the same number of stages on each of devices "
+            f"0..{devices - 1}"
+        )
     count, limit = _limit(costs, placement, memory_limit, weight_fraction, memory_limit_bytes)
     measure = OBJECTIVES[objective]
-    bar = progress if progress is not None else _NO_PROGRESS
+    bar = progress if progress is not None else SILENT
     candidates: list[tuple[str, Schedule]] = []
     for policy in policies(minimum_limit(placement)):
         bar.set_postfix_str(policy.name)
@@ -210,7 +222,9 @@ def synthesize(
             candidates.append((policy.name, greedy))
         else:
             bar.update()  # stalled: nothing to simulate
-    candidates += fixed_within(placement, microbatches, limit, count=count)
+    seeds = fixed_within(placement, microbatches, limit, count=count)
+    bar.update(len(_seeds(placement)) - len(seeds))  # seeds beyond the limit: none to simulate
+    candidates += seeds
     if not candidates:  # pragma: no cover - the reserving policies always finish
         raise ScheduleError(f"no order found within the memory limit {limit:g}")
     results = []
@@ -231,13 +245,13 @@ def synthesize(
     ranked = sorted(range(len(results)), key=rank)
     chosen, best, result = results[ranked[0]]
     table = [(results[i][0], values[i]) for i in ranked]
-    budget = _search_budget(best, search_evaluations)
+    budget = _search_budget(placement, microbatches, search_evaluations)
     if budget:
         searched = improve(
             best,
             costs,
             measure,
-            lambda order: max(count.peaks(order)) <= limit * (1 + 1e-12) + 1e-9,
+            lambda order: within(max(count.peaks(order)), limit),
             budget,
             start=result,
             on_evaluation=bar.update,
@@ -278,10 +292,15 @@ def _limit(
     if memory_limit_bytes is not None:
         if weight_fraction != 1.0:
             raise ScheduleError("weight_fraction goes with a limit in pairs; bytes take the costs'")
-        limit = checks.positive("--memory-limit-bytes", memory_limit_bytes)
-        if not math.isfinite(limit):
-            raise ScheduleError(f"--memory-limit-bytes must be finite, got {limit:g}")
+        limit = float(memory_limit_bytes)
+        if not (math.isfinite(limit) and limit > 0):
+            raise ScheduleError(f"--memory-limit-bytes must be a finite number > 0, got {limit:g}")
         count = byte_count(costs)
+        if not any(count.stash):
+            raise ScheduleError(
+                f"--memory-limit-bytes {limit:g}: the costs stash no activation bytes, so it "
+                "would limit nothing (give activation bytes, or a model)"
+            )
         fewest = count.fewest(placement)
         if limit < fewest:
             raise ScheduleError(
@@ -289,14 +308,21 @@ def _limit(
                 f"holds every stage of a micro-batch it has at once), got {limit:.0f}"
             )
         return count, limit
-    limit_pairs = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
-    fewest_pairs = minimum_limit(placement)
-    if limit_pairs < fewest_pairs:
-        raise ScheduleError(
-            f"--memory-limit must be >= {fewest_pairs} with {fewest_pairs} stages per device (a "
-            f"device holds every stage of a micro-batch it has at once), got {limit_pairs}"
-        )
+    limit_pairs = check_pair_limit(memory_limit, placement)
     return pair_count(len(placement), weight_fraction), float(limit_pairs)
+
+
+def check_pair_limit(memory_limit: object, placement: Sequence[int]) -> int:
+    """A limit in pairs in flight: an integer, no less than the stages each device holds (a
+    device holds every stage of a micro-batch it has at once)."""
+    limit = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
+    fewest = minimum_limit(placement)
+    if limit < fewest:
+        raise ScheduleError(
+            f"--memory-limit must be >= {fewest} with {fewest} stages per device (a device "
+            f"holds every stage of a micro-batch it has at once), got {limit}"
+        )
+    return limit
 
 
 def synthesis_steps(
@@ -305,34 +331,22 @@ def synthesis_steps(
     """How many times :func:`synthesize` advances its progress: a candidate per greedy
     policy and per seed of the placement, and the local search's simulations (at most)."""
     placement = tuple(placement)
-    actions = 3 * len(placement) * microbatches
-    if search_evaluations is None:
-        search = min(SEARCH_EVALUATIONS, SEARCH_WORK // max(1, actions))
-    else:
-        search = search_evaluations
-    return len(policies(minimum_limit(placement))) + len(_seeds(placement)) + search
+    return (
+        len(policies(minimum_limit(placement)))
+        + len(_seeds(placement))
+        + _search_budget(placement, microbatches, search_evaluations)
+    )
 
 
-class _Silent:
-    """No progress shown."""
-
-    def update(self, n: int = 1) -> None:
-        return None
-
-    def set_postfix_str(self, text: str) -> None:
-        return None
-
-
-_NO_PROGRESS = _Silent()
-
-
-def _search_budget(schedule: Schedule, asked: int | None) -> int:
-    """Simulations the local search may spend on ``schedule``."""
+def _search_budget(placement: Sequence[int], microbatches: int, asked: int | None) -> int:
+    """Simulations the local search may spend: ``asked``, or by default
+    :data:`SEARCH_EVALUATIONS`, fewer for orders beyond :data:`SEARCH_WORK` / that many
+    actions (3·S·M, the order's size with split backwards)."""
     if asked is not None:
         if isinstance(asked, bool) or not isinstance(asked, int) or asked < 0:
             raise ScheduleError(f"search_evaluations must be an integer >= 0, got {asked!r}")
         return asked
-    actions = sum(len(row) for row in schedule.device_actions)
+    actions = 3 * len(placement) * microbatches
     return min(SEARCH_EVALUATIONS, SEARCH_WORK // max(1, actions))
 
 
@@ -365,7 +379,7 @@ def fixed_within(
     chunks = len(placement) // devices
     if names is None:
         names = _seeds(placement)
-    within = []
+    kept = []
     for name in names:
         if name in V_BLOCKS:
             if placement != v_shape(devices) or devices < 2:
@@ -377,9 +391,9 @@ def fixed_within(
             continue
         if fixed.placement != placement:
             continue
-        if max(count.peaks(fixed)) <= memory_limit * (1 + 1e-12) + 1e-9:
-            within.append((name, fixed))
-    return within
+        if within(max(count.peaks(fixed)), memory_limit):
+            kept.append((name, fixed))
+    return kept
 
 
 def _seeds(placement: tuple[int, ...]) -> tuple[str, ...]:

@@ -75,7 +75,8 @@ def sweep_points(
     """The grid, split into buildable points and skipped ones (with reasons).
 
     ``synth`` among ``schedules`` stands for a synthesised schedule at each of
-    ``memory_limits`` (micro-batches in flight), a series each: ``synth N=2``, ``synth N=4``.
+    ``memory_limits`` ((stage, micro-batch) pairs in flight per device, looped over each
+    ``chunks``), a series each: ``synth N=2``, ``synth N=4``.
 
     ``chunks`` None takes each schedule's default number of chunks. A grid of more than
     :attr:`Limit.CONFIGS` points, or a point beyond the size limits over ``steps`` steps, is
@@ -90,7 +91,7 @@ def sweep_points(
     limits = list(memory_limits or [])
     if (SYNTH_NAME in schedules) != bool(limits):
         raise PipesimError(
-            f"--schedules {SYNTH_NAME} goes with --memory-limits N,N,... (micro-batches in "
+            f"--schedules {SYNTH_NAME} goes with --memory-limits N,N,... (pairs in "
             "flight), and --memory-limits with it"
         )
     series = [

@@ -196,18 +196,21 @@ def test_with_several_stages_per_device_the_limit_holds_and_no_fixed_order_is_fa
         assert found.step_time_s <= simulate(fixed, costs).iteration_time_s * (1 + 1e-12), name
 
 
-def test_the_reserving_policies_always_finish() -> None:
-    """At the smallest limit a V or a looped placement allows, the policies that promise a
-    micro-batch every stage it will need on a device never stall."""
-    for placement in (v_shape(3), looped(3, 2), looped(2, 3)):
+def test_every_policy_finishes_at_the_smallest_limits() -> None:
+    """At the smallest limits a V or a looped placement allows, no policy stalls: those that
+    promise a micro-batch every stage it will need on a device, and those that grant every
+    stash by the banker's rule (with three stages per device, a younger micro-batch granted
+    its second stage could otherwise take what the oldest needs: one device, M=2, limit 4)."""
+    for placement in (v_shape(3), looped(3, 2), looped(2, 3), looped(1, 3)):
         costs = PipelineCosts(
             tuple(StageCosts(1.0, 2.0, 1.0) for _ in placement),
             Network(max(placement) + 1, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0)),
         )
-        for policy in policies(2):
-            if policy.reserve_all:
-                limit = minimum_limit(placement)
-                assert greedy_schedule(costs, 6, limit, policy, 1.0, placement) is not None
+        fewest = minimum_limit(placement)
+        for policy in policies(fewest):
+            for limit, microbatches in ((fewest, 6), (fewest + 1, 2), (fewest + 1, 6)):
+                found = greedy_schedule(costs, microbatches, limit, policy, 1.0, placement)
+                assert found is not None, (placement, policy.name, limit, microbatches)
 
 
 def test_a_limit_below_the_stages_per_device_is_refused() -> None:
@@ -270,12 +273,14 @@ def costs_with_bytes(draw: st.DrawFn) -> tuple[PipelineCosts, tuple[int, ...], f
         stages.append(
             dataclasses.replace(stage, activation_bytes=stash, weight_grad_activation_bytes=kept)
         )
+    if not any(stage.activation_bytes for stage in stages):  # a byte limit needs some
+        stages[0] = dataclasses.replace(stages[0], activation_bytes=1.0)
     costs = dataclasses.replace(costs, stages=tuple(stages))
     fewest = max(
         sum(stages[s].activation_bytes for s, d in enumerate(placement) if d == device)
         for device in set(placement)
     )
-    limit = draw(st.floats(1.0, 4.0)) * fewest if fewest else 1.0
+    limit = draw(st.floats(1.0, 4.0)) * fewest
     return costs, placement, limit
 
 
@@ -316,6 +321,14 @@ def test_a_byte_limit_is_one_of_two_and_no_less_than_a_micro_batch_needs() -> No
         r"micro-batch it has at once\), got 7$",
     ):
         synthesize(costs, 4, None, memory_limit_bytes=7.0)
+    with pytest.raises(
+        ScheduleError,
+        match=r"^--memory-limit-bytes 16: the costs stash no activation bytes, so it would "
+        r"limit nothing \(give activation bytes, or a model\)$",
+    ):
+        synthesize(synthetic_costs(2, 1, 1.0, 1.0, 1.0), 4, None, memory_limit_bytes=16.0)
+    with pytest.raises(ScheduleError, match=r"^placement \(0, 2\) must hold the same number"):
+        synthesize(costs, 4, 2, placement=(0, 2))
     # 8 bytes a micro-batch, W keeping all of it: 16 bytes is two micro-batches in flight.
     by_bytes = synthesize(costs, 4, None, memory_limit_bytes=16.0, search_evaluations=0)
     by_pairs = synthesize(costs, 4, 2, search_evaluations=0)

@@ -111,6 +111,18 @@ def test_a_tiny_case_runs_end_to_end_and_writes_a_complete_report(
     # Predicting again from the saved measurements gives the same records.
     again = run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
     assert again.records == result.records
+    # Measured before the synthesised runs joined the case: --reuse predicts what it holds.
+    saved = tmp_path / "measured-tiny-K2.json"
+    kept = saved.read_text()
+    older = json.loads(kept)
+    older["case"]["schedules"].remove("synth N=1")
+    older["runs"] = [r for r in older["runs"] if r["schedule"] != "synth N=1"]
+    for run in older["runs"]:
+        del run["order"]  # files from before the field
+    saved.write_text(json.dumps(older))
+    before = run_validation("quick", "cpu", tmp_path, 0.05, 0.15, cases=[tiny_case()], reuse=True)
+    assert before.records == tuple(r for r in result.records if r.schedule != "synth N=1")
+    saved.write_text(kept)
     # Memory is measured by the kernel on every rank, beside the executor's stash count.
     for record in result.records:
         assert all(m is not None for m in record.measured_peak_memory_bytes)
