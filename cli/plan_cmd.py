@@ -15,14 +15,17 @@ def register(subparsers: Any) -> None:
     """Add ``plan``."""
     parser = subparsers.add_parser(
         "plan",
-        help="search depth, data parallelism, schedule, M, micro-batch size, remat, partition",
+        help="search tensor, pipeline and data parallelism, schedule, M, b, recomputation, "
+        "ZeRO, partition",
         description=(
             "Find the fastest configurations of a model on N devices for a global batch: "
-            "pipeline depth K with N/K-way data parallelism (ring all-reduce on the cluster's "
-            "links), schedule, chunks, micro-batches and their size, re-materialization and the "
-            "exact partition; only what fits memory; finalists simulated in full after lower "
-            "bounds prune the rest. Each plan comes with the pipesim simulate command that "
-            "reproduces it."
+            "tensor-parallel size T inside a node, pipeline depth K and N/(T K)-way data "
+            "parallelism (collectives on the cluster's links), schedule, chunks, micro-batches "
+            "and their size, recomputation, optimizer sharding (ZeRO-1), sequence parallelism "
+            "and the exact partition; only what fits memory; finalists simulated in full after "
+            "lower bounds prune the rest. Synchronous schedules unless asynchronous ones "
+            "(pipedream-2bw, pipedream) are named. Each plan comes with the pipesim simulate "
+            "command that reproduces it."
         ),
     )
     parser.add_argument("--model", required=True, metavar="NAME|FILE", help="a model or TOML")
@@ -35,8 +38,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--schedules",
         metavar="A,B,...",
-        help="schedules to consider (default: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv, "
-        "pipedream-2bw); add synth for a schedule synthesised to the memory of the best shapes",
+        help="schedules to consider (default: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zbv); "
+        "pipedream-2bw or pipedream when named (asynchronous: they change what the optimizer "
+        "computes); add synth for a schedule synthesised to the memory of the best shapes",
     )
     parser.add_argument(
         "--chunks",
@@ -57,6 +61,38 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--dtype", metavar="NAME", help="compute dtype (default: the model's)")
     parser.add_argument(
+        "--tensor-parallel",
+        metavar="T,T",
+        help="tensor-parallel sizes to try (default: every divisor of a node's devices that "
+        "splits the model's heads, MLP and vocabulary evenly)",
+    )
+    parser.add_argument(
+        "--recompute",
+        metavar="MODE,MODE",
+        help="recomputation modes to try: none, selective, full (default: all three on a "
+        "transformer)",
+    )
+    parser.add_argument(
+        "--zero",
+        metavar="0,1",
+        help="optimizer sharding stages to try where there are replicas (default 1: ZeRO-1 is "
+        "never slower and never larger in pipesim's model; 0,1 compares both)",
+    )
+    parser.add_argument(
+        "--sequence-parallel",
+        choices=["on", "off", "both"],
+        help="sequence parallelism where T > 1: on (default: the same communication, less "
+        "memory), off, or both",
+    )
+    parser.add_argument(
+        "--attention", choices=["eager", "flash"], help="attention (default: the model's)"
+    )
+    parser.add_argument(
+        "--overlap-grad-reduce",
+        action="store_true",
+        help="gradient reductions overlap each stage's last backward (DDP buckets)",
+    )
+    parser.add_argument(
         "--plot", metavar="FIGURE", help="throughput against peak memory, Pareto front (.png/.svg)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -68,6 +104,22 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
     if values is None:
         raise PipesimError(f"{field} must be integers >= 1 separated by commas, got {text!r}")
     return values
+
+
+def _words(text: str, field: str) -> tuple[str, ...]:
+    words = tuple(w.strip() for w in text.split(",") if w.strip())
+    if not words:
+        raise PipesimError(f"{field} must name at least one value, got {text!r}")
+    return words
+
+
+def _zero_stages(text: str) -> tuple[int, ...]:
+    stages = []
+    for word in _words(text, "--zero"):
+        if word not in ("0", "1"):
+            raise PipesimError(f"--zero must be 0 or 1 (or both, 0,1), got {text!r}")
+        stages.append(int(word))
+    return tuple(sorted(set(stages)))
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -103,6 +155,14 @@ def _plan(args: argparse.Namespace) -> int:
         args.dtype,
         args.top,
         _ints(args.chunks, "--chunks"),
+        None if args.tensor_parallel is None else _ints(args.tensor_parallel, "--tensor-parallel"),
+        None if args.recompute is None else _words(args.recompute, "--recompute"),
+        PlanSettings.zero if args.zero is None else _zero_stages(args.zero),
+        PlanSettings.sequence_parallel
+        if args.sequence_parallel is None
+        else {"on": (True,), "off": (False,), "both": (False, True)}[args.sequence_parallel],
+        args.attention,
+        args.overlap_grad_reduce,
     )
     report = plan(settings, show_progress=not args.json)
     if args.plot is not None:

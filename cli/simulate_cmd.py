@@ -66,14 +66,14 @@ def _parse_costs(text: str) -> tuple[float, float, float]:
 
 def _parse_partition(text: str) -> tuple[int, ...] | str:
     """Layer counts per stage, or an objective: balanced, memory-aware, even."""
-    if text in ("balanced", "memory-aware", "even"):
+    if text in ("balanced", "memory-aware", "even", "blocks"):
         return text
     try:
         return tuple(int(p) for p in text.split(","))
     except ValueError:
         raise PipesimError(
-            "--partition must be balanced, memory-aware, even or layer counts per stage, "
-            f"e.g. 3,4,4,3, got {text!r}"
+            "--partition must be balanced, memory-aware, even, blocks or layer counts per "
+            f"stage, e.g. 3,4,4,3, got {text!r}"
         ) from None
 
 
@@ -92,6 +92,17 @@ COST_OPTIONS = (
     ("--master-weights", "master_weights", None, "model"),
     ("--data-parallel", "data_parallel", None, "model"),
     ("--no-optimizer", "no_optimizer", False, "model"),
+    ("--tensor-parallel", "tensor_parallel", None, "model"),
+    ("--sequence-parallel", "sequence_parallel", False, "model"),
+    ("--recompute", "recompute", None, "model"),
+    ("--zero", "zero", None, "model"),
+    ("--microbatch-size", "microbatch_size", None, "model"),
+    ("--overlap-grad-reduce", "overlap_grad_reduce", False, "model"),
+    ("--attention", "attention", None, "model"),
+    ("--blocking-p2p", "blocking_p2p", False, "model"),
+    ("--memory-reserve", "memory_reserve", None, "model"),
+    ("--fragmentation", "fragmentation", None, "model"),
+    ("--tensor-across-nodes", "tensor_across_nodes", False, "model"),
 )
 # What a model on hardware takes besides --model itself.
 MODEL_OPTIONS = tuple(o for o in COST_OPTIONS if o[3] == "model" and o[0] != "--model")
@@ -140,6 +151,33 @@ def cost_request(args: argparse.Namespace) -> Any:
         args.optimizer,
         args.master_weights,
         data_parallel,
+        parallelism_of(args),
+        args.microbatch_size,
+        args.attention,
+        args.blocking_p2p,
+        args.memory_reserve,
+        args.fragmentation,
+        args.tensor_across_nodes,
+    )
+
+
+def parallelism_of(args: argparse.Namespace) -> Any:
+    """The :class:`~pipesim.parallel.config.Parallelism` of ``--tensor-parallel``,
+    ``--sequence-parallel``, ``--recompute``, ``--zero`` and ``--overlap-grad-reduce`` (the
+    data-parallel size joins it in the request)."""
+    from pipesim.parallel.config import Parallelism, Recompute
+
+    tensor = 1 if args.tensor_parallel is None else args.tensor_parallel
+    if tensor < 1:
+        raise PipesimError(f"--tensor-parallel must be an integer >= 1, got {tensor}")
+    recompute = Recompute() if args.recompute is None else Recompute.parse(args.recompute)
+    zero = 0 if args.zero is None else args.zero
+    return Parallelism(
+        tensor=tensor,
+        sequence_parallel=args.sequence_parallel,
+        recompute=recompute,
+        zero=zero,
+        overlap_grad_reduce=args.overlap_grad_reduce,
     )
 
 
@@ -202,9 +240,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument(
         "--partition",
         metavar="OBJECTIVE|N,N,...",
-        help="layers per stage, or balanced (least slowest stage, transfers counted), "
-        "memory-aware (fastest that fits the schedule's peak memory) or even (by FLOPs, the "
-        "default)",
+        help="layers per stage (the embedding and the output layer count as layers), or "
+        "balanced (least slowest stage, transfers counted), memory-aware (fastest that fits the "
+        "schedule's peak memory), even (by FLOPs, the default) or blocks (Megatron-LM's: equal "
+        "transformer blocks per stage, embedding first, output layer last)",
     )
     spec.add_argument(
         "--optimizer",
@@ -230,6 +269,79 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     )
     spec.add_argument(
         "--no-optimizer", action="store_true", help="leave the optimizer step's time out"
+    )
+    add_parallel_arguments(parser)
+
+
+def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
+    """Hybrid parallelism besides the pipeline (simulate and sweep; plan searches them)."""
+    hybrid = parser.add_argument_group("hybrid parallelism (with --model)")
+    hybrid.add_argument(
+        "--tensor-parallel",
+        type=int,
+        metavar="T",
+        help="tensor-parallel size: heads, MLP and vocabulary split T ways, two all-reduces "
+        "per layer forward and backward (default 1)",
+    )
+    hybrid.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="sequence parallelism in each tensor-parallel group: norms and dropouts on 1/T "
+        "of the sequence, all-gathers and reduce-scatters instead of all-reduces",
+    )
+    hybrid.add_argument(
+        "--recompute",
+        metavar="MODE",
+        help="activation recomputation: none (default), selective (the attention core), full "
+        "(every layer), or N (the first N layers of each stage, fully)",
+    )
+    hybrid.add_argument(
+        "--zero",
+        type=int,
+        metavar="0|1",
+        help="1: shard optimizer state and master weights over the data-parallel replicas "
+        "(ZeRO-1, Megatron's distributed optimizer); 0 (default): replicate them",
+    )
+    hybrid.add_argument(
+        "--microbatch-size",
+        type=int,
+        metavar="b",
+        help="samples per micro-batch; the batch is then b x M x data-parallel size (or "
+        "--batch must equal it)",
+    )
+    hybrid.add_argument(
+        "--overlap-grad-reduce",
+        action="store_true",
+        help="overlap each stage's gradient reduction with its last backward (DDP buckets)",
+    )
+    hybrid.add_argument(
+        "--attention",
+        choices=["eager", "flash"],
+        help="attention implementation (default: the model's): eager stores the s^2 scores, "
+        "flash only their statistics",
+    )
+    hybrid.add_argument(
+        "--blocking-p2p",
+        action="store_true",
+        help="sends occupy their device until delivered (Megatron's "
+        "--no-overlap-p2p-communication)",
+    )
+    hybrid.add_argument(
+        "--memory-reserve",
+        type=float,
+        metavar="BYTES",
+        help="memory each device's runtime holds besides the model (default: the hardware's)",
+    )
+    hybrid.add_argument(
+        "--fragmentation",
+        type=float,
+        metavar="F",
+        help="allocator slack as a fraction of the model's peak (default: the hardware's)",
+    )
+    hybrid.add_argument(
+        "--tensor-across-nodes",
+        action="store_true",
+        help="allow a tensor-parallel size larger than a node (its collectives cross nodes)",
     )
 
 
@@ -336,15 +448,41 @@ def summary(result: Any) -> str:
         f"  throughput     {result.throughput:.4g} {result.throughput_unit}; speedup "
         f"{result.speedup:.3g}x over one device"
     )
+    flops = result.costs.flops
+    if flops is not None:
+        achieved = result.achieved_flops_per_device or 0.0
+        lines.append(
+            f"  utilisation    MFU {format_percent(result.model_flops_utilization or 0.0)}, "
+            f"HFU {format_percent(result.hardware_flops_utilization or 0.0)} "
+            f"({achieved / 1e12:.4g} of {flops.peak_flops_per_s / 1e12:.4g} TFLOP/s per device, "
+            "recomputation counted)"
+        )
+    if result.costs.cluster:
+        lines.append(f"  cluster        {result.costs.cluster}")
     capacity = result.costs.memory_capacity_bytes
     lines.append(f"  peak memory per device (capacity {format_bytes(capacity)}):")
     for d in result.per_device:
         flag = "  OUT OF MEMORY" if d.oom else ""
+        memory = d.memory
+        transient = (
+            f" + transient {format_bytes(memory.transient_at_peak_bytes)}"
+            if memory.transient_at_peak_bytes
+            else ""
+        )
         lines.append(
             f"    device {d.device:<3} {format_bytes(d.peak_memory_bytes):>10}  (static "
-            f"{format_bytes(d.memory.static_bytes)} + activations "
-            f"{format_bytes(d.peak_activation_bytes)}){flag}"
+            f"{format_bytes(memory.static_bytes)} + activations "
+            f"{format_bytes(memory.activations_at_peak_bytes)}{transient}){flag}"
         )
+    heaviest = result.heaviest_device()
+    where = result.peak_action(heaviest)
+    terms = ", ".join(
+        f"{name.replace('_', ' ')} {format_bytes(value)}"
+        for name, value in heaviest.memory.breakdown().items()
+        if value
+    )
+    during = f" (at its peak it runs {where})" if where else ""
+    lines.append(f"  heaviest device {heaviest.device}{during}: {terms}")
     if result.oom:
         lines.append("  out of memory on at least one device: the peak exceeds the capacity")
     return "\n".join(lines)

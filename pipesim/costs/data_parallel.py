@@ -1,103 +1,116 @@
-"""Data parallelism: the gradient all-reduce of each pipeline device across its replicas.
+"""Data parallelism: each stage's gradient reduction across the replicas, with or without a
+sharded optimizer.
 
-N devices run ``data_parallel`` = N / K copies of a K-device pipeline. Devices are numbered
-pipeline-major: replica r's pipeline device d is cluster device ``r*K + d``, so one pipeline
-stays inside a server where it can and the replicas of device d (d, K + d, 2K + d, ...) form
-its data-parallel group.
+A job of T x K x D ranks runs D replicas of a K-device pipeline whose devices each hold 1/T of
+their layers; ranks are numbered as Megatron-LM numbers them (:mod:`pipesim.parallel.ranks`:
+tensor ranks innermost, then pipeline devices, then replicas), so pipeline device d's shard
+has a data-parallel group of D ranks, one per replica, T x K ranks apart.
 
-Model: a ring all-reduce (Patarasuk and Yuan; NCCL's ring) of the device's gradient bytes G
-over the D replicas takes ``2(D-1)/D * G / bandwidth + 2(D-1) * latency``, where bandwidth is
-the narrowest and latency the largest of the routes between ring neighbours on the cluster's
-network. The K groups run at the same time on disjoint device sets; each device is assumed to
-have its own path (one NIC per GPU, as DGX servers have), so groups do not slow each other.
+Per step, each stage's gradients (its ``gradient_bytes``, one tensor rank's share) are
+* all-reduced over the group (plain data parallelism), or
+* reduce-scattered, and after the optimizer step the updated weights (``parameter_bytes``)
+  all-gathered (ZeRO stage 1, Megatron's distributed optimizer), whose optimizer state and
+  master weights are divided by D already (:mod:`pipesim.costs.spec_derived`).
 
-When it runs: a device's all-reduce starts when its last backward of the step ends and its
-optimizer step waits for it. The simulator gets this exactly by adding the all-reduce to the
-device's optimizer step: it overlaps the other devices' compute (the pipeline's drain hides the
-early-finishing devices' all-reduce) but not the device's own; bucketed overlap with the
-device's own last backward is not modelled (a conservative choice).
+Each collective costs :func:`pipesim.hardware.collectives.collective_time_s` on the job's
+network; the K x T groups run at once on disjoint ranks, each with its own path (one NIC per
+GPU, as DGX servers have), so they do not slow each other.
+
+When it runs: after the stage's last backward of the step, before its optimizer step, which
+waits for it: the simulator adds it to the stage's optimizer step, so it overlaps the other
+devices' compute (the pipeline's drain hides the early devices') but not the device's own.
+With ``overlap_grad_reduce`` (PyTorch DDP's buckets, Megatron's ``--overlap-grad-reduce``) the
+reduction of each bucket starts as soon as its gradients are ready during the stage's last
+backward: what stays exposed is the part longer than that backward, and at least the last
+bucket's (:data:`BUCKET_BYTES`, DDP's default 25 MB).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from pipesim.common import checks
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
+from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Network
+from pipesim.parallel.config import Parallelism
+from pipesim.parallel.ranks import RankLayout
+
+BUCKET_BYTES = 25 * 2**20
+"""PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``)."""
 
 
-def ring_allreduce_s(network: Network, group: list[int], size_bytes: float) -> float:
-    """Time of a ring all-reduce of ``size_bytes`` over the devices ``group`` of ``network``."""
-    members = len(group)
-    if members <= 1 or size_bytes <= 0:
-        return 0.0
-    routes = [network.route(group[i], group[(i + 1) % members]) for i in range(members)]
-    bandwidth = min(route.bandwidth_bytes_per_s for route in routes)
-    latency = max(route.latency_s for route in routes)
-    steps = 2 * (members - 1)
-    return steps / members * size_bytes / bandwidth + steps * latency
+def gradient_sync_s(stage: StageCosts, network: Network, group: Sequence[int], zero: int) -> float:
+    """The data-parallel communication of one stage's shard over ``group``: an all-reduce of
+    its gradients, or under ZeRO-1 a reduce-scatter of its gradients and an all-gather of its
+    weights."""
+    if zero:
+        return collective_time_s(
+            network, group, Collective.REDUCE_SCATTER, stage.gradient_bytes
+        ) + collective_time_s(network, group, Collective.ALL_GATHER, stage.parameter_bytes)
+    return collective_time_s(network, group, Collective.ALL_REDUCE, stage.gradient_bytes)
 
 
-def replica_group(device: int, pipeline_devices: int, data_parallel: int) -> list[int]:
-    """The cluster devices that hold pipeline device ``device`` in each replica."""
-    return [replica * pipeline_devices + device for replica in range(data_parallel)]
+def exposed_sync_s(stage: StageCosts, sync_s: float, overlap: bool) -> float:
+    """What of a stage's gradient communication its optimizer step waits for: all of it, or
+    with bucketed overlap the part its last backward does not hide, at least the last
+    bucket's."""
+    if not overlap or sync_s <= 0:
+        return sync_s
+    last_bucket = (
+        sync_s * min(1.0, BUCKET_BYTES / stage.gradient_bytes) if stage.gradient_bytes else 0.0
+    )
+    return max(sync_s - stage.backward_s, last_bucket)
+
+
+def sync_times_s(
+    stages: Sequence[StageCosts],
+    placement: Sequence[int],
+    job_network: Network,
+    layout: RankLayout,
+    parallelism: Parallelism,
+) -> list[float]:
+    """Per stage, the exposed data-parallel communication :func:`with_data_parallel` adds."""
+    out = []
+    for index, stage in enumerate(stages):
+        group = layout.data_group(placement[index])
+        sync = gradient_sync_s(stage, job_network, group, parallelism.zero)
+        out.append(exposed_sync_s(stage, sync, parallelism.overlap_grad_reduce))
+    return out
 
 
 def with_data_parallel(
     costs: PipelineCosts,
-    placement: tuple[int, ...],
-    cluster_network: Network,
-    data_parallel: int,
+    placement: Sequence[int],
+    job_network: Network,
+    parallelism: Parallelism,
 ) -> PipelineCosts:
-    """``costs`` with each stage's gradient all-reduce added to its optimizer step, and the
-    samples per micro-batch counted over all replicas (so throughput is the cluster's).
+    """``costs`` with each stage's data-parallel communication added to its optimizer step,
+    and the samples per micro-batch counted over all replicas (so throughput is the job's).
 
-    ``placement[s]`` is the pipeline device of stage s; ``cluster_network`` joins all
-    K x ``data_parallel`` devices.
+    ``placement[s]`` is the pipeline device of stage s; ``job_network`` joins all
+    T x K x D ranks.
     """
-    data_parallel = checks.positive_int("data_parallel", data_parallel)
-    if data_parallel == 1:
+    replicas = parallelism.data
+    if replicas == 1:
         return costs
-    allreduce = allreduce_times_s(
-        [stage.gradient_bytes for stage in costs.stages],
-        placement,
-        cluster_network,
-        costs.network.devices,
-        data_parallel,
-    )
+    layout = RankLayout(parallelism.tensor, costs.network.devices, replicas)
+    extra = sync_times_s(costs.stages, placement, job_network, layout, parallelism)
     stages = [
-        add_to_optimizer_step(stage, extra)
-        for stage, extra in zip(costs.stages, allreduce, strict=True)
+        add_to_optimizer_step(stage, seconds)
+        for stage, seconds in zip(costs.stages, extra, strict=True)
     ]
     samples = costs.samples_per_microbatch
+    kind = "ZeRO-1 reduce-scatter + all-gather" if parallelism.zero else "ring all-reduce"
     return dataclasses.replace(
         costs,
         stages=tuple(stages),
-        samples_per_microbatch=None if samples is None else samples * data_parallel,
-        description=f"{costs.description}, data parallel x{data_parallel} (ring all-reduce)",
+        samples_per_microbatch=None if samples is None else samples * replicas,
+        description=f"{costs.description}, data parallel x{replicas} ({kind})",
     )
 
 
-def allreduce_times_s(
-    gradient_bytes: list[float],
-    placement: tuple[int, ...],
-    cluster_network: Network,
-    pipeline_devices: int,
-    data_parallel: int,
-) -> list[float]:
-    """Per stage, the all-reduce time :func:`with_data_parallel` adds (for bounds)."""
-    return [
-        ring_allreduce_s(
-            cluster_network,
-            replica_group(placement[stage], pipeline_devices, data_parallel),
-            size,
-        )
-        for stage, size in enumerate(gradient_bytes)
-    ]
-
-
 def add_to_optimizer_step(stage: StageCosts, extra_s: float) -> StageCosts:
-    """``stage`` with ``extra_s`` seconds (its all-reduce) added to its optimizer step, which
-    waits for it."""
+    """``stage`` with ``extra_s`` seconds (its gradient communication) added to its optimizer
+    step, which waits for it."""
     return dataclasses.replace(stage, optimizer_step_s=stage.optimizer_step_s + extra_s)

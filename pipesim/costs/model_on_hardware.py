@@ -4,6 +4,10 @@
 :class:`~pipesim.request.cost_request.ModelRequest`), the planner's finalists, the sweeps and
 the reproductions all build their costs here, so a plan and the simulation of the same settings
 see the very same numbers.
+
+The job has T x K x D ranks (:mod:`pipesim.parallel.ranks`): the pipeline's K devices sit T
+ranks apart on the hardware's network, each tensor-parallel group's collectives run on T
+consecutive ranks, and each stage's data-parallel group spans the D replicas.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from pipesim.common.checks import SpecError
 from pipesim.costs.data_parallel import with_data_parallel
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.costs.spec_derived import costs_from_model
+from pipesim.costs.spec_derived import TensorGroup, costs_from_model
 from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.schedules.placement import looped
 from pipesim.workload.model import Model
+from pipesim.workload.sharding import ShardedLayers
 
 
 def model_on_hardware(
@@ -29,27 +36,70 @@ def model_on_hardware(
     *,
     optimizer: bool = True,
     dtype: str | None = None,
-    data_parallel: int = 1,
     placement: Sequence[int] | None = None,
+    parallelism: Parallelism = IDENTITY,
+    blocking_p2p: bool = False,
+    sharded: ShardedLayers | None = None,
 ) -> PipelineCosts:
     """``model`` (in ``dtype`` when given) cut into K·v stages (``partition`` layers per stage,
-    or the even split) on K = ``devices`` devices of ``hardware``, at ``microbatch_size``
-    samples per micro-batch; with ``data_parallel`` replicas, each stage's gradient all-reduce
-    (:mod:`pipesim.costs.data_parallel`) over the cluster of K x ``data_parallel`` devices,
-    stage s on pipeline device ``placement[s]`` (by default the looped placement)."""
+    or the even split) on K = ``devices`` pipeline devices of ``hardware``, at
+    ``microbatch_size`` samples per micro-batch, each device one rank of a tensor-parallel
+    group of ``parallelism.tensor``; with ``parallelism.data`` replicas, each stage's gradient
+    communication (:mod:`pipesim.costs.data_parallel`) over the job's T x K x D ranks, stage s
+    on pipeline device ``placement[s]`` (by default the looped placement). ``blocking_p2p``
+    makes every send occupy its sender (Megatron's ``--no-overlap-p2p-communication``)."""
     if dtype is not None:
         model = dataclasses.replace(model, dtype=dtype)
+    tensor, replicas = parallelism.tensor, parallelism.data
+    check_tensor_placement(hardware, tensor)
+    job = hardware.network(tensor * devices * replicas)
     costs = costs_from_model(
         model,
-        hardware.cluster(devices),
+        hardware.cluster(devices, rank_stride=tensor),
         devices * chunks,
         microbatch_size,
         partition,
         optimizer=optimizer,
+        parallelism=parallelism,
+        tensor_group=TensorGroup(job, tuple(range(tensor))) if tensor > 1 else None,
+        sharded=sharded,
     )
-    if data_parallel == 1:
+    costs = dataclasses.replace(
+        costs,
+        cluster=_job_line(hardware, tensor, devices, replicas),
+        transfers_use_compute=costs.transfers_use_compute or blocking_p2p,
+    )
+    if replicas == 1:
         return costs
     where = looped(devices, chunks) if placement is None else tuple(placement)
-    return with_data_parallel(
-        costs, where, hardware.network(devices * data_parallel), data_parallel
-    )
+    return with_data_parallel(costs, where, job, parallelism)
+
+
+def _job_line(hardware: HardwareSpec, tensor: int, devices: int, replicas: int) -> str:
+    """``T=8 x K=4 x D=2 = 64 ranks: <how the hardware joins 64 devices>``."""
+    ranks = tensor * devices * replicas
+    return f"T={tensor} x K={devices} x D={replicas} = {ranks} ranks: {hardware.describe(ranks)}"
+
+
+def check_tensor_placement(
+    hardware: HardwareSpec, tensor: int, *, across_nodes: bool = True
+) -> None:
+    """Refuse a tensor-parallel group that a node of ``hardware`` does not hold evenly: T must
+    divide the node's devices (T ranks inside one node, on its fast links), or, when
+    ``across_nodes`` allows it, be a multiple of them (whole nodes, every collective over the
+    inter-node links: Megatron allows it, and it is slow)."""
+    per_node = hardware.devices_per_node
+    if tensor == 1 or per_node is None or per_node % tensor == 0:
+        return
+    if tensor % per_node:
+        raise SpecError(
+            f"--tensor-parallel {tensor} must divide the {per_node} devices of a "
+            f"{hardware.name} node (or be a multiple of them): a tensor-parallel group must "
+            "sit in one node, or fill whole ones"
+        )
+    if not across_nodes:
+        raise SpecError(
+            f"--tensor-parallel {tensor} is larger than a {hardware.name} node of {per_node} "
+            "devices: its collectives would cross nodes on every layer; add "
+            "--tensor-across-nodes if that is what you want"
+        )

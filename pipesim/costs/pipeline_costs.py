@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipesim.common import checks
@@ -28,6 +29,15 @@ class StageCosts:
         optimizer_step_s: time of the stage's optimizer update.
         full_backward_s: time of a full backward B when it is not simply I + W (a calibrated
             stage measures both; None means I + W).
+        master_weight_bytes: the fp32 master copy of the stage's weights (mixed precision).
+        shared_parameter_bytes: the part of ``parameter_bytes`` that copies the first stage's
+            weights (a tied output layer): a device holding the first stage too keeps one copy
+            (:func:`pipesim.memory.rules.static_breakdown`).
+        forward_transient_bytes, input_grad_transient_bytes, weight_grad_transient_bytes:
+            memory an F, an I (or the input-gradient part of a B) and a W allocate on top of
+            the stash while they run (temporaries, the incoming and outgoing tensors, a
+            recomputed layer's activations, the loss's logits).
+        optimizer_transient_bytes: what the stage's optimizer step allocates while it runs.
     """
 
     forward_s: float
@@ -42,6 +52,12 @@ class StageCosts:
     optimizer_bytes: float = 0.0
     optimizer_step_s: float = 0.0
     full_backward_s: float | None = None
+    master_weight_bytes: float = 0.0
+    shared_parameter_bytes: float = 0.0
+    forward_transient_bytes: float = 0.0
+    input_grad_transient_bytes: float = 0.0
+    weight_grad_transient_bytes: float = 0.0
+    optimizer_transient_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for attribute in self.__dataclass_fields__:
@@ -53,6 +69,11 @@ class StageCosts:
                 "stage cost weight_grad_activation_bytes must not exceed activation_bytes, got "
                 f"{self.weight_grad_activation_bytes:g} > {self.activation_bytes:g}"
             )
+        if self.shared_parameter_bytes > self.parameter_bytes:
+            raise SpecError(
+                "stage cost shared_parameter_bytes must not exceed parameter_bytes, got "
+                f"{self.shared_parameter_bytes:g} > {self.parameter_bytes:g}"
+            )
 
     @property
     def backward_s(self) -> float:
@@ -60,6 +81,73 @@ class StageCosts:
         if self.full_backward_s is not None:
             return self.full_backward_s
         return self.input_grad_s + self.weight_grad_s
+
+
+def merge_layers(
+    layers: Sequence[StageCosts], input_bytes: float, speed: float = 1.0
+) -> StageCosts:
+    """One stage from consecutive one-layer stages: sums, its own input, its last output; a
+    pass's transient is its largest layer's (one layer runs at a time)."""
+    if not layers:
+        raise SpecError("a stage needs at least one layer")
+    full = [layer.full_backward_s for layer in layers]
+    return StageCosts(
+        forward_s=sum(layer.forward_s for layer in layers) / speed,
+        input_grad_s=sum(layer.input_grad_s for layer in layers) / speed,
+        weight_grad_s=sum(layer.weight_grad_s for layer in layers) / speed,
+        activation_bytes=sum(layer.activation_bytes for layer in layers),
+        weight_grad_activation_bytes=sum(layer.weight_grad_activation_bytes for layer in layers),
+        input_bytes=input_bytes,
+        output_bytes=layers[-1].output_bytes,
+        parameter_bytes=sum(layer.parameter_bytes for layer in layers),
+        gradient_bytes=sum(layer.gradient_bytes for layer in layers),
+        optimizer_bytes=sum(layer.optimizer_bytes for layer in layers),
+        optimizer_step_s=sum(layer.optimizer_step_s for layer in layers) / speed,
+        full_backward_s=None
+        if any(f is None for f in full)
+        else sum(f or 0.0 for f in full) / speed,
+        master_weight_bytes=sum(layer.master_weight_bytes for layer in layers),
+        shared_parameter_bytes=sum(layer.shared_parameter_bytes for layer in layers),
+        forward_transient_bytes=max(layer.forward_transient_bytes for layer in layers),
+        input_grad_transient_bytes=max(layer.input_grad_transient_bytes for layer in layers),
+        weight_grad_transient_bytes=max(layer.weight_grad_transient_bytes for layer in layers),
+        optimizer_transient_bytes=sum(layer.optimizer_transient_bytes for layer in layers),
+    )
+
+
+@dataclass(frozen=True)
+class FlopsAccount:
+    """What utilisation is measured against.
+
+    Attributes:
+        model_flops_per_microbatch: the model's training FLOPs for one micro-batch of one
+            replica, all stages and tensor-parallel ranks together, without recomputation
+            (2104.04473's appendix: matmuls, backward twice the forward).
+        hardware_flops_per_microbatch: the same with the recomputed forward work.
+        devices: every device of the job (K x T x D).
+        replicas: D, data-parallel replicas (each runs the M micro-batches of a step).
+        peak_flops_per_s: one device's datasheet peak for the compute dtype.
+    """
+
+    model_flops_per_microbatch: float
+    hardware_flops_per_microbatch: float
+    devices: int
+    replicas: int
+    peak_flops_per_s: float
+
+    def __post_init__(self) -> None:
+        checks.non_negative("model_flops_per_microbatch", self.model_flops_per_microbatch)
+        checks.non_negative("hardware_flops_per_microbatch", self.hardware_flops_per_microbatch)
+        checks.positive_int("flops devices", self.devices)
+        checks.positive_int("flops replicas", self.replicas)
+        checks.positive("peak_flops_per_s", self.peak_flops_per_s)
+
+    def utilization(self, flops_per_microbatch: float, microbatches: int, step_s: float) -> float:
+        """Achieved FLOP/s over the job's peak: flops x M x D / (step x devices x peak)."""
+        if step_s <= 0:
+            return 0.0
+        achieved = flops_per_microbatch * microbatches * self.replicas / step_s
+        return achieved / (self.devices * self.peak_flops_per_s)
 
 
 @dataclass(frozen=True)
@@ -73,6 +161,11 @@ class PipelineCosts:
         transfers_use_compute: sends occupy the sending device (no overlap).
         samples_per_microbatch: for throughput in samples/s (None: micro-batches/s).
         description: where the costs came from, for reports.
+        runtime_reserve_bytes: memory each device's runtime holds besides the model.
+        fragmentation_fraction: the allocator's slack on top of the model's peak.
+        flops: the FLOPs accounting that model and hardware FLOPs utilisation are computed
+            from (None for synthetic costs).
+        cluster: the job's devices and how they are joined, in a line (for reports).
     """
 
     stages: tuple[StageCosts, ...]
@@ -81,12 +174,18 @@ class PipelineCosts:
     transfers_use_compute: bool = False
     samples_per_microbatch: float | None = None
     description: str = field(default="", compare=False)
+    runtime_reserve_bytes: float = 0.0
+    fragmentation_fraction: float = 0.0
+    flops: FlopsAccount | None = None
+    cluster: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
         if not self.stages:
             raise SpecError("pipeline costs need at least one stage")
         checks.positive_or_inf("memory_capacity_bytes", self.memory_capacity_bytes)
+        checks.non_negative("runtime_reserve_bytes", self.runtime_reserve_bytes)
+        checks.non_negative("fragmentation_fraction", self.fragmentation_fraction)
         if self.samples_per_microbatch is not None:
             checks.positive("samples_per_microbatch", self.samples_per_microbatch)
 

@@ -1,22 +1,128 @@
-"""Spec-derived costs: a model's layers on a hardware spec, at a micro-batch size.
+"""Spec-derived costs: a model's layers on a hardware spec, at a micro-batch size, under a
+hybrid-parallel configuration.
 
-Each layer and pass is one kernel timed by the accelerator's roofline: the slower of
-FLOPs / (peak x efficiency) and memory traffic / bandwidth, plus the per-kernel overhead. The
-memory traffic of a pass is the layer's weights read (and, for W, its gradient written) plus the
-activations it reads and writes. A stage's time is the sum over its layers. The optimizer step
-is memory bound: it reads and writes weights, gradients and optimizer state once.
+Each layer becomes a one-layer stage (:func:`layer_costs`); a stage is the merge of its layers
+(:func:`~pipesim.costs.pipeline_costs.merge_layers`), so a partition chosen on per-layer costs
+and the stages built here see the same numbers.
+
+Time of a pass: kernel by kernel (:mod:`pipesim.costs.kernel_time`) when the layer is described
+kernel by kernel and the accelerator has a matmul efficiency curve; otherwise one roofline per
+layer and pass: the slower of FLOPs / (peak x efficiency) and the pass's memory traffic (the
+layer's weights read, and for W its gradient written, plus the activations it reads and
+writes) over the bandwidth, plus the per-kernel overhead. The optimizer step is memory bound: it
+reads and writes weights, gradients, optimizer state and master weights once.
+
+Memory of a stage: its layers' parameters on one tensor-parallel rank (weights, gradients,
+optimizer state and master weights; the last two divided by D under ZeRO-1), their stashes,
+and each pass's transient: its largest layer's temporaries with the tensors it receives and
+sends (:mod:`pipesim.workload.work`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pipesim.common import checks
-from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
+from pipesim.costs.kernel_time import pass_time_s
+from pipesim.costs.pipeline_costs import FlopsAccount, PipelineCosts, StageCosts, merge_layers
 from pipesim.hardware.accelerator import Accelerator
-from pipesim.hardware.network import Cluster
+from pipesim.hardware.network import Cluster, Network
+from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.workload.model import Layer, Model
+from pipesim.workload.sharding import ShardedLayers, sharded_layers
 from pipesim.workload.stage_layers import check_partition, even_partition
+from pipesim.workload.work import PassWork
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """Where a layer's tensor-parallel collectives run: ranks of the job's network."""
+
+    network: Network
+    ranks: tuple[int, ...]
+
+
+def layer_costs(
+    layer: Layer,
+    model: Model,
+    accelerator: Accelerator,
+    microbatch_size: float,
+    input_bytes: float,
+    *,
+    optimizer: bool = True,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
+) -> StageCosts:
+    """One layer as a one-layer stage: its passes' times, stash, sizes and transients.
+
+    ``input_bytes`` is what the layer receives per micro-batch (the model's input for the
+    first, the previous layer's output otherwise)."""
+    b = microbatch_size
+    kernel_level = layer.work is not None and accelerator.kernel_level
+    if kernel_level and layer.work is not None:
+        forward_s, input_grad_s, weight_grad_s = (
+            _pass_s(work, accelerator, b, model.dtype, tensor_group) for work in layer.work.passes()
+        )
+    else:
+        forward_s = _forward_s(layer, model, accelerator, b)
+        input_grad_s = _input_grad_s(layer, model, accelerator, b)
+        weight_grad_s = _weight_grad_s(layer, model, accelerator, b)
+    shards = parallelism.data if parallelism.zero else 1
+    weights = layer.parameters * model.weight_bytes_per_parameter
+    gradients = layer.parameters * model.gradient_bytes_per_parameter
+    state = layer.parameters * model.optimizer_bytes_per_parameter / shards
+    master = layer.parameters * model.master_weight_bytes_per_parameter / shards
+    bandwidth = accelerator.memory_bandwidth_bytes_per_s
+    if kernel_level:
+        bandwidth *= accelerator.memory_bandwidth_efficiency
+    # The optimizer reads and writes every byte it owns once; ZeRO-1 owns 1/D of them.
+    moved = (weights + gradients) / shards + (state + master)
+    optimizer_s = 2 * moved / bandwidth
+    output = layer.output_bytes * b
+    forward_transient = input_grad_transient = weight_grad_transient = 0.0
+    if layer.work is not None:
+        work = layer.work
+        forward_transient = _transient(work.forward, b) + output
+        input_grad_transient = _transient(work.input_grad, b) + output + input_bytes
+        weight_grad_transient = _transient(work.weight_grad, b)
+    return StageCosts(
+        forward_s=forward_s,
+        input_grad_s=input_grad_s,
+        weight_grad_s=weight_grad_s,
+        activation_bytes=layer.activation_bytes * b,
+        weight_grad_activation_bytes=layer.weight_grad_activation_bytes * b,
+        input_bytes=input_bytes,
+        output_bytes=output,
+        parameter_bytes=weights,
+        gradient_bytes=gradients,
+        optimizer_bytes=state,
+        optimizer_step_s=optimizer_s if optimizer else 0.0,
+        master_weight_bytes=master,
+        shared_parameter_bytes=layer.shared_parameters * model.weight_bytes_per_parameter,
+        forward_transient_bytes=forward_transient,
+        input_grad_transient_bytes=input_grad_transient,
+        weight_grad_transient_bytes=weight_grad_transient,
+        optimizer_transient_bytes=layer.parameters
+        * model.optimizer_temporary_bytes_per_parameter
+        / shards,
+    )
+
+
+def _transient(work: PassWork, b: float) -> float:
+    return work.transient_bytes * b + work.fixed_transient_bytes
+
+
+def _pass_s(
+    work: PassWork,
+    accelerator: Accelerator,
+    b: float,
+    dtype: str,
+    tensor_group: TensorGroup | None,
+) -> float:
+    if tensor_group is None:
+        return pass_time_s(accelerator, work, b, dtype)
+    return pass_time_s(accelerator, work, b, dtype, tensor_group.network, tensor_group.ranks)
 
 
 def costs_from_model(
@@ -27,13 +133,20 @@ def costs_from_model(
     partition: Sequence[int] | None = None,
     *,
     optimizer: bool = True,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
+    sharded: ShardedLayers | None = None,
 ) -> PipelineCosts:
     """Per-stage costs of ``model`` cut into ``stages`` contiguous stages on ``cluster``.
 
     ``partition`` gives layers per stage; by default the split that evens training FLOPs.
     ``optimizer=False`` leaves the optimizer step out (as the papers' closed forms do).
+    ``parallelism`` rebuilds the layers one tensor-parallel rank holds (``sharded``, when
+    the caller has them already); their collectives run on ``tensor_group``.
     """
     b = checks.positive("microbatch_size", microbatch_size)
+    if sharded is None:
+        sharded = sharded_layers(model, parallelism)
     ranges = (
         even_partition(model, stages)
         if partition is None
@@ -41,35 +154,35 @@ def costs_from_model(
     )
     accelerator = cluster.accelerator
     stage_costs = []
+    hardware_flops = 0.0
     for index, layer_range in enumerate(ranges):
-        layers = [model.layers[i] for i in layer_range]
-        if index == 0:
-            input_bytes = model.input_bytes * b
-        else:
-            input_bytes = model.layers[layer_range.start - 1].output_bytes * b
-        parameters = sum(layer.parameters for layer in layers)
-        weights = parameters * model.weight_bytes_per_parameter
-        gradients = parameters * model.gradient_bytes_per_parameter
-        state = parameters * model.optimizer_bytes_per_parameter
-        optimizer_s = 2 * (weights + gradients + state) / accelerator.memory_bandwidth_bytes_per_s
+        layers = sharded.for_stage(layer_range)
+        first_input = (
+            model.input_bytes * b
+            if index == 0
+            else sharded.layers[layer_range.start - 1].output_bytes * b
+        )
+        inputs = [first_input] + [layer.output_bytes * b for layer in layers[:-1]]
         stage_costs.append(
-            StageCosts(
-                forward_s=sum(_forward_s(layer, model, accelerator, b) for layer in layers),
-                input_grad_s=sum(_input_grad_s(layer, model, accelerator, b) for layer in layers),
-                weight_grad_s=sum(_weight_grad_s(layer, model, accelerator, b) for layer in layers),
-                activation_bytes=sum(layer.activation_bytes for layer in layers) * b,
-                weight_grad_activation_bytes=sum(
-                    layer.weight_grad_activation_bytes for layer in layers
-                )
-                * b,
-                input_bytes=input_bytes,
-                output_bytes=layers[-1].output_bytes * b,
-                parameter_bytes=weights,
-                gradient_bytes=gradients,
-                optimizer_bytes=state,
-                optimizer_step_s=optimizer_s if optimizer else 0.0,
+            merge_layers(
+                [
+                    layer_costs(
+                        layer,
+                        model,
+                        accelerator,
+                        b,
+                        received,
+                        optimizer=optimizer,
+                        parallelism=parallelism,
+                        tensor_group=tensor_group,
+                    )
+                    for layer, received in zip(layers, inputs, strict=True)
+                ],
+                first_input,
             )
         )
+        hardware_flops += sum(layer.hardware_flops for layer in layers)
+    tensor = parallelism.tensor
     return PipelineCosts(
         tuple(stage_costs),
         cluster.network,
@@ -79,8 +192,27 @@ def costs_from_model(
         description=(
             f"model {model.name} on {cluster.devices} x {accelerator.name}, micro-batch {b:g}, "
             f"layers per stage {','.join(str(len(r)) for r in ranges)}"
+            + ("" if parallelism == IDENTITY else f", {parallelism.label()}")
+        ),
+        runtime_reserve_bytes=accelerator.runtime_reserve_bytes,
+        fragmentation_fraction=accelerator.fragmentation_fraction,
+        flops=FlopsAccount(
+            model_flops_per_microbatch=model_flops_per_sample(model) * b,
+            hardware_flops_per_microbatch=hardware_flops * tensor * b,
+            devices=cluster.devices * tensor * parallelism.data,
+            replicas=parallelism.data,
+            peak_flops_per_s=accelerator.peak(model.dtype),
         ),
     )
+
+
+def model_flops_per_sample(model: Model) -> float:
+    """The model's training FLOPs per sample without recomputation: the appendix formula of
+    arXiv 2104.04473 for a transformer (matmuls only, backward twice the forward), its layers'
+    forward and both backward parts otherwise."""
+    if model.architecture is not None:
+        return model.architecture.model_flops_per_sequence()
+    return sum(layer.training_flops for layer in model.layers)
 
 
 def _forward_s(layer: Layer, model: Model, accelerator: Accelerator, b: float) -> float:
@@ -94,7 +226,8 @@ def _input_grad_s(layer: Layer, model: Model, accelerator: Accelerator, b: float
     traffic = layer.parameters * model.weight_bytes_per_parameter + b * (
         layer.activation_bytes + layer.output_bytes
     )
-    return accelerator.compute_time_s(layer.input_grad_flops * b, traffic, model.dtype)
+    flops = (layer.input_grad_flops + layer.recompute_flops) * b
+    return accelerator.compute_time_s(flops, traffic, model.dtype)
 
 
 def _weight_grad_s(layer: Layer, model: Model, accelerator: Accelerator, b: float) -> float:

@@ -10,9 +10,11 @@ import numpy as np
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.engine.arrays import RunArrays, running_totals
+from pipesim.engine.arrays import OPTIMIZER, RunArrays, running_totals
 from pipesim.engine.memory_over_time import DeviceMemory, device_memory
 from pipesim.engine.records import ComputeRecord, Timeline, TransferRecord
+from pipesim.schedules.action import Action
+from pipesim.schedules.encoded import KINDS
 from pipesim.schedules.schedule import Schedule
 
 
@@ -40,6 +42,11 @@ class DeviceSummary:
     def oom(self) -> bool:
         """True when the peak exceeds the device's memory."""
         return self.peak_memory_bytes > self.memory_capacity_bytes
+
+    @property
+    def static_memory_bytes(self) -> float:
+        """Weights, gradients, optimizer state and master weights."""
+        return self.memory.static_bytes
 
 
 class TransferSource(Protocol):
@@ -118,6 +125,51 @@ class SimulationResult:
         """True when any device's peak memory exceeds its capacity."""
         return any(d.oom for d in self.per_device)
 
+    @property
+    def model_flops_utilization(self) -> float | None:
+        """MFU: the model's FLOPs per step (no recomputation; 2104.04473's appendix count)
+        over the time and the job's peak; None for synthetic costs."""
+        flops = self.costs.flops
+        if flops is None:
+            return None
+        return flops.utilization(
+            flops.model_flops_per_microbatch, self.schedule.microbatches, self.iteration_time_s
+        )
+
+    @property
+    def hardware_flops_utilization(self) -> float | None:
+        """HFU: as MFU, counting the recomputed forward work too; None for synthetic costs."""
+        flops = self.costs.flops
+        if flops is None:
+            return None
+        return flops.utilization(
+            flops.hardware_flops_per_microbatch, self.schedule.microbatches, self.iteration_time_s
+        )
+
+    @property
+    def achieved_flops_per_device(self) -> float | None:
+        """Hardware FLOP/s per device (the figure Megatron-LM's Table 1 reports as achieved
+        teraFLOP/s per GPU, recomputation counted); None for synthetic costs."""
+        flops = self.costs.flops
+        hfu = self.hardware_flops_utilization
+        return None if flops is None or hfu is None else hfu * flops.peak_flops_per_s
+
+    def heaviest_device(self) -> DeviceSummary:
+        """The device with the largest peak memory."""
+        return max(self.per_device, key=lambda d: d.peak_memory_bytes)
+
+    def peak_action(self, device: DeviceSummary) -> str | None:
+        """What ``device`` was running at its memory peak: an action (``3I5``), ``optimizer``,
+        or None when nothing ran."""
+        index = device.memory.peak_record
+        if index < 0:
+            return None
+        kind = int(self.run.kind[index])
+        if kind == OPTIMIZER:
+            return "optimizer"
+        stage, microbatch = int(self.run.stage[index]), int(self.run.microbatch[index])
+        return str(Action(stage, KINDS[kind], microbatch))
+
     def to_json(self) -> dict[str, Any]:
         """The ``pipesim simulate --json`` object (times in seconds, sizes in bytes)."""
         return {
@@ -139,6 +191,7 @@ class SimulationResult:
             "oom": self.oom,
             "costs": self.costs.description,
             "engine": self.engine,
+            **self._flops_json(),
             "per_device": [
                 {
                     "device": d.device,
@@ -147,12 +200,37 @@ class SimulationResult:
                     "peak_memory_bytes": d.peak_memory_bytes,
                     "peak_activation_bytes": d.peak_activation_bytes,
                     "static_memory_bytes": d.memory.static_bytes,
+                    "memory_breakdown": d.memory.breakdown(),
+                    "peak_action": self.peak_action(d),
                     "memory_capacity_bytes": _json_number(d.memory_capacity_bytes),
                     "oom": d.oom,
                 }
                 for d in self.per_device
             ],
         }
+
+    def _flops_json(self) -> dict[str, Any]:
+        """The utilisation fields of the JSON object (nulls for synthetic costs)."""
+        flops = self.costs.flops
+        steps = self.schedule.microbatches * (flops.replicas if flops else 1)
+        return {
+            "devices_total": flops.devices if flops else self.schedule.devices,
+            "model_flops_per_step": flops.model_flops_per_microbatch * steps if flops else None,
+            "hardware_flops_per_step": flops.hardware_flops_per_microbatch * steps
+            if flops
+            else None,
+            "flops_formula": FLOPS_FORMULA if flops else None,
+            "mfu": self.model_flops_utilization,
+            "hfu": self.hardware_flops_utilization,
+            "achieved_flops_per_device": self.achieved_flops_per_device,
+        }
+
+
+FLOPS_FORMULA = (
+    "matmul FLOPs of arXiv 2104.04473's appendix: per layer forward 24bsh^2 + 4bs^2h (with "
+    "grouped-query or gated MLPs, 2 x their matmul parameters x bs + 4bs^2h), backward twice the "
+    "forward, logits 6bshV; hardware FLOPs add the recomputed forward work"
+)
 
 
 def _json_number(value: float) -> float | None:

@@ -32,6 +32,8 @@ LARGEST = 1e15
 SMALLEST = 1e-12
 # A result's fields that must be > 0: figures divide by them or draw them on log axes.
 POSITIVE_FIELDS = ("iteration_time", "throughput", "speedup")
+# Counts of FLOPs, which large models reach far beyond LARGEST; reported, never plotted.
+FLOP_FIELDS = ("model_flops_per_step", "hardware_flops_per_step", "achieved_flops_per_device")
 
 
 def _leaves(payload: Any, where: str = "") -> Iterator[tuple[str, Any]]:
@@ -78,7 +80,7 @@ def result_problem(result: Mapping[str, Any]) -> str | None:
     if tiny and tiny[0][0] == "iteration_time":
         return _below(*tiny[0], "larger costs")
     for field, value in _numbers(result):
-        if abs(value) > LARGEST:
+        if abs(value) > LARGEST and field not in FLOP_FIELDS:
             change = "larger costs" if field == "throughput" else "smaller costs or sizes"
             return (
                 f"{field} is {value:g}, beyond {LARGEST:g}, the largest number pipesim saves "

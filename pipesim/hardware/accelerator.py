@@ -1,7 +1,17 @@
-"""One accelerator: how fast it computes, how much it holds, how fast it reads memory."""
+"""One accelerator: how fast it computes, how much it holds, how fast it reads memory.
+
+Two time models read it. A layer given by its totals is timed by one roofline per pass at
+``efficiency``. A layer described kernel by kernel (:mod:`pipesim.workload.work`) is timed
+kernel by kernel (:mod:`pipesim.costs.kernel_time`) when the accelerator has a
+``matmul_efficiency`` curve: each matrix multiply at the fraction of peak that a multiply of its
+size reaches (measured cuBLAS figures, cited in the catalogue), memory-bound kernels at
+``memory_bandwidth_efficiency`` of the memory bandwidth.
+"""
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -21,8 +31,18 @@ class Accelerator:
         memory_bytes: device memory capacity.
         memory_bandwidth_bytes_per_s: device memory bandwidth, for the roofline.
         kernel_overhead_s: a fixed cost per layer and pass (launch, dispatch); 0 by default.
+            In the kernel-level model, per kernel.
         transfers_use_compute: True when the device's compute must issue its transfers, so a
             send occupies the device (no overlap of communication and compute).
+        matmul_efficiency: points (FLOPs of one matrix multiply, fraction of peak it reaches),
+            interpolated in log(FLOPs) and held flat beyond the ends; empty: no curve, every
+            layer timed by the per-pass roofline at ``efficiency``.
+        memory_bandwidth_efficiency: the fraction of ``memory_bandwidth_bytes_per_s`` that
+            memory-bound kernels reach (STREAM-like measurements), in the kernel-level model.
+        runtime_reserve_bytes: memory the runtime holds before the model (CUDA context,
+            communication buffers); added to every device's peak.
+        fragmentation_fraction: the allocator's slack, as a fraction of the model's peak
+            (weights, gradients, optimizer state, activations and transients) added on top.
     """
 
     name: str
@@ -33,6 +53,10 @@ class Accelerator:
     kernel_overhead_s: float = 0.0
     transfers_use_compute: bool = False
     source: str = field(default="", compare=False)
+    matmul_efficiency: tuple[tuple[float, float], ...] = ()
+    memory_bandwidth_efficiency: float = 1.0
+    runtime_reserve_bytes: float = 0.0
+    fragmentation_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         checks.name("accelerator.name", self.name)
@@ -55,17 +79,45 @@ class Accelerator:
                 "accelerator.transfers_use_compute must be true or false, got "
                 f"{self.transfers_use_compute!r}"
             )
+        object.__setattr__(self, "matmul_efficiency", _curve(self.matmul_efficiency))
+        checks.fraction("accelerator.memory_bandwidth_efficiency", self.memory_bandwidth_efficiency)
+        checks.non_negative("accelerator.runtime_reserve_bytes", self.runtime_reserve_bytes)
+        checks.non_negative("accelerator.fragmentation_fraction", self.fragmentation_fraction)
 
-    def achievable_flops_per_s(self, dtype: str) -> float:
-        """Peak for ``dtype`` times the efficiency; an unknown dtype names the known ones."""
+    @property
+    def kernel_level(self) -> bool:
+        """True when layers described kernel by kernel are timed that way (a curve is
+        given)."""
+        return bool(self.matmul_efficiency)
+
+    def matmul_fraction(self, flops: float) -> float:
+        """The fraction of peak a matrix multiply of ``flops`` reaches on the curve."""
+        points = self.matmul_efficiency
+        if not points:
+            return self.efficiency
+        if flops <= points[0][0]:
+            return points[0][1]
+        if flops >= points[-1][0]:
+            return points[-1][1]
+        sizes = [size for size, _ in points]
+        right = bisect.bisect_right(sizes, flops)
+        (x0, y0), (x1, y1) = points[right - 1], points[right]
+        share = (math.log(flops) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return y0 + share * (y1 - y0)
+
+    def peak(self, dtype: str) -> float:
+        """The datasheet peak for ``dtype``; an unknown dtype names the known ones."""
         try:
-            peak = self.peak_flops_per_s[dtype]
+            return self.peak_flops_per_s[dtype]
         except KeyError:
             known = ", ".join(sorted(self.peak_flops_per_s))
             raise SpecError(
                 f"dtype {dtype!r} has no peak FLOP/s on accelerator {self.name!r} (it has: {known})"
             ) from None
-        return peak * self.efficiency
+
+    def achievable_flops_per_s(self, dtype: str) -> float:
+        """Peak for ``dtype`` times the efficiency; an unknown dtype names the known ones."""
+        return self.peak(dtype) * self.efficiency
 
     def compute_time_s(self, flops: float, memory_traffic_bytes: float, dtype: str) -> float:
         """Roofline time of one kernel: the slower of compute and memory traffic, plus the
@@ -75,3 +127,28 @@ class Accelerator:
         compute = flops / self.achievable_flops_per_s(dtype)
         memory = memory_traffic_bytes / self.memory_bandwidth_bytes_per_s
         return max(compute, memory) + self.kernel_overhead_s
+
+
+def _curve(points: object) -> tuple[tuple[float, float], ...]:
+    """``points`` checked: (FLOPs > 0, fraction in (0, 1]) pairs in increasing FLOPs."""
+    if not isinstance(points, (tuple, list)):
+        raise SpecError(
+            "accelerator.matmul_efficiency must be a list of [flops, fraction] pairs, got "
+            f"{points!r}"
+        )
+    curve: list[tuple[float, float]] = []
+    for index, pair in enumerate(points):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise SpecError(
+                f"accelerator.matmul_efficiency[{index}] must be a [flops, fraction] pair, got "
+                f"{pair!r}"
+            )
+        flops = checks.positive(f"accelerator.matmul_efficiency[{index}] flops", pair[0])
+        share = checks.fraction(f"accelerator.matmul_efficiency[{index}] fraction", pair[1])
+        if curve and flops <= curve[-1][0]:
+            raise SpecError(
+                f"accelerator.matmul_efficiency must list increasing FLOPs, got {flops:g} after "
+                f"{curve[-1][0]:g}"
+            )
+        curve.append((flops, share))
+    return tuple(curve)

@@ -35,9 +35,11 @@ class HardwareSpec:
     inter_node_link: Link | None = None
     devices_per_node: int | None = None
     torus_columns: int | None = None
+    message_overhead_s: float = 0.0
 
-    def network(self, devices: int) -> Network:
-        """The network joining ``devices`` of these accelerators."""
+    def network(self, devices: int, rank_stride: int = 1) -> Network:
+        """The network joining ``devices`` of these accelerators, ``rank_stride`` ranks apart
+        (a pipeline's devices with tensor-parallel ranks in between)."""
         return Network(
             devices,
             self.topology,
@@ -45,11 +47,34 @@ class HardwareSpec:
             self.inter_node_link,
             self.devices_per_node,
             self.torus_columns,
+            rank_stride,
+            self.message_overhead_s,
         )
 
-    def cluster(self, devices: int) -> Cluster:
-        """``devices`` of these accelerators, joined as the spec says."""
-        return Cluster(self.accelerator, self.network(devices))
+    def describe(self, devices: int) -> str:
+        """How ``devices`` of these accelerators are joined, in a line: nodes and the links
+        inside and between them, or a flat fabric said to be one."""
+        link = f"{self.link.name} {self.link.bandwidth_bytes_per_s / 1e9:g} GB/s"
+        if self.topology is Topology.HIERARCHICAL and self.devices_per_node:
+            per_node = self.devices_per_node
+            nodes = -(-devices // per_node)
+            inter = self.inter_node_link
+            between = (
+                f", {inter.name} {inter.bandwidth_bytes_per_s / 1e9:g} GB/s per device between them"
+                if inter is not None and nodes > 1
+                else ""
+            )
+            name = self.accelerator.name
+            return f"{devices} x {name}: {nodes} node(s) of {per_node} ({link} inside{between})"
+        if self.topology is Topology.ALL_TO_ALL:
+            flat = ": a flat fabric, every pair on the same link (no nodes)" if devices > 8 else ""
+            return f"{devices} x {self.accelerator.name}, all-to-all on {link} per direction{flat}"
+        return f"{devices} x {self.accelerator.name}, {self.topology.value} of {link} links"
+
+    def cluster(self, devices: int, rank_stride: int = 1) -> Cluster:
+        """``devices`` of these accelerators, joined as the spec says, ``rank_stride`` ranks
+        apart."""
+        return Cluster(self.accelerator, self.network(devices, rank_stride))
 
 
 # Google TPU v2, one core (GPipe's AmoebaNet experiments ran on TPUv2 cores, 8 GB each).
@@ -143,12 +168,57 @@ _V100_16GB = dataclasses.replace(
     ),
 )
 
+# Kernel-level figures of the GPUs (the time model of pipesim.costs.kernel_time), each cited:
+#
+# * matmul efficiency: the fraction of peak one cuBLAS matrix multiply reaches, by its FLOPs.
+#   A100: FP16 cuBLASLt, m = n = k from 1024 to 16384: 119.4, 221.8, 228.0, 253.7, 256.5 TFLOP/s
+#   (Azure/AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md, A100-SXM4-80GB); the best
+#   shape stas00/ml-engineering's mamf-finder found reaches 271.2 (86.9%).
+#   H100/H200 (bf16): no such bf16 sweep is published; the FP8 sweep on the same machines (274.1,
+#   1011.3, 1216.9, 1290.1, 1377.3 of 1979: Azure ND_H100_v5_results.md) rescaled so that its
+#   largest size reaches the bf16 MAMF, 794.5 of 989 (80.3%; "H200 is the same"): an estimate,
+#   pessimistic at small sizes (an FP8 multiply of the same FLOPs takes half the time).
+# * memory bandwidth efficiency: BabelStream triad over the datasheet bandwidth: A100 1.70 of
+#   2.039 TB/s (0.834), H100 2.97 of 3.35 (0.887), H200 4.15 of 4.8 (0.865) (Azure, same files).
+# * collective bus bandwidth (NCCL's busbw, nccl-tests all_reduce_perf at 8 GB): 8 x A100 over
+#   NVSwitch 231.6 GB/s, 8 x H100 478.9, 8 x H200 480.0 (Azure, same files); InfiniBand: "24GB/s
+#   is the peak performance per 200G NIC" (NCCL's maintainer, NVIDIA/nccl-tests#119), NDR 400G
+#   taken as twice that.
+# * point-to-point message overhead: the zero-bubble paper profiled T_comm, one activation
+#   message between A100 pipeline stages in Megatron-LM (arXiv 2401.10241, Table 6: 0.38 to 0.76
+#   ms for 10.5 to 28.3 MB); against the message size its intercept is 0.25 ms, the cost of a
+#   message besides its bytes (send and receive calls, their synchronisation). Taken for the
+#   H100 and H200 as well (the same software).
+_A100_MATMUL = (
+    (2 * 1024.0**3, 119.4 / 312),
+    (2 * 2048.0**3, 221.8 / 312),
+    (2 * 4096.0**3, 228.0 / 312),
+    (2 * 8192.0**3, 253.7 / 312),
+    (2 * 16384.0**3, 256.5 / 312),
+)
+_H100_MATMUL = tuple(
+    (2 * n**3, fp8 / 1377.3 * 794.5 / 989)
+    for n, fp8 in (
+        (1024.0, 274.1),
+        (2048.0, 1011.3),
+        (4096.0, 1216.9),
+        (8192.0, 1290.1),
+        (16384.0, 1377.3),
+    )
+)
+P2P_MESSAGE_OVERHEAD_S = 0.25e-3
+GPUS_PER_NODE = 8
+_IB_HDR = Link("ib-hdr", 25 * GB, 10e-6, collective_bandwidth_bytes_per_s=24 * GB)
+_IB_NDR = Link("ib-ndr", 50 * GB, 10e-6, collective_bandwidth_bytes_per_s=48 * GB)
+
 # NVIDIA A100 SXM 80 GB: 312 TFLOP/s bf16 dense, 156 tf32, 19.5 fp32, 2.039 TB/s HBM2e; NVLink 3
 # 600 GB/s total (300 per direction) through NVSwitch (NVIDIA A100 datasheet). Point-to-point
-# latency: NCCL send/recv measures 3-4 us on NVLink (NVIDIA/nccl issues 1487, 1984).
+# latency: NCCL send/recv measures 3-4 us on NVLink (NVIDIA/nccl issues 1487, 1984). Servers of
+# 8 (DGX A100, Selene: 8 HDR InfiniBand NICs per server, one per GPU; arXiv 2104.04473 §5).
 _A100 = HardwareSpec(
     "a100",
-    "NVIDIA A100 SXM 80 GB: 312 TFLOP/s bf16; NVSwitch, 300 GB/s per direction",
+    "NVIDIA A100 SXM 80 GB: 312 TFLOP/s bf16; servers of 8 on NVSwitch (300 GB/s per "
+    "direction), InfiniBand HDR between servers (25 GB/s per GPU)",
     Accelerator(
         "a100",
         {"bf16": 312 * TERA, "fp16": 312 * TERA, "tf32": 156 * TERA, "fp32": 19.5 * TERA},
@@ -156,18 +226,30 @@ _A100 = HardwareSpec(
         memory_bytes=80 * GiB,
         memory_bandwidth_bytes_per_s=2039 * GB,
         kernel_overhead_s=4e-6,
-        source="NVIDIA A100 datasheet",
+        source="NVIDIA A100 datasheet; kernel-level figures cited above",
+        matmul_efficiency=_A100_MATMUL,
+        memory_bandwidth_efficiency=1.70 / 2.039,
     ),
-    Topology.ALL_TO_ALL,
-    Link("nvlink", bandwidth_bytes_per_s=300 * GB, latency_s=4e-6),
+    Topology.HIERARCHICAL,
+    Link(
+        "nvlink",
+        bandwidth_bytes_per_s=300 * GB,
+        latency_s=4e-6,
+        collective_bandwidth_bytes_per_s=231.6 * GB,
+    ),
+    inter_node_link=_IB_HDR,
+    devices_per_node=GPUS_PER_NODE,
+    message_overhead_s=P2P_MESSAGE_OVERHEAD_S,
 )
 
 # NVIDIA H100 SXM 80 GB: 989 TFLOP/s bf16 dense (the datasheet's 1979 is with 2:4 sparsity),
 # 494 tf32, 67 fp32, 1979 fp8 dense; 3.35 TB/s HBM3; NVLink 4 900 GB/s total (450 per
-# direction) through NVSwitch (NVIDIA H100 datasheet; Hopper architecture whitepaper).
+# direction) through NVSwitch (NVIDIA H100 datasheet; Hopper architecture whitepaper). Servers
+# of 8 (DGX H100: InfiniBand NDR 400 Gbit/s, one NIC per GPU).
 _H100 = HardwareSpec(
     "h100",
-    "NVIDIA H100 SXM 80 GB: 989 TFLOP/s bf16 dense; NVSwitch, 450 GB/s per direction",
+    "NVIDIA H100 SXM 80 GB: 989 TFLOP/s bf16 dense; servers of 8 on NVSwitch (450 GB/s per "
+    "direction), InfiniBand NDR between servers (50 GB/s per GPU)",
     Accelerator(
         "h100",
         {
@@ -181,17 +263,28 @@ _H100 = HardwareSpec(
         memory_bytes=80 * GiB,
         memory_bandwidth_bytes_per_s=3350 * GB,
         kernel_overhead_s=4e-6,
-        source="NVIDIA H100 datasheet",
+        source="NVIDIA H100 datasheet; kernel-level figures cited above",
+        matmul_efficiency=_H100_MATMUL,
+        memory_bandwidth_efficiency=2.97 / 3.35,
     ),
-    Topology.ALL_TO_ALL,
-    Link("nvlink", bandwidth_bytes_per_s=450 * GB, latency_s=4e-6),
+    Topology.HIERARCHICAL,
+    Link(
+        "nvlink",
+        bandwidth_bytes_per_s=450 * GB,
+        latency_s=4e-6,
+        collective_bandwidth_bytes_per_s=478.9 * GB,
+    ),
+    inter_node_link=_IB_NDR,
+    devices_per_node=GPUS_PER_NODE,
+    message_overhead_s=P2P_MESSAGE_OVERHEAD_S,
 )
 
 # NVIDIA H200 SXM 141 GB: the H100's compute, 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s
-# (NVIDIA H200 datasheet).
+# (NVIDIA H200 datasheet). Servers of 8, InfiniBand NDR between them.
 _H200 = HardwareSpec(
     "h200",
-    "NVIDIA H200 SXM 141 GB: H100 compute, 4.8 TB/s HBM3e; NVSwitch, 450 GB/s per direction",
+    "NVIDIA H200 SXM 141 GB: H100 compute, 4.8 TB/s HBM3e; servers of 8 on NVSwitch (450 GB/s "
+    "per direction), InfiniBand NDR between servers (50 GB/s per GPU)",
     Accelerator(
         "h200",
         dict(_H100.accelerator.peak_flops_per_s),
@@ -199,10 +292,20 @@ _H200 = HardwareSpec(
         memory_bytes=141 * GB,
         memory_bandwidth_bytes_per_s=4800 * GB,
         kernel_overhead_s=4e-6,
-        source="NVIDIA H200 datasheet",
+        source="NVIDIA H200 datasheet; kernel-level figures cited above",
+        matmul_efficiency=_H100_MATMUL,
+        memory_bandwidth_efficiency=4.15 / 4.8,
     ),
-    Topology.ALL_TO_ALL,
-    Link("nvlink", bandwidth_bytes_per_s=450 * GB, latency_s=4e-6),
+    Topology.HIERARCHICAL,
+    Link(
+        "nvlink",
+        bandwidth_bytes_per_s=450 * GB,
+        latency_s=4e-6,
+        collective_bandwidth_bytes_per_s=480.0 * GB,
+    ),
+    inter_node_link=_IB_NDR,
+    devices_per_node=GPUS_PER_NODE,
+    message_overhead_s=P2P_MESSAGE_OVERHEAD_S,
 )
 
 # NVIDIA A100 SXM 40 GB: the 80 GB part's compute and NVSwitch, 40 GB HBM2 at 1555 GB/s
@@ -210,13 +313,15 @@ _H200 = HardwareSpec(
 _A100_40GB = dataclasses.replace(
     _A100,
     name="a100-40gb",
-    description="NVIDIA A100 SXM 40 GB: 312 TFLOP/s bf16, 1.56 TB/s; NVSwitch, 300 GB/s per "
-    "direction",
+    description="NVIDIA A100 SXM 40 GB: 312 TFLOP/s bf16, 1.56 TB/s; servers of 8 on NVSwitch "
+    "(300 GB/s per direction), InfiniBand HDR between servers",
     accelerator=dataclasses.replace(
         _A100.accelerator,
         name="a100-40gb",
         memory_bytes=40 * GiB,  # as the 80 GB entry: HBM sizes are binary (40960 MiB)
         memory_bandwidth_bytes_per_s=1555 * GB,
+        # gpu-stream triad on an A100 40 GB: 1375 GB/s (te42kyfo/gpu-benches, a100_40.txt)
+        memory_bandwidth_efficiency=1375 / 1555,
     ),
 )
 
@@ -304,26 +409,13 @@ _CPU = HardwareSpec(
     Link("loopback", bandwidth_bytes_per_s=2 * GB, latency_s=50e-6),
 )
 
-# Several 8-GPU servers: NVSwitch inside a server, InfiniBand between servers. HDR is 200 Gbit/s
-# per port (25 GB/s per direction), NDR 400 Gbit/s (50 GB/s) (NVIDIA ConnectX-6/-7 manuals);
-# a GPU-to-GPU transfer through NCCL across servers takes about 10 us (estimate).
-_A100_IB = HardwareSpec(
-    "a100-ib",
-    "A100 servers of 8 (NVSwitch inside), InfiniBand HDR 25 GB/s per direction between them",
-    _A100.accelerator,
-    Topology.HIERARCHICAL,
-    _A100.link,
-    inter_node_link=Link("ib-hdr", bandwidth_bytes_per_s=25 * GB, latency_s=10e-6),
-    devices_per_node=8,
+# The names of earlier versions for the multi-node A100 and H100 clusters: the a100 and h100
+# entries are those clusters now (servers of 8, InfiniBand between them).
+_A100_IB = dataclasses.replace(
+    _A100, name="a100-ib", description="the a100 entry under its earlier name: " + _A100.description
 )
-_H100_IB = HardwareSpec(
-    "h100-ib",
-    "H100 servers of 8 (NVSwitch inside), InfiniBand NDR 50 GB/s per direction between them",
-    _H100.accelerator,
-    Topology.HIERARCHICAL,
-    _H100.link,
-    inter_node_link=Link("ib-ndr", bandwidth_bytes_per_s=50 * GB, latency_s=10e-6),
-    devices_per_node=8,
+_H100_IB = dataclasses.replace(
+    _H100, name="h100-ib", description="the h100 entry under its earlier name: " + _H100.description
 )
 
 CATALOGUE: dict[str, HardwareSpec] = {

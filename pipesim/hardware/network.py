@@ -34,16 +34,34 @@ Number = TypeVar("Number", float, FloatArray)
 
 @dataclass(frozen=True)
 class Link:
-    """One point-to-point link (or a bus): bandwidth per direction and one-way latency."""
+    """One point-to-point link (or a bus): bandwidth per direction and one-way latency.
+
+    ``collective_bandwidth_bytes_per_s`` is the bus bandwidth a ring collective reaches per link
+    (NCCL's ``busbw``: the link rate less the protocol's overhead, measured with nccl-tests);
+    None means the point-to-point ``bandwidth_bytes_per_s``.
+    """
 
     name: str
     bandwidth_bytes_per_s: float
     latency_s: float
+    collective_bandwidth_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         checks.name("link.name", self.name)
         checks.rate(f"link {self.name!r} bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
         checks.non_negative(f"link {self.name!r} latency_s", self.latency_s)
+        if self.collective_bandwidth_bytes_per_s is not None:
+            checks.rate(
+                f"link {self.name!r} collective_bandwidth_bytes_per_s",
+                self.collective_bandwidth_bytes_per_s,
+            )
+
+    @property
+    def bus_bandwidth_bytes_per_s(self) -> float:
+        """The bandwidth a ring collective gets on this link (see the class docstring)."""
+        if self.collective_bandwidth_bytes_per_s is None:
+            return self.bandwidth_bytes_per_s
+        return self.collective_bandwidth_bytes_per_s
 
 
 class Topology(Enum):
@@ -117,6 +135,11 @@ class Network:
 
     ``inter_node_link`` and ``devices_per_node`` apply to the hierarchical topology;
     ``torus_columns`` to the 2-D torus (rows = devices / columns).
+
+    ``rank_stride`` places device d of this network at rank ``d * rank_stride`` of the cluster
+    the topology describes: a pipeline's devices are T ranks apart when tensor parallelism
+    puts T ranks in between (:mod:`pipesim.parallel.ranks`), so with T = 8 on nodes of 8 every
+    pipeline hop crosses nodes. Routes and channels are named by those cluster ranks.
     """
 
     devices: int
@@ -125,9 +148,13 @@ class Network:
     inter_node_link: Link | None = None
     devices_per_node: int | None = None
     torus_columns: int | None = None
+    rank_stride: int = 1
+    message_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         checks.positive_int("network.devices", self.devices)
+        checks.positive_int("network.rank_stride", self.rank_stride)
+        checks.non_negative("network.message_overhead_s", self.message_overhead_s)
         if not isinstance(self.topology, Topology):
             raise SpecError(
                 f"network.topology must be one of {[t.value for t in Topology]}, got "
@@ -141,13 +168,19 @@ class Network:
                 )
             checks.positive_int("network.devices_per_node", self.devices_per_node)
         if self.topology is Topology.TORUS_2D:
-            columns = self.torus_columns or _torus_columns(self.devices)
+            ranks = self.ranks
+            columns = self.torus_columns or _torus_columns(ranks)
             checks.positive_int("network.torus_columns", columns)
-            if self.devices % columns:
+            if ranks % columns:
                 raise SpecError(
-                    f"network.torus_columns must divide the {self.devices} devices, got {columns}"
+                    f"network.torus_columns must divide the {ranks} devices, got {columns}"
                 )
             object.__setattr__(self, "torus_columns", columns)
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks the topology spans: ``devices * rank_stride``."""
+        return self.devices * self.rank_stride
 
     def route(self, source: int, destination: int) -> Route:
         """The channels, latency and bandwidth of a transfer ``source`` -> ``destination``."""
@@ -158,6 +191,7 @@ class Network:
                 )
         if source == destination:
             return Route((), 0.0, math.inf)
+        source, destination = source * self.rank_stride, destination * self.rank_stride
         if self.topology is Topology.ALL_TO_ALL:
             return self._over([(self.link, f"{self.link.name} {source}->{destination}")])
         if self.topology is Topology.SHARED_BUS:
@@ -172,7 +206,7 @@ class Network:
     def _over(self, hops: list[tuple[Link, str]]) -> Route:
         return Route(
             tuple(channel for _, channel in hops),
-            sum(link.latency_s for link, _ in hops),
+            self.message_overhead_s + sum(link.latency_s for link, _ in hops),
             min(link.bandwidth_bytes_per_s for link, _ in hops),
         )
 
@@ -185,7 +219,7 @@ class Network:
         offset: int = 0,
         stride: int = 1,
     ) -> list[str]:
-        size = self.devices if size is None else size
+        size = self.ranks if size is None else size
         label = self.link.name if label is None else label
         forward = (destination - source) % size
         step = 1 if forward <= size - forward else -1
@@ -198,7 +232,7 @@ class Network:
 
     def _torus_hops(self, source: int, destination: int) -> list[str]:
         columns = self.torus_columns or 1
-        rows = self.devices // columns
+        rows = self.ranks // columns
         (src_row, src_col), (dst_row, dst_col) = (
             divmod(source, columns),
             divmod(destination, columns),

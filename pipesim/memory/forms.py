@@ -4,9 +4,11 @@ The simulator (:mod:`pipesim.engine.memory_over_time`) changes a device's activa
 an action starts or ends; a device runs its actions one after another, so (for actions that take
 time) the sequence of levels depends only on each device's action order, never on the timing.
 Each level is a sum over the device's stages of ``n_stash * stash + n_keep * keep + n_input *
-input`` with counts fixed by the order: a :class:`MemoryForm` records the distinct count vectors
-once per schedule, and the peak for any partition is the largest of those linear forms. Static
-memory is weights x versions, gradients and optimizer state, as the simulator counts them.
+input`` plus the running action's transient (one of its stage's F, B, I or W transients, or
+the optimizer step's), with counts fixed by the order: a :class:`MemoryForm` records the
+distinct count vectors once per schedule, and the peak for any partition is the largest of
+those linear forms. Static memory is weights x versions, gradients, optimizer state and master
+weights, as the simulator counts them.
 """
 
 from __future__ import annotations
@@ -14,12 +16,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.memory import rules
+from pipesim.schedules.encoded import KIND_CODES, KINDS
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.unroll import Work, unroll
 
-_Counts = tuple[int, ...]  # per stage on the device: n_stash, n_keep, n_input, n_stash, ...
+SLOT = 3 + len(KINDS) + 1
+"""Counts per stage in a level: n_stash, n_keep, n_input, then a 0/1 for each kind's transient
+running (in :data:`~pipesim.schedules.encoded.KINDS` order), then one for the optimizer step's."""
+OPTIMIZER_SLOT = 3 + len(KINDS)
+
+_Counts = tuple[int, ...]  # SLOT counts per stage on the device, flattened
+
+
+def stage_sizes(stage: StageCosts, rematerialize: bool) -> tuple[float, ...]:
+    """One stage's sizes in a level's order: stash, keep, input, each kind's transient, the
+    optimizer step's transient."""
+    return (
+        stage.activation_bytes,
+        stage.weight_grad_activation_bytes,
+        stage.input_bytes,
+        *(rules.transient_bytes(stage, kind, rematerialize) for kind in KINDS),
+        stage.optimizer_transient_bytes,
+    )
+
+
+def level_bytes(counts: Sequence[int], sizes: Sequence[float]) -> float:
+    """One stage's part of a level: the stash, keep and input terms by the memory model's rule
+    (:func:`pipesim.memory.rules.activation_level_bytes`), then the running transients."""
+    level = rules.activation_level_bytes(counts[:3], sizes[0], sizes[1], sizes[2])
+    for flag, size in zip(counts[3:], sizes[3:], strict=True):
+        if flag:
+            level += flag * size
+    return level
 
 
 @dataclass(frozen=True)
@@ -29,37 +61,44 @@ class MemoryForm:
     Attributes:
         stages: the stages the device holds, in increasing order.
         versions: weight versions kept (1 flush, 2 for 2BW, more for PipeDream's stashing).
-        levels: the distinct activation levels reached, each as counts
-            (n_stash, n_keep, n_input) per stage in ``stages`` order, flattened.
+        levels: the distinct levels reached, each as :data:`SLOT` counts per stage in
+            ``stages`` order, flattened.
+        rematerialize: the schedule re-materializes (a B's transient covers its forward).
     """
 
     stages: tuple[int, ...]
     versions: int
     levels: tuple[_Counts, ...]
+    rematerialize: bool = False
 
     def static_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
-        """Weights x versions, gradients and optimizer state of the device's stages
-        (:func:`pipesim.memory.rules.static_bytes`)."""
+        """Weights x versions, gradients, optimizer state and master weights of the device's
+        stages (:func:`pipesim.memory.rules.static_bytes`)."""
         return rules.static_bytes(stage_costs, self.stages, self.versions)
 
-    def peak_activation_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
-        """The largest activation level for these stage sizes (0 if none is positive)."""
-        sizes = [
-            (stage.activation_bytes, stage.weight_grad_activation_bytes, stage.input_bytes)
-            for stage in (stage_costs[s] for s in self.stages)
-        ]
+    def peak_level_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
+        """The largest level (activations with the running transient) for these stage sizes
+        (0 if none is positive)."""
+        sizes = [stage_sizes(stage_costs[s], self.rematerialize) for s in self.stages]
         best = 0.0
         for counts in self.levels:
             level = 0.0
-            for position, (stash, keep, inputs) in enumerate(sizes):
-                slot = 3 * position
-                level += rules.activation_level_bytes(counts[slot : slot + 3], stash, keep, inputs)
+            for position, stage in enumerate(sizes):
+                slot = SLOT * position
+                level += level_bytes(counts[slot : slot + SLOT], stage)
             best = max(best, level)
         return best
 
-    def peak_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
-        """Static plus the activation peak: the simulator's ``peak_memory_bytes``."""
-        return self.static_bytes(stage_costs) + self.peak_activation_bytes(stage_costs)
+    def peak_bytes(
+        self,
+        stage_costs: Sequence[StageCosts],
+        reserve_bytes: float = 0.0,
+        fragmentation: float = 0.0,
+    ) -> float:
+        """The simulator's ``peak_memory_bytes``: static plus the largest level, with the
+        allocator's fragmentation and the runtime reserve."""
+        model = self.static_bytes(stage_costs) + self.peak_level_bytes(stage_costs)
+        return rules.peak_with_allowances(model, reserve_bytes, fragmentation)
 
 
 def memory_forms(schedule: Schedule, steps: int = 1) -> tuple[MemoryForm, ...]:
@@ -69,37 +108,54 @@ def memory_forms(schedule: Schedule, steps: int = 1) -> tuple[MemoryForm, ...]:
             schedule.stages_on(device),
             rules.weight_versions(schedule, device),
             _maximal(_levels(schedule, device, work)),
+            schedule.rematerialize,
         )
         for device, work in enumerate(unroll(schedule, steps))
     )
 
 
 def _levels(schedule: Schedule, device: int, work: Sequence[Work]) -> list[_Counts]:
-    """The count vector after every increase of the device's activation level."""
+    """The count vector after every increase of the device's level."""
     index = {stage: i for i, stage in enumerate(schedule.stages_on(device))}
     remat = schedule.rematerialize
-    counts = [0] * (3 * len(index))
+    counts = [0] * (SLOT * len(index))
     seen: dict[_Counts, None] = {}
     for item in work:
         action = item.action
-        if action is None:
+        if action is None:  # the optimizer step: every stage's optimizer transient at once
+            for base in range(0, len(counts), SLOT):
+                counts[base + OPTIMIZER_SLOT] += 1
+            seen.setdefault(tuple(counts))
+            for base in range(0, len(counts), SLOT):
+                counts[base + OPTIMIZER_SLOT] -= 1
             continue
-        base = 3 * index[action.stage]
-        kind_changes = rules.changes(action.kind, remat)
-        for stash, keep, inputs in (change.counts for change in kind_changes):
+        base = SLOT * index[action.stage]
+        flag = base + 3 + KIND_CODES[action.kind]
+        for change in rules.changes(action.kind, remat):
+            stash, keep, inputs = change.counts
             counts[base] += stash
             counts[base + 1] += keep
             counts[base + 2] += inputs
-            if stash > 0 or keep > 0 or inputs > 0:
+            counts[flag] += change.transient
+            if stash > 0 or keep > 0 or inputs > 0 or change.transient > 0:
                 seen.setdefault(tuple(counts))
     return list(seen)
 
 
 def _maximal(levels: list[_Counts]) -> tuple[_Counts, ...]:
-    """Drop count vectors that another dominates (sizes are never negative)."""
+    """Drop count vectors that another dominates (sizes are never negative): in decreasing
+    lexicographic order a vector can only be dominated by one before it, so each is kept
+    unless some kept vector is at least as large everywhere."""
     unique = sorted(set(levels), reverse=True)
-    kept: list[_Counts] = []
+    if not unique:
+        return ()
+    width = len(unique[0])
+    kept = np.empty((len(unique), width), dtype=np.int64)
+    count = 0
     for counts in unique:
-        if not any(all(a >= b for a, b in zip(other, counts, strict=True)) for other in kept):
-            kept.append(counts)
-    return tuple(kept)
+        row = np.array(counts, dtype=np.int64)
+        if count and bool((kept[:count] >= row).all(axis=1).any()):
+            continue
+        kept[count] = row
+        count += 1
+    return tuple(tuple(int(x) for x in row) for row in kept[:count])

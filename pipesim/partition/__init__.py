@@ -7,8 +7,9 @@
 * :mod:`.model`: problems built from a model on a hardware spec, and ``--partition`` objectives.
 """
 
+from pipesim.costs.pipeline_costs import merge_layers
 from pipesim.memory.forms import MemoryForm, memory_forms
-from pipesim.partition.problem import PartitionProblem, merge_layers
+from pipesim.partition.problem import PartitionProblem
 from pipesim.partition.solver import (
     NoPartitionFits,
     Partition,

@@ -7,30 +7,35 @@ simulated through ``--partition a,b,c`` sees the very same numbers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from enum import Enum
 
 from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.costs.spec_derived import costs_from_model
+from pipesim.costs.spec_derived import TensorGroup
+from pipesim.costs.spec_derived import layer_costs as spec_layer_costs
 from pipesim.hardware.catalogue import HardwareSpec
-from pipesim.hardware.network import Cluster, Link, Network, Topology
+from pipesim.hardware.network import Cluster
 from pipesim.memory.forms import memory_forms
+from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.partition.problem import PartitionProblem
 from pipesim.partition.solver import balanced, memory_aware
 from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule
-from pipesim.workload.model import Model
+from pipesim.workload.model import Layer, Model
+from pipesim.workload.sharding import sharded_layers
 from pipesim.workload.stage_layers import even_partition
 
 
 class Objective(Enum):
-    """What ``--partition`` optimizes."""
+    """What ``--partition`` optimizes (``blocks``: Megatron-LM's layout, the same number of
+    transformer blocks on every stage, the embedding with the first and the output layer with
+    the last)."""
 
     BALANCED = "balanced"
     MEMORY_AWARE = "memory-aware"
     EVEN = "even"
+    BLOCKS = "blocks"
 
 
 def objective(text: str) -> Objective:
@@ -45,21 +50,46 @@ def objective(text: str) -> Objective:
 
 
 def layer_costs(
-    model: Model, cluster: Cluster, microbatch_size: float, *, optimizer: bool = True
+    model: Model,
+    cluster: Cluster,
+    microbatch_size: float,
+    *,
+    optimizer: bool = True,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
 ) -> tuple[StageCosts, ...]:
     """One :class:`StageCosts` per layer of ``model`` at ``microbatch_size`` on the
-    cluster's accelerator (the network plays no part in them)."""
-    layers = len(model.layers)
-    free = Network(layers, Topology.ALL_TO_ALL, Link("none", math.inf, 0.0))
-    costs = costs_from_model(
-        model,
-        Cluster(cluster.accelerator, free),
-        layers,
-        microbatch_size,
-        [1] * layers,
-        optimizer=optimizer,
-    )
-    return costs.stages
+    cluster's accelerator, as one tensor-parallel rank holds it under ``parallelism`` (the
+    pipeline's network plays no part in them; the tensor-parallel collectives run on
+    ``tensor_group``). Under ``--recompute N`` the layers are the ones built without
+    recomputation (the partitioner does not choose partitions for it)."""
+    sharded = sharded_layers(model, parallelism)
+    b = microbatch_size
+    inputs = [model.input_bytes * b] + [layer.output_bytes * b for layer in sharded.layers[:-1]]
+    # A transformer's blocks are one layer repeated: each distinct (layer, input) is costed once.
+    costed: dict[tuple[int, float], StageCosts] = {}
+    out = []
+    for layer, received in zip(sharded.layers, inputs, strict=True):
+        key = (_identity(layer), received)
+        if key not in costed:
+            costed[key] = spec_layer_costs(
+                layer,
+                model,
+                cluster.accelerator,
+                b,
+                received,
+                optimizer=optimizer,
+                parallelism=parallelism,
+                tensor_group=tensor_group,
+            )
+        out.append(costed[key])
+    return tuple(out)
+
+
+def _identity(layer: Layer) -> int:
+    """Layers that differ in their name only cost the same: the id of what they compute (the
+    kernel description a transformer's blocks share), or of the layer itself."""
+    return id(layer.work) if layer.work is not None else id(layer)
 
 
 def model_problem(
@@ -71,6 +101,8 @@ def model_problem(
     rematerialize: bool = False,
     optimizer: bool = True,
     layers: tuple[StageCosts, ...] | None = None,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
 ) -> PartitionProblem:
     """The partitioning problem of ``model`` on ``cluster`` for stages placed by ``placement``.
 
@@ -78,15 +110,25 @@ def model_problem(
     cluster's accelerator already computed (a caller that caches them across problems)."""
     devices = cluster.devices
     if layers is None:
-        layers = layer_costs(model, cluster, microbatch_size, optimizer=optimizer)
+        layers = layer_costs(
+            model,
+            cluster,
+            microbatch_size,
+            optimizer=optimizer,
+            parallelism=parallelism,
+            tensor_group=tensor_group,
+        )
+    accelerator = cluster.accelerator
     return PartitionProblem(
         layers,
         model.input_bytes * microbatch_size,
         tuple(placement),
         cluster.network,
         (1.0,) * devices,
-        (cluster.accelerator.memory_bytes,) * devices,
+        (accelerator.memory_bytes,) * devices,
         rematerialize,
+        runtime_reserve_bytes=accelerator.runtime_reserve_bytes,
+        fragmentation_fraction=accelerator.fragmentation_fraction,
     )
 
 
@@ -118,6 +160,28 @@ def mixed_problem(
     )
 
 
+def blocks_partition(model: Model, stages: int) -> tuple[int, ...]:
+    """Megatron-LM's layout: the transformer's blocks split evenly over the stages (the first
+    stages take one more when they do not divide), the embedding joins the first stage and
+    the output layer the last. Only for a model built from a transformer architecture."""
+    arch = model.architecture
+    if arch is None or len(model.layers) != arch.layers + 2:
+        raise SpecError(
+            f"--partition blocks splits a transformer's blocks; model {model.name!r} is given "
+            "as layers: give layer counts or balanced, memory-aware or even"
+        )
+    if stages > arch.layers:
+        raise SpecError(
+            f"--partition blocks: {stages} stages need at least {stages} blocks, but model "
+            f"{model.name!r} has {arch.layers}"
+        )
+    base, extra = divmod(arch.layers, stages)
+    counts = [base + (1 if s < extra else 0) for s in range(stages)]
+    counts[0] += 1
+    counts[-1] += 1
+    return tuple(counts)
+
+
 def choose_partition(
     goal: Objective,
     model: Model,
@@ -128,16 +192,33 @@ def choose_partition(
     steps: int = 1,
     *,
     optimizer: bool = True,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
 ) -> tuple[int, ...]:
     """Layers per stage by ``goal`` (balanced, memory-aware or the even split).
     ``memory-aware`` needs the schedule (its peak depends on the order)."""
     stages = cluster.devices * chunks
     if goal is Objective.EVEN:
         return tuple(len(r) for r in even_partition(model, stages))
+    if goal is Objective.BLOCKS:
+        return blocks_partition(model, stages)
     placement = schedule.placement if schedule is not None else looped(cluster.devices, chunks)
     remat = schedule.rematerialize if schedule is not None else False
+    if parallelism.recompute.layers_per_stage is not None:
+        raise SpecError(
+            f"--partition {goal.value} with --recompute {parallelism.recompute.label}: the "
+            "partitioner does not weigh recomputing the first N layers of each stage; give "
+            "layer counts (--partition a,b,...), the even split, or --recompute full"
+        )
     problem = model_problem(
-        model, cluster, microbatch_size, placement, rematerialize=remat, optimizer=optimizer
+        model,
+        cluster,
+        microbatch_size,
+        placement,
+        rematerialize=remat,
+        optimizer=optimizer,
+        parallelism=parallelism,
+        tensor_group=tensor_group,
     )
     if goal is Objective.BALANCED:
         return balanced(problem).counts

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
-from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.costs.pipeline_costs import StageCosts, merge_layers
 from pipesim.hardware.network import Network
 
 
@@ -39,6 +39,8 @@ class PartitionProblem:
         rematerialize: the backward re-runs the forward (counted in the stage time).
         device_layers: per device, its own per-layer costs (devices of different kinds: times
             differ, sizes must not); None means every device has ``layers``.
+        runtime_reserve_bytes, fragmentation_fraction: the allowances a device's reported
+            peak carries on top of the model's (:func:`pipesim.memory.rules.peak_with_allowances`).
     """
 
     layers: tuple[StageCosts, ...]
@@ -49,6 +51,8 @@ class PartitionProblem:
     memory_capacity_bytes: tuple[float, ...] | None = None
     rematerialize: bool = False
     device_layers: tuple[tuple[StageCosts, ...], ...] | None = None
+    runtime_reserve_bytes: float = 0.0
+    fragmentation_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -143,31 +147,6 @@ class PartitionProblem:
             self.input_bytes if start == 0 else self.layers[start - 1].output_bytes,
             self.device_speeds[device] if self.device_speeds else 1.0,
         )
-
-
-def merge_layers(
-    layers: Sequence[StageCosts], input_bytes: float, speed: float = 1.0
-) -> StageCosts:
-    """One stage from consecutive one-layer stages: sums, its own input, its last output."""
-    if not layers:
-        raise SpecError("a stage needs at least one layer")
-    full = [layer.full_backward_s for layer in layers]
-    return StageCosts(
-        forward_s=sum(layer.forward_s for layer in layers) / speed,
-        input_grad_s=sum(layer.input_grad_s for layer in layers) / speed,
-        weight_grad_s=sum(layer.weight_grad_s for layer in layers) / speed,
-        activation_bytes=sum(layer.activation_bytes for layer in layers),
-        weight_grad_activation_bytes=sum(layer.weight_grad_activation_bytes for layer in layers),
-        input_bytes=input_bytes,
-        output_bytes=layers[-1].output_bytes,
-        parameter_bytes=sum(layer.parameter_bytes for layer in layers),
-        gradient_bytes=sum(layer.gradient_bytes for layer in layers),
-        optimizer_bytes=sum(layer.optimizer_bytes for layer in layers),
-        optimizer_step_s=sum(layer.optimizer_step_s for layer in layers) / speed,
-        full_backward_s=None
-        if any(f is None for f in full)
-        else sum(f or 0.0 for f in full) / speed,
-    )
 
 
 def counts_to_cuts(counts: Sequence[int]) -> tuple[int, ...]:

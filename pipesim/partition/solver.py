@@ -28,9 +28,16 @@ from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.memory.forms import MemoryForm
-from pipesim.memory.rules import activation_level_bytes, static_memory_bytes
+from pipesim.memory.forms import SLOT, MemoryForm
+from pipesim.memory.rules import (
+    activation_level_bytes,
+    peak_with_allowances,
+    stage_static_bytes,
+    static_memory_bytes,
+    transient_bytes,
+)
 from pipesim.partition.problem import PartitionProblem, counts_to_cuts
+from pipesim.schedules.encoded import KINDS
 
 _TOLERANCE = 1e-9
 NODE_BUDGET = 200_000
@@ -85,7 +92,10 @@ def device_peaks(
 ) -> tuple[float, ...]:
     """Each device's peak memory for ``counts`` (the simulator's figure)."""
     costs = partition_stage_costs(problem, counts)
-    return tuple(form.peak_bytes(costs) for form in forms)
+    return tuple(
+        form.peak_bytes(costs, problem.runtime_reserve_bytes, problem.fragmentation_fraction)
+        for form in forms
+    )
 
 
 def balanced(problem: PartitionProblem) -> Partition:
@@ -128,6 +138,71 @@ def memory_aware(
             raise _no_fit(problem, forms, least if least is not None else first.counts)
         return Partition(counts, stage_times(problem, counts))
     return _search(problem, forms, first, budget_nodes)
+
+
+def certainly_overflows(problem: PartitionProblem, forms: Sequence[MemoryForm]) -> bool:
+    """True when no partition can fit, proved in a few array operations (a necessary condition
+    only: False says nothing). Two proofs:
+
+    * per device: at its peak, device d holds every layer it is given once statically and at
+      least c_d times stashed, c_d the most micro-batches in flight its schedule gives every
+      one of its stages at once (the memory form's levels); so it holds at most as many
+      layers as the smallest of those weights fit in its memory. Fewer than the model's layers
+      in all: no partition fits.
+    * in total: a device's peak is at least the sum over its v stages of c_s times the
+      stage's stash, c_s the most micro-batches in flight stage s ever has, over v (each
+      term is at most the peak); every stage holds a layer of its own, and the others hold
+      the rest, so the peaks add up to at least every layer's static memory, plus the
+      smallest pairing of counts with single layers' stashes (largest count with smallest
+      stash), plus the smallest count times the other layers' stashes. More than the devices
+      hold together: no partition fits.
+    """
+    capacities = problem.memory_capacity_bytes or ()
+    layers = problem.layers
+    if any(math.isinf(capacities[d]) for d in range(len(forms))):
+        return False
+    stash = np.array([x.activation_bytes for x in layers])
+    reserve, fragmentation = problem.runtime_reserve_bytes, problem.fragmentation_fraction
+    rooms = [(capacities[d] - reserve) / (1 + fragmentation) for d in range(len(forms))]
+    weights = []
+    for form in forms:
+        static = np.array([stage_static_bytes(x, form.versions) for x in layers])
+        in_flight = max(
+            (min(level[SLOT * i] for i in range(len(form.stages))) for level in form.levels),
+            default=0,
+        )
+        weights.append(static + max(in_flight, 0) * stash)
+    # The few lightest layers (an embedding) would count once on every device: the proof is
+    # tried without the j lightest, which then need not be placed (j = 0 to 3).
+    lightest = np.argsort(np.min(weights, axis=0))
+    for skipped in range(min(4, len(layers))):
+        rest = np.ones(len(layers), dtype=bool)
+        rest[lightest[:skipped]] = False
+        holdable = 0
+        for device, weight in enumerate(weights):
+            cumulative = np.cumsum(np.sort(weight[rest]))
+            holdable += int(np.searchsorted(cumulative, rooms[device], side="right"))
+            if holdable >= len(layers) - skipped:
+                break
+        if holdable < len(layers) - skipped:
+            return True
+    versions = min(form.versions for form in forms)
+    static_total = sum(stage_static_bytes(x, versions) for x in layers)
+    static_total -= sum(stage_static_bytes(x, versions) for x in layers if x.shared_parameter_bytes)
+    counts: list[int] = []
+    for form in forms:
+        fullest = (
+            max(
+                form.levels, key=lambda level: sum(level[SLOT * i] for i in range(len(form.stages)))
+            )
+            if form.levels
+            else (0,) * (SLOT * len(form.stages))
+        )
+        counts += [max(fullest[SLOT * i], 0) for i in range(len(form.stages))]
+    smallest = float(stash.min())
+    extra = max(len(layers) - len(counts), 0)
+    least_total = static_total + smallest * (sum(counts) + extra * min(counts, default=0))
+    return least_total > sum(rooms)
 
 
 def _fits(problem: PartitionProblem, forms: Sequence[MemoryForm], counts: Sequence[int]) -> bool:
@@ -213,37 +288,58 @@ def _memory_parts(
     problem: PartitionProblem, forms: Sequence[MemoryForm]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per stage s: its static bytes S[i, j] holding layers [i, j), and its share of each of
-    its device's activation levels A[l, i, j] (so a device's peak is the sum of its stages'
-    S plus the largest over l of the sum of their A[l])."""
+    its device's levels A[l, i, j] (activations and the running transient), so a device's
+    model peak is the sum of its stages' S plus the largest over l of the sum of their A[l]."""
     layers = problem.layers
 
     def prefix(values: list[float]) -> np.ndarray:
         return np.concatenate(([0.0], np.cumsum(values)))
 
-    def span(p: np.ndarray) -> np.ndarray:
+    def span(name: str) -> np.ndarray:
+        p = prefix([getattr(x, name) for x in layers])
         return np.asarray(p[None, :] - p[:, None], dtype=float)
 
-    params = span(prefix([x.parameter_bytes for x in layers]))
-    gradients = span(prefix([x.gradient_bytes for x in layers]))
-    optimizer = span(prefix([x.optimizer_bytes for x in layers]))
-    stash = span(prefix([x.activation_bytes for x in layers]))
-    keep = span(prefix([x.weight_grad_activation_bytes for x in layers]))
+    def span_max(values: list[float]) -> np.ndarray:
+        """M[i, j] = max(values[i:j]) (0 for an empty span)."""
+        count = len(values)
+        out = np.zeros((count + 1, count + 1))
+        row = np.array(values, dtype=float)
+        for i in range(count):
+            out[i, i + 1 :] = np.maximum.accumulate(row[i:])
+        return out
+
+    params, gradients = span("parameter_bytes"), span("gradient_bytes")
+    optimizer, master = span("optimizer_bytes"), span("master_weight_bytes")
+    shared = span("shared_parameter_bytes")
+    stash, keep = span("activation_bytes"), span("weight_grad_activation_bytes")
+    optimizer_transient = span("optimizer_transient_bytes")
     inputs = np.broadcast_to(
         np.array([problem.input_bytes] + [x.output_bytes for x in layers])[:, None], stash.shape
     )
+    remat = problem.rematerialize
+    transients = [span_max([transient_bytes(x, kind, remat) for x in layers]) for kind in KINDS]
+    last = problem.stages - 1
     parts = []
     for s in range(problem.stages):
         form = forms[problem.placement[s]]
-        slot = 3 * form.stages.index(s)
+        slot = SLOT * form.stages.index(s)
         # the memory model's own rules (pipesim.memory.rules), over every span [i, j) at once
-        static = static_memory_bytes(params, gradients, optimizer, form.versions)
-        levels = np.array(
-            [
-                activation_level_bytes(counts[slot : slot + 3], stash, keep, inputs)
-                for counts in form.levels
-            ]
-            or [np.zeros_like(static)]
+        static = static_memory_bytes(params, gradients, optimizer, form.versions, master)
+        if s == last and problem.placement[last] == problem.placement[0]:
+            # the device holds the tied output layer's copy of the first stage's embeddings
+            share = np.divide(shared, params, out=np.zeros_like(shared), where=params > 0)
+            static = static - share * static
+        sizes = (*transients, optimizer_transient)
+        # every level at once: each count as a column broadcast over the span matrices
+        counts = np.array(form.levels or [(0,) * (SLOT * len(form.stages))], dtype=float)
+        column = counts[:, slot : slot + SLOT, None, None]
+        levels = activation_level_bytes(
+            (column[:, 0], column[:, 1], column[:, 2]), stash, keep, inputs
         )
+        for index, size in enumerate(sizes, start=3):
+            flags = column[:, index]
+            if flags.any():
+                levels = levels + flags * size
         parts.append((static, levels))
     return parts
 
@@ -252,7 +348,12 @@ def _memory_matrices(problem: PartitionProblem, forms: Sequence[MemoryForm]) -> 
     """For one stage per device: M[i, j] = peak - capacity of stage s holding [i, j)."""
     capacities = problem.memory_capacity_bytes or ()
     return [
-        static + np.maximum(levels.max(axis=0), 0.0) - capacities[problem.placement[s]]
+        peak_with_allowances(
+            static + np.maximum(levels.max(axis=0), 0.0),
+            problem.runtime_reserve_bytes,
+            problem.fragmentation_fraction,
+        )
+        - capacities[problem.placement[s]]
         for s, (static, levels) in enumerate(_memory_parts(problem, forms))
     ]
 
@@ -327,7 +428,11 @@ def _search(
             # stages not placed yet count as empty: a lower bound on the device's peak
             statics = static_acc[device] + static[start]
             level_rows = level_acc[device][:, None] + levels[:, start, :]
-            peaks = statics + np.maximum(level_rows.max(axis=0), 0.0)
+            peaks = peak_with_allowances(
+                statics + np.maximum(level_rows.max(axis=0), 0.0),
+                problem.runtime_reserve_bytes,
+                problem.fragmentation_fraction,
+            )
             ok = (
                 (matrices[stage][start] <= limit) & reach[stage + 1] & (peaks <= capacities[device])
             )

@@ -1,6 +1,10 @@
 """``pipesim plan``: the best configurations of a model on N devices, found exactly.
 
-1. Enumerate the space (:mod:`.space`).
+The space (:mod:`.space`) is every hybrid-parallel configuration: tensor-parallel size,
+pipeline depth, data parallelism, schedule, chunks, micro-batches and their size, recomputation,
+optimizer sharding and sequence parallelism, with T x K x D = N.
+
+1. Enumerate the space.
 2. For each candidate: the balanced partition of its K·v stages (exact, transfers counted);
    if that overflows a device under the schedule's peak memory (closed form, exactly the
    simulator's), the memory-aware partition; if none fits, the candidate is rejected as out
@@ -22,34 +26,41 @@ from typing import Any
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
-from pipesim.costs.data_parallel import (
-    add_to_optimizer_step,
-    allreduce_times_s,
-    replica_group,
-    ring_allreduce_s,
-)
+from pipesim.common.units import format_bytes
+from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.costs.spec_derived import TensorGroup
 from pipesim.engine import simulate
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.memory.forms import MemoryForm
+from pipesim.parallel.config import Parallelism, Recompute
+from pipesim.parallel.ranks import RankLayout
 from pipesim.partition import (
     NoPartitionFits,
     PartitionProblem,
     balanced,
-    device_peaks,
     memory_aware,
     memory_forms,
 )
 from pipesim.partition.from_model import layer_costs, model_problem
-from pipesim.partition.solver import Partition, partition_stage_costs
+from pipesim.partition.solver import Partition, certainly_overflows
 from pipesim.plan.bounds import iteration_lower_bound_s
-from pipesim.plan.space import DEFAULT_SCHEDULES, Candidate, candidates
+from pipesim.plan.space import (
+    DEFAULT_RECOMPUTE,
+    DEFAULT_SCHEDULES,
+    Candidate,
+    SpaceLimits,
+    candidates,
+    divisors,
+)
 from pipesim.request.cost_request import resolved_model
 from pipesim.schedules import UpdateRule, build
 from pipesim.schedules.synthesis import SYNTH_NAME
 from pipesim.workload.model import Model
+from pipesim.workload.transformer import check_tensor_parallel, is_block
 
 # No-flush schedules are timed in steady state over this many steps back to back. Their steps
 # run as one 1F1B stream (pipesim.schedules.unroll.no_flush_order), so the per-step interval is
@@ -74,6 +85,12 @@ class PlanSettings:
     dtype: str | None = None
     top: int = 5
     chunk_options: tuple[int, ...] = (2, 4)
+    tensor_sizes: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    zero: tuple[int, ...] = (1,)
+    sequence_parallel: tuple[bool, ...] = (True,)
+    attention: str | None = None
+    overlap_grad_reduce: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,8 @@ class Evaluated:
     iteration_time_s: float | None = None
     bubble_fraction: float | None = None
     simulated_peak_bytes: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
 
     @property
     def oom(self) -> bool:
@@ -123,6 +142,7 @@ class PlanReport:
     seconds: float
     simulated: int = 0
     configurations: int = 0
+    cluster: str = ""
 
 
 def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
@@ -144,14 +164,19 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
             "(for the shapes of their best plans); name at least one registered schedule too"
         )
     model = resolved_model(
-        settings.model, settings.optimizer_state, settings.master_weights, settings.dtype
+        settings.model,
+        settings.optimizer_state,
+        settings.master_weights,
+        settings.dtype,
+        settings.attention,
     )
     hardware = resolve_hardware(settings.hardware)
+    limits = space_limits(model, hardware, settings)
     space = list(
         candidates(
             settings.devices,
             settings.batch,
-            len(model.layers),
+            limits,
             settings.schedules,
             settings.chunk_options,
         )
@@ -159,7 +184,8 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     if not space:
         raise SpecError(
             f"no configuration: {settings.devices} devices and batch {settings.batch} admit no "
-            f"schedule of {', '.join(settings.schedules)} for {len(model.layers)} layers"
+            f"schedule of {', '.join(settings.schedules)} for {len(model.layers)} layers "
+            f"(tensor-parallel sizes {', '.join(map(str, limits.tensor_sizes))})"
         )
     context = PlanContext(model, hardware, settings)
     ordered = sorted(((context.quick_bound(c), i, c) for i, c in enumerate(space)))
@@ -200,82 +226,279 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
         time.perf_counter() - started,
         len(finished),
         len(space),
+        hardware.describe(settings.devices),
     )
 
 
+def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -> SpaceLimits:
+    """What the model and the hardware let the search try: tensor-parallel sizes that divide a
+    node's devices and split the model evenly (asked-for sizes are checked the same way; a
+    model given as layers has none but 1), layer-level recomputation on a transformer."""
+    arch = model.architecture
+    node = hardware.devices_per_node or settings.devices
+    if settings.tensor_sizes is not None:
+        for tensor in settings.tensor_sizes:
+            if settings.devices % tensor:
+                raise SpecError(
+                    f"--tensor-parallel {tensor} must divide the {settings.devices:,} devices"
+                )
+            if tensor > 1:
+                if arch is None:
+                    raise SpecError(
+                        f"--tensor-parallel {tensor}: model {model.name!r} is given as layers, "
+                        "with no heads or widths to split"
+                    )
+                check_tensor_parallel(arch, tensor)
+                if node % tensor:
+                    raise SpecError(
+                        f"--tensor-parallel {tensor} must divide the {node} devices of a "
+                        f"{hardware.name} node: the planner keeps tensor parallelism in a node"
+                    )
+        sizes = tuple(sorted(set(settings.tensor_sizes)))
+    elif arch is None:
+        sizes = (1,)
+    else:
+        sizes = tuple(t for t in divisors(node) if settings.devices % t == 0 and _splits(arch, t))
+    recompute: tuple[str, ...]
+    if settings.recompute is not None:
+        for mode in settings.recompute:
+            parsed = Recompute.parse(mode)
+            if parsed.layers_per_stage is not None:
+                raise SpecError(
+                    f"--recompute {mode}: the planner searches none, selective and full"
+                )
+            if arch is None and parsed.label != "none":
+                raise SpecError(
+                    f"--recompute {mode}: model {model.name!r} is given as layers, with none to "
+                    "recompute; its stages can re-materialize (remat is searched)"
+                )
+        recompute = tuple(Recompute.parse(mode).label for mode in settings.recompute)
+    else:
+        recompute = DEFAULT_RECOMPUTE if arch is not None else ("none",)
+    for stage in settings.zero:
+        if stage not in (0, 1):
+            raise SpecError(f"--zero must be 0 or 1, got {stage}")
+    return SpaceLimits(
+        len(model.layers),
+        sizes,
+        recompute,
+        tuple(settings.zero),
+        tuple(settings.sequence_parallel) if arch is not None else (False,),
+    )
+
+
+def _splits(arch: object, tensor: int) -> bool:
+    try:
+        check_tensor_parallel(arch, tensor)  # type: ignore[arg-type]
+    except SpecError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class SyncTerms:
+    """A stage's data-parallel communication as a line in its bytes."""
+
+    gradient_per_byte: float
+    weight_per_byte: float
+    fixed_s: float
+
+
+LayerKey = tuple[int, bool, str, int, int]
+"""(T, sequence parallel, recompute, b, optimizer shards): what one rank's per-layer costs
+depend on (the shards are D under ZeRO-1, else 1)."""
+
+
+def layer_key(c: Candidate) -> LayerKey:
+    """The per-layer costs ``c`` reads."""
+    shards = c.data_parallel if c.zero else 1
+    return (c.tensor, c.sequence_parallel, c.recompute, c.microbatch_size, shards)
+
+
 class PlanContext:
-    """Caches shared across candidates: layer costs per micro-batch size, schedules' memory
-    forms, balanced partitions per shape."""
+    """Caches shared across candidates: one rank's layer costs per (T, SP, recompute, b),
+    schedules' memory forms, balanced partitions per shape, collective slopes per group."""
 
     def __init__(self, model: Model, hardware: HardwareSpec, settings: PlanSettings) -> None:
         self.model = model
         self.hardware = hardware
         self.settings = settings
-        self.layers: dict[int, tuple[StageCosts, ...]] = {}
+        self.job = hardware.network(settings.devices)
+        self.layers: dict[LayerKey, tuple[StageCosts, ...]] = {}
         self.forms: dict[tuple[str, int, int, int, bool, int], tuple[MemoryForm, ...]] = {}
-        self.balanced: dict[tuple[int, tuple[int, ...], int, bool], Partition] = {}
-        self.compute_bottleneck: dict[tuple[int, int, bool], float] = {}
-        self.rings: dict[tuple[int, int], tuple[float, float]] = {}
+        self.balanced: dict[tuple[int, tuple[int, ...], LayerKey, bool], Partition] = {}
+        self.compute_bottleneck: dict[tuple[int, LayerKey, bool], float] = {}
+        self.sums: dict[tuple[LayerKey, bool], tuple[float, float, float, float, float]] = {}
+        self.syncs: dict[tuple[int, int, int, int], SyncTerms] = {}
+        self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
         self.rules: dict[str, UpdateRule] = {}
 
+    def parallelism(self, c: Candidate) -> Parallelism:
+        """``c``'s parallel configuration besides the pipeline."""
+        return Parallelism(
+            tensor=c.tensor,
+            sequence_parallel=c.sequence_parallel,
+            recompute=Recompute.parse(c.recompute),
+            zero=c.zero,
+            data=c.data_parallel,
+            overlap_grad_reduce=self.settings.overlap_grad_reduce,
+        )
+
+    def tensor_group(self, tensor: int) -> TensorGroup | None:
+        """Where the tensor-parallel collectives run: the first T ranks of the job."""
+        return None if tensor == 1 else TensorGroup(self.job, tuple(range(tensor)))
+
+    def layer_costs(self, c: Candidate) -> tuple[StageCosts, ...]:
+        """One rank's per-layer costs for ``c`` (cached per :data:`LayerKey`)."""
+        key = layer_key(c)
+        if key not in self.layers:
+            self.layers[key] = layer_costs(
+                self.model,
+                self.hardware.cluster(1),
+                c.microbatch_size,
+                parallelism=self.parallelism(c),
+                tensor_group=self.tensor_group(c.tensor),
+            )
+        return self.layers[key]
+
     def problem(self, candidate: Candidate, placement: tuple[int, ...]) -> PartitionProblem:
-        b = candidate.microbatch_size
-        if b not in self.layers:
-            self.layers[b] = layer_costs(self.model, self.hardware.cluster(1), b)
         return model_problem(
             self.model,
-            self.hardware.cluster(candidate.devices),
-            b,
+            self.hardware.cluster(candidate.devices, rank_stride=candidate.tensor),
+            candidate.microbatch_size,
             placement,
             rematerialize=candidate.remat,
-            layers=self.layers[b],
+            layers=self.layer_costs(candidate),
         )
+
+    def _sums(self, c: Candidate) -> tuple[float, float, float, float, float]:
+        """Over every layer: work per micro-batch (F + B, F twice under remat), the one-batch
+        path (F and the input gradient), optimizer steps, gradient and weight bytes."""
+        key = (layer_key(c), c.remat)
+        if key not in self.sums:
+            layers = self.layer_costs(c)
+            again = 2 if c.remat else 1
+            self.sums[key] = (
+                sum(x.forward_s * again + x.backward_s for x in layers),
+                sum(x.forward_s * (again - 1) + x.forward_s + x.input_grad_s for x in layers),
+                sum(x.optimizer_step_s for x in layers),
+                sum(x.gradient_bytes for x in layers),
+                sum(x.parameter_bytes for x in layers),
+            )
+        return self.sums[key]
+
+    def bottleneck(self, c: Candidate) -> float:
+        """A lower bound on the slowest stage's compute per micro-batch over every partition
+        into K·v stages: exact for a model given as layers (the balanced partition without
+        transfers), for a transformer the larger of the average stage and the blocks some
+        stage must hold (ceil(blocks / stages) of the identical blocks)."""
+        key = (c.stages, layer_key(c), c.remat)
+        if key not in self.compute_bottleneck:
+            layers = self.layer_costs(c)
+            if self.model.architecture is None:
+                free = PartitionProblem(
+                    layers, 0.0, tuple(range(c.stages)), None, rematerialize=c.remat
+                )
+                value = balanced(free).bottleneck_s
+            else:
+                again = 2 if c.remat else 1
+                work = [x.forward_s * again + x.backward_s for x in layers]
+                blocks = [
+                    w for w, layer in zip(work, self.model.layers, strict=True) if is_block(layer)
+                ]
+                least = min(blocks) if blocks else 0.0
+                value = max(
+                    sum(work) / c.stages,
+                    max(work),
+                    -(-len(blocks) // c.stages) * least,
+                )
+            self.compute_bottleneck[key] = value
+        return self.compute_bottleneck[key]
 
     def quick_bound(self, c: Candidate) -> float:
         """A lower bound on ``c``'s iteration time that holds for every partition: the least
-        possible slowest stage's compute (exact, transfers left out) for M micro-batches, the
-        average device's share of all compute, optimizer steps and all-reduces, and (flush
-        schedules) one micro-batch through every stage and back (forward and input gradient)."""
-        b = c.microbatch_size
-        if b not in self.layers:
-            self.layers[b] = layer_costs(self.model, self.hardware.cluster(1), b)
-        layers = self.layers[b]
-        key = (c.stages, b, c.remat)
-        if key not in self.compute_bottleneck:
-            free = PartitionProblem(
-                layers, 0.0, tuple(range(c.stages)), None, rematerialize=c.remat
+        possible slowest stage's compute for M micro-batches, the average device's share of
+        all compute, optimizer steps and data-parallel communication, and (flush schedules)
+        one micro-batch through every stage and back (forward and input gradient)."""
+        work, path, optimizer, gradients, weights = self._sums(c)
+        sync = 0.0
+        if c.data_parallel > 1 and not self.settings.overlap_grad_reduce:
+            terms = self.sync_terms(c)
+            sync = (
+                terms.gradient_per_byte * gradients
+                + terms.weight_per_byte * weights
+                + terms.fixed_s * c.stages
             )
-            self.compute_bottleneck[key] = balanced(free).bottleneck_s
-        work = sum(x.forward_s * (2 if c.remat else 1) + x.backward_s for x in layers)
-        path = sum(x.forward_s * (2 if c.remat else 1) + x.input_grad_s for x in layers)
-        optimizer = sum(x.optimizer_step_s for x in layers)
-        gradients = sum(x.gradient_bytes for x in layers)
-        slope, intercept = self.ring_terms(c.devices, c.data_parallel)
-        allreduce = slope * gradients + c.stages * intercept
-        average = (c.microbatches * work + optimizer + allreduce) / c.devices
+        average = (c.microbatches * work + optimizer + sync) / c.devices
+        bottleneck = c.microbatches * self.bottleneck(c)
         if c.schedule not in self.rules:
             shape = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
             self.rules[c.schedule] = shape.update_rule
-        rule = self.rules[c.schedule]
-        if rule is not UpdateRule.FLUSH:  # steady state: steps overlap, no one-batch path
-            bound = max(c.microbatches * self.compute_bottleneck[key], average)
-            return float(bound)
-        return float(max(c.microbatches * self.compute_bottleneck[key], average, path))
+        if self.rules[c.schedule] is not UpdateRule.FLUSH:  # steady state: no one-batch path
+            return float(max(bottleneck, average))
+        return float(max(bottleneck, average, path, self.fill_bound(c)))
 
-    def ring_terms(self, devices: int, data_parallel: int) -> tuple[float, float]:
-        """The least per-byte and fixed all-reduce costs over the K data-parallel groups."""
-        key = (devices, data_parallel)
-        if key not in self.rings:
-            network = self.hardware.network(devices * data_parallel)
-            slopes, intercepts = [], []
-            for device in range(devices):
-                group = replica_group(device, devices, data_parallel)
-                one = ring_allreduce_s(network, group, 1.0)
-                two = ring_allreduce_s(network, group, 2.0)
-                slopes.append(two - one)
-                intercepts.append(one - (two - one))
-            self.rings[key] = (min(slopes), max(0.0, min(intercepts)))
-        return self.rings[key]
+    def fill_bound(self, c: Candidate) -> float:
+        """For one stage per device on a transformer: device d cannot start before micro-batch
+        0's forwards of the stages before it, f times their blocks, and then works M·w times
+        its own (w a block's forward and backward); weighting the devices' bounds so that
+        every block counts alike (lambda_d proportional to (1 - r)^(K-1-d), r = f / (M w))
+        gives, for any partition of the L blocks, the step at least L f / (1 - (1 - r)^K):
+        M L w / K with the pipeline's fill on top. 0 where it does not apply."""
+        if c.chunks != 1 or self.model.architecture is None or c.devices == 1:
+            return 0.0
+        layers = self.layer_costs(c)
+        again = 2 if c.remat else 1
+        blocks = [x for x, layer in zip(layers, self.model.layers, strict=True) if is_block(layer)]
+        if not blocks:
+            return 0.0
+        forward = min(x.forward_s for x in blocks)
+        work = min(x.forward_s * again + x.backward_s for x in blocks)
+        if forward <= 0 or work <= 0:
+            return 0.0
+        share = forward / (c.microbatches * work)
+        if share >= 1:
+            return 0.0
+        return len(blocks) * forward / (1 - (1 - share) ** c.devices)
+
+    def sync_terms(self, c: Candidate) -> SyncTerms:
+        """The least per-byte and fixed costs of a stage's data-parallel communication over
+        the K groups (gradients all-reduced, or reduce-scattered with the weights all-gathered
+        under ZeRO-1): every group's cost is at least these."""
+        key = (c.devices, c.tensor, c.data_parallel, c.zero)
+        if key not in self.syncs:
+            layout = RankLayout(c.tensor, c.devices, c.data_parallel)
+            grad_kind = Collective.REDUCE_SCATTER if c.zero else Collective.ALL_REDUCE
+            terms = []
+            for device in range(c.devices):
+                group = layout.data_group(device)
+                g1, g2 = (collective_time_s(self.job, group, grad_kind, n) for n in (1.0, 2.0))
+                w1, w2 = (
+                    collective_time_s(self.job, group, Collective.ALL_GATHER, n) if c.zero else 0.0
+                    for n in (1.0, 2.0)
+                )
+                terms.append(SyncTerms(g2 - g1, w2 - w1, (g1 - (g2 - g1)) + (w1 - (w2 - w1))))
+            self.syncs[key] = SyncTerms(
+                min(t.gradient_per_byte for t in terms),
+                min(t.weight_per_byte for t in terms),
+                max(0.0, min(t.fixed_s for t in terms)),
+            )
+        return self.syncs[key]
+
+    def stage_costs(
+        self, c: Candidate, problem: PartitionProblem, counts: tuple[int, ...]
+    ) -> list[StageCosts]:
+        """The stages of ``counts`` (cached per layer key and span: every device here is the
+        same kind, so a span costs the same wherever it sits)."""
+        out, start = [], 0
+        key = layer_key(c)
+        for count in counts:
+            span = (key, start, start + count)
+            if span not in self.spans:
+                self.spans[span] = problem.stage_costs(start, start + count, 0)
+            out.append(self.spans[span])
+            start += count
+        return out
 
     def evaluate(self, c: Candidate) -> Evaluated:
         key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
@@ -287,33 +510,44 @@ class PlanContext:
         forms = self.forms[(*key, steps)]
         placement = schedule.placement
         problem = self.problem(c, placement)
-        shape = (c.devices, placement, c.microbatch_size, c.remat)
+        shape = (c.devices, placement, layer_key(c), c.remat)
         if shape not in self.balanced:
             self.balanced[shape] = balanced(problem)
         chosen, objective, oom_reason = self.balanced[shape], "balanced", None
         capacity = self.hardware.accelerator.memory_bytes
-        peaks = device_peaks(problem, forms, chosen.counts)
-        if max(peaks) > capacity:
+        stage_costs = self.stage_costs(c, problem, chosen.counts)
+        peaks = _peaks(problem, forms, stage_costs)
+        if max(peaks) > capacity and certainly_overflows(problem, forms):
+            device = max(range(len(peaks)), key=lambda d: peaks[d])
+            over = peaks[device] - capacity
+            oom_reason = (
+                f"no partition fits memory: the balanced one overflows device {device} by "
+                f"{format_bytes(over)} (needs {format_bytes(peaks[device])} of "
+                f"{format_bytes(capacity)}), and the devices cannot hold the layers with the "
+                "micro-batches their schedule keeps in flight under any partition"
+            )
+        elif max(peaks) > capacity:
             try:
                 chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET)
                 objective = "memory-aware"
-                peaks = device_peaks(problem, forms, chosen.counts)
+                stage_costs = self.stage_costs(c, problem, chosen.counts)
+                peaks = _peaks(problem, forms, stage_costs)
             except NoPartitionFits as error:
                 oom_reason = str(error)
-        stage_costs = partition_stage_costs(problem, chosen.counts)
-        cluster_network = self.hardware.network(c.devices * c.data_parallel)
-        allreduce = allreduce_times_s(
-            [s.gradient_bytes for s in stage_costs],
-            placement,
-            cluster_network,
-            c.devices,
-            c.data_parallel,
-        )
-        with_allreduce = [
-            add_to_optimizer_step(s, extra) for s, extra in zip(stage_costs, allreduce, strict=True)
+        sync = [0.0] * len(stage_costs)
+        if c.data_parallel > 1:
+            sync = sync_times_s(
+                stage_costs,
+                placement,
+                self.job,
+                RankLayout(c.tensor, c.devices, c.data_parallel),
+                self.parallelism(c),
+            )
+        with_sync = [
+            add_to_optimizer_step(s, extra) for s, extra in zip(stage_costs, sync, strict=True)
         ]
         bound = iteration_lower_bound_s(
-            with_allreduce,
+            with_sync,
             placement,
             problem.network,  # type: ignore[arg-type]
             c.microbatches,
@@ -321,7 +555,7 @@ class PlanContext:
             flush=flush,
         )
         per_device = [0.0] * c.devices
-        for stage, extra in enumerate(allreduce):
+        for stage, extra in enumerate(sync):
             per_device[placement[stage]] += extra
         return Evaluated(
             c,
@@ -344,11 +578,11 @@ class PlanContext:
         from pipesim.errors import LimitError
         from pipesim.schedules.synthesis import check_synthesis_size, synthesize
 
-        fastest: dict[tuple[int, int, int, int], float] = {}
+        fastest: dict[tuple[object, ...], float] = {}
         for e in finished:
             if e.simulated and not e.simulated_oom:
                 c = e.candidate
-                key = (c.devices, c.data_parallel, c.microbatches, c.microbatch_size)
+                key = _shape_key(c)
                 fastest[key] = min(fastest.get(key, math.inf), e.iteration_time_s or math.inf)
         offered = []
         for shape in _synthesis_shapes(finished, top):
@@ -362,10 +596,10 @@ class PlanContext:
                 1,
                 shape.microbatch_size,
                 base.partition,
-                data_parallel=shape.data_parallel,
                 placement=tuple(range(shape.devices)),
+                parallelism=self.parallelism(shape),
             )
-            key = (shape.devices, shape.data_parallel, shape.microbatches, shape.microbatch_size)
+            key = _shape_key(shape)
             chosen: tuple[int, Any, tuple[float, ...]] | None = None
             try:
                 check_synthesis_size(shape.devices, shape.microbatches)
@@ -404,6 +638,8 @@ class PlanContext:
                     iteration_time_s=result.iteration_time_s,
                     bubble_fraction=result.bubble_fraction,
                     simulated_peak_bytes=max(peaks),
+                    mfu=result.model_flops_utilization,
+                    hfu=result.hardware_flops_utilization,
                 )
             )
         return offered
@@ -421,8 +657,8 @@ class PlanContext:
             c.chunks,
             c.microbatch_size,
             item.partition,
-            data_parallel=c.data_parallel,
             placement=schedule.placement,
+            parallelism=self.parallelism(c),
         )
         result = simulate(schedule, costs, steps=item.steps)
         return dataclasses.replace(
@@ -430,7 +666,22 @@ class PlanContext:
             iteration_time_s=result.iteration_time_s,
             bubble_fraction=result.bubble_fraction,
             simulated_peak_bytes=max(d.peak_memory_bytes for d in result.per_device),
+            mfu=result.model_flops_utilization,
+            hfu=result.hardware_flops_utilization,
         )
+
+
+def _peaks(
+    problem: PartitionProblem, forms: tuple[MemoryForm, ...], stages: list[StageCosts]
+) -> tuple[float, ...]:
+    """Each device's peak memory for these stages (the simulator's figure)."""
+    reserve, fragmentation = problem.runtime_reserve_bytes, problem.fragmentation_fraction
+    return tuple(form.peak_bytes(stages, reserve, fragmentation) for form in forms)
+
+
+def _shape_key(c: Candidate) -> tuple[object, ...]:
+    """What a synthesised schedule is compared within: the same shape and configuration."""
+    return (c.devices, c.data_parallel, c.microbatches, c.microbatch_size, layer_key(c), c.zero)
 
 
 def _synthesis_shapes(finished: list[Evaluated], top: int) -> list[Candidate]:
@@ -445,13 +696,11 @@ def _synthesis_shapes(finished: list[Evaluated], top: int) -> list[Candidate]:
     )
     for e in ranked:
         c = e.candidate
-        key = (c.devices, c.data_parallel, c.microbatches, c.microbatch_size)
-        if c.devices > 1 and key not in seen:
+        key = _shape_key(c)
+        if c.devices > 1 and key not in seen and c.recompute != "full":
             seen.add(key)
             shapes.append(
-                Candidate(
-                    c.devices, c.data_parallel, "1f1b", 1, c.microbatches, c.microbatch_size, False
-                )
+                dataclasses.replace(c, schedule="1f1b", chunks=1, remat=False, memory_limit=None)
             )
         if len(shapes) == top:
             break
@@ -488,7 +737,7 @@ def _why_slower(e: Evaluated, best: Evaluated, best_time: float) -> str:
     reasons = []
     if e.allreduce_s > best.allreduce_s and e.allreduce_s - best.allreduce_s >= 0.3 * lost:
         reasons.append(
-            f"communication: gradient all-reduce {e.allreduce_s:.3g} s per step "
+            f"communication: gradient reduction {e.allreduce_s:.3g} s per step "
             f"(best plan {best.allreduce_s:.3g} s)"
         )
     if bubble > best_bubble + 0.01:

@@ -19,6 +19,11 @@ def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
     return {
         "devices": c.devices,
         "data_parallel": c.data_parallel,
+        "tensor_parallel": c.tensor,
+        "sequence_parallel": c.sequence_parallel,
+        "recompute": c.recompute,
+        "zero": c.zero,
+        "asynchronous": c.asynchronous,
         "schedule": c.schedule,
         "chunks": c.chunks,
         "microbatches": c.microbatches,
@@ -37,6 +42,8 @@ def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
         "memory_capacity_bytes": _finite(e.capacity_bytes),
         "headroom_bytes": _finite(e.capacity_bytes - peak),
         "oom": e.oom,
+        "mfu": e.mfu,
+        "hfu": e.hfu,
     }
 
 
@@ -68,6 +75,10 @@ def simulate_command(report: PlanReport, e: Evaluated) -> str:
         str(s.batch),
         "--data-parallel",
         str(c.data_parallel),
+        *(["--tensor-parallel", str(c.tensor)] if c.tensor > 1 else []),
+        *(["--sequence-parallel"] if c.sequence_parallel else []),
+        *(["--recompute", c.recompute] if c.recompute != "none" else []),
+        *(["--zero", str(c.zero)] if c.zero else []),
         "--partition",
         ",".join(map(str, e.partition)),
         "--steps",
@@ -81,6 +92,10 @@ def simulate_command(report: PlanReport, e: Evaluated) -> str:
         words.append("--master-weights" if s.master_weights else "--no-master-weights")
     if s.dtype is not None:
         words += ["--dtype", s.dtype]
+    if s.attention is not None:
+        words += ["--attention", s.attention]
+    if s.overlap_grad_reduce:
+        words.append("--overlap-grad-reduce")
     return shlex.join(words)
 
 
@@ -106,8 +121,15 @@ def report_json(report: PlanReport) -> dict[str, Any]:
         "model": report.settings.model,
         "hardware": report.settings.hardware,
         "cluster_devices": report.settings.devices,
+        "cluster": report.cluster,
         "batch": batch,
     }
+
+
+ASYNC_NOTE = (
+    "* asynchronous weight updates: not the optimizer's own semantics (PipeDream-2BW "
+    "W(t+1) = W(t) - lr x grad f(W(t-1)), PipeDream's stashed weights)"
+)
 
 
 def report_table(report: PlanReport) -> str:
@@ -117,22 +139,34 @@ def report_table(report: PlanReport) -> str:
         f"plans for {s.model} on {s.devices} x {s.hardware}, batch {s.batch} "
         f"({report.configurations} configurations bounded, {len(report.evaluated)} partitioned "
         f"and checked for memory, {report.simulated} simulated, {report.seconds:.2f} s)",
-        "",
-        f"{'#':>2} {'K':>3} {'DP':>3} {'schedule':<17}{'v':>2} {'M':>4} {'b':>4} {'remat':>5}  "
-        f"{'iteration':>10} {'samples/s':>10} {'bubble':>7} {'peak mem':>10} {'headroom':>10}"
-        "  partition",
     ]
+    if report.cluster:
+        lines.append(f"cluster: {report.cluster}")
+    lines += [
+        "",
+        f"{'#':>2} {'T':>2} {'SP':>2} {'K':>3} {'DP':>4} {'schedule':<18}{'v':>2} {'M':>4} "
+        f"{'b':>3} {'recompute':>9} {'ZeRO':>4}  {'iteration':>10} {'samples/s':>10} "
+        f"{'MFU':>6} {'bubble':>7} {'peak mem':>10} {'headroom':>10}  partition",
+    ]
+    any_async = False
     for rank, e in enumerate(report.plans, 1):
         c = e.candidate
         t = e.iteration_time_s or 0.0
         peak = e.simulated_peak_bytes or 0.0
+        recompute = "remat" if c.remat else c.recompute
+        label = c.schedule_label + ("*" if c.asynchronous else "")
+        any_async = any_async or c.asynchronous
+        mfu = "" if e.mfu is None else f"{e.mfu:.1%}"
         lines.append(
-            f"{rank:>2} {c.devices:>3} {c.data_parallel:>3} {c.schedule_label:<17}{c.chunks:>2} "
-            f"{c.microbatches:>4} {c.microbatch_size:>4} {'yes' if c.remat else 'no':>5}  "
-            f"{format_seconds(t):>10} {s.batch / t:>10.4g} {e.bubble_fraction or 0.0:>7.1%} "
+            f"{rank:>2} {c.tensor:>2} {'on' if c.sequence_parallel else '':>2} {c.devices:>3} "
+            f"{c.data_parallel:>4} {label:<18}{c.chunks:>2} {c.microbatches:>4} "
+            f"{c.microbatch_size:>3} {recompute:>9} {c.zero:>4}  {format_seconds(t):>10} "
+            f"{s.batch / t:>10.4g} {mfu:>6} {e.bubble_fraction or 0.0:>7.1%} "
             f"{format_bytes(peak):>10} {format_bytes(e.capacity_bytes - peak):>10}  "
-            f"{','.join(map(str, e.partition))}"
+            f"{_partition_text(e.partition)}"
         )
+    if any_async:
+        lines.append(ASYNC_NOTE)
     if report.plans:
         best = simulate_command(report, report.plans[0])
         lines += ["", "re-simulate the best plan:", "  " + best]
@@ -141,3 +175,11 @@ def report_table(report: PlanReport) -> str:
         for e, why in report.rejected:
             lines.append(f"  {e.candidate.label()}: {why}")
     return "\n".join(lines) + "\n"
+
+
+def _partition_text(counts: tuple[int, ...], most: int = 12) -> str:
+    """Layers per stage, the middle elided past ``most`` stages."""
+    if len(counts) <= most:
+        return ",".join(map(str, counts))
+    head, tail = counts[: most // 2], counts[-(most // 2) :]
+    return f"{','.join(map(str, head))},...,{','.join(map(str, tail))} ({len(counts)} stages)"

@@ -1,11 +1,20 @@
-"""The planner's search space: every (K, DP, schedule, v, M, micro-batch size, remat) that
-the schedule can take, for N devices and a global batch B.
+"""The planner's search space: every (T, K, D, schedule, v, M, b, remat, recompute, ZeRO,
+sequence parallelism) that the model and the schedule can take, for N devices and a global
+batch B.
 
-K divides N and DP = N / K; each replica takes B / DP samples per step as M micro-batches of
-b samples. Schedules with chunks take v in ``chunk_options`` (interleaved) or their fixed v
-(V-shaped); re-materialization is tried where the schedule supports it. One device (K = 1) is
-plain data parallelism with gradient accumulation: every flush schedule is the same there, so
-only 1F1B is kept.
+T x K x D = N: T is the tensor-parallel size (a divisor of the node's devices that splits the
+model's heads, key/value heads, MLP and vocabulary evenly; 1 for a model given as layers),
+K the pipeline depth (at most the model's layers), D = N / (T·K) the data-parallel replicas;
+each replica takes B / D samples per step as M micro-batches of b samples. Schedules with chunks
+take v in ``chunk_options`` (interleaved) or their fixed v (V-shaped); re-materialization (the
+stage-level recomputation) is tried where the schedule supports it, layer-level recomputation
+(none, selective, full) on models given by their architecture, full recomputation only with a
+full backward; ZeRO-1 where D > 1; sequence parallelism where T > 1. One pipeline device (K = 1)
+is data and tensor parallelism with gradient accumulation: every flush schedule is the same
+there, so only 1F1B is kept.
+
+Asynchronous update rules (PipeDream-2BW, PipeDream) change what the optimizer computes: they
+are searched only when named, and every plan that uses one says so.
 """
 
 from __future__ import annotations
@@ -24,8 +33,14 @@ DEFAULT_SCHEDULES = (
     "zb-h1",
     "zb-h2",
     "zbv",
-    "pipedream-2bw",
 )
+"""The synchronous (flush) schedules the planner searches unless told otherwise."""
+
+ASYNC_SCHEDULES = ("pipedream-2bw", "pipedream")
+"""Schedules whose weight updates are asynchronous (stale weights): searched only when named."""
+
+DEFAULT_RECOMPUTE = ("none", "selective", "full")
+SPLIT_BACKWARD = ("zb-h1", "zb-h2", "zbv", "dualpipev")
 
 
 @dataclass(frozen=True)
@@ -34,14 +49,18 @@ class Candidate:
 
     Attributes:
         devices: K, pipeline depth.
-        data_parallel: DP = N / K replicas.
+        data_parallel: D = N / (T·K) replicas.
         schedule: registered schedule name.
         chunks: v.
         microbatches: M per replica and step.
         microbatch_size: b samples per micro-batch.
-        remat: re-materialization.
+        remat: re-materialization (the stage-level recomputation).
         memory_limit: for a synthesised schedule (``synth``), the micro-batches in flight it
             was made for; None for a registered one.
+        tensor: T, tensor-parallel size.
+        sequence_parallel: sequence parallelism in the tensor-parallel group.
+        recompute: layer-level recomputation, ``none``, ``selective`` or ``full``.
+        zero: optimizer sharding stage, 0 or 1.
     """
 
     devices: int
@@ -52,6 +71,10 @@ class Candidate:
     microbatch_size: int
     remat: bool
     memory_limit: int | None = None
+    tensor: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero: int = 0
 
     @property
     def schedule_label(self) -> str:
@@ -65,12 +88,27 @@ class Candidate:
         """S = K·v."""
         return self.devices * self.chunks
 
+    @property
+    def ranks(self) -> int:
+        """T x K x D, the devices the configuration uses."""
+        return self.tensor * self.devices * self.data_parallel
+
+    @property
+    def asynchronous(self) -> bool:
+        """True when the schedule updates weights asynchronously (not what plain SGD or Adam
+        computes)."""
+        return self.schedule in ASYNC_SCHEDULES
+
     def label(self) -> str:
-        """A short name: ``1f1b K=8 DP=8 v=1 M=32 b=2``."""
+        """A short name: ``1f1b T=8 SP K=8 DP=8 v=1 M=32 b=2 recompute=full ZeRO-1``."""
         remat = " remat" if self.remat else ""
+        sp = " SP" if self.sequence_parallel else ""
+        recompute = "" if self.recompute == "none" else f" recompute={self.recompute}"
+        zero = " ZeRO-1" if self.zero else ""
         return (
-            f"{self.schedule_label} K={self.devices} DP={self.data_parallel} v={self.chunks} "
-            f"M={self.microbatches} b={self.microbatch_size}{remat}"
+            f"{self.schedule_label} T={self.tensor}{sp} K={self.devices} DP={self.data_parallel} "
+            f"v={self.chunks} M={self.microbatches} b={self.microbatch_size}{remat}{recompute}"
+            f"{zero}"
         )
 
 
@@ -81,42 +119,90 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
+@dataclass(frozen=True)
+class SpaceLimits:
+    """What the model and the hardware allow the search.
+
+    Attributes:
+        layers: the model's layers (K·v at most).
+        tensor_sizes: the tensor-parallel sizes the model and a node allow (1 always).
+        recompute: the layer-level recomputation modes to try.
+        zero: the optimizer sharding stages to try (where D > 1).
+        sequence_parallel: the sequence-parallel settings to try (where T > 1).
+    """
+
+    layers: int
+    tensor_sizes: tuple[int, ...] = (1,)
+    recompute: tuple[str, ...] = ("none",)
+    zero: tuple[int, ...] = (0,)
+    sequence_parallel: tuple[bool, ...] = (False,)
+
+
 def candidates(
     devices: int,
     batch: int,
-    layers: int,
+    layers: int | SpaceLimits,
     schedules: Sequence[str] = DEFAULT_SCHEDULES,
     chunk_options: Sequence[int] = (2, 4),
     max_microbatches: int = 512,
 ) -> Iterator[Candidate]:
     """Every buildable configuration (skipping shapes a schedule cannot take, and more stages
-    than layers)."""
+    than layers). ``layers`` is the model's layer count, or the :class:`SpaceLimits` of a
+    hybrid search."""
+    limits = layers if isinstance(layers, SpaceLimits) else SpaceLimits(layers)
     schedules = [name for name in schedules if name != SYNTH_NAME]  # offered after the search
     for name in schedules:
         schedule_info(name)  # unknown names fail before any work
-    for k in divisors(devices):
-        if k > layers:
+    for tensor in limits.tensor_sizes:
+        if devices % tensor:
             continue
-        dp = devices // k
-        if batch % dp:
-            continue
-        per_replica = batch // dp
-        # Micro-batch counts up to the cap that divide the batch, fewest samples each first:
-        # at most max_microbatches steps whatever --batch is.
-        counts = range(min(max_microbatches, per_replica), 0, -1)
-        for m in (m for m in counts if per_replica % m == 0):
-            b = per_replica // m
-            for name in schedules if k > 1 else ("1f1b",):
-                info = schedule_info(name)
-                if k == 1 or info.default_chunks == 1:
-                    chunk_list: Sequence[int] = [1]
-                elif name in ("zbv", "dualpipev"):
-                    chunk_list = [2]
-                else:
-                    chunk_list = chunk_options
-                for v in chunk_list:
-                    if k * v > layers:
-                        continue
-                    for remat in (False, True) if info.supports_remat else (False,):
-                        if unsupported_reason(name, k, m, v, remat) is None:
-                            yield Candidate(k, dp, name, v, m, b, remat)
+        pipeline_and_data = devices // tensor
+        for k in divisors(pipeline_and_data):
+            if k > limits.layers:
+                continue
+            dp = pipeline_and_data // k
+            if batch % dp:
+                continue
+            per_replica = batch // dp
+            # Micro-batch counts up to the cap that divide the batch, fewest samples each
+            # first: at most max_microbatches steps whatever --batch is.
+            counts = range(min(max_microbatches, per_replica), 0, -1)
+            for m in (m for m in counts if per_replica % m == 0):
+                b = per_replica // m
+                yield from _schedules(limits, schedules, chunk_options, tensor, k, dp, m, b)
+
+
+def _schedules(
+    limits: SpaceLimits,
+    schedules: Sequence[str],
+    chunk_options: Sequence[int],
+    tensor: int,
+    k: int,
+    dp: int,
+    m: int,
+    b: int,
+) -> Iterator[Candidate]:
+    for name in schedules if k > 1 else ("1f1b",):
+        info = schedule_info(name)
+        if k == 1 or info.default_chunks == 1:
+            chunk_list: Sequence[int] = [1]
+        elif name in ("zbv", "dualpipev"):
+            chunk_list = [2]
+        else:
+            chunk_list = chunk_options
+        for v in chunk_list:
+            if k * v > limits.layers:
+                continue
+            for remat in (False, True) if info.supports_remat else (False,):
+                if unsupported_reason(name, k, m, v, remat) is not None:
+                    continue
+                for recompute in limits.recompute:
+                    if recompute != "none" and remat:
+                        continue  # one recomputation at a time
+                    if recompute == "full" and name in SPLIT_BACKWARD:
+                        continue  # W would need the recomputed inputs
+                    for zero in limits.zero if dp > 1 else (0,):
+                        for sp in limits.sequence_parallel if tensor > 1 else (False,):
+                            yield Candidate(
+                                k, dp, name, v, m, b, remat, None, tensor, sp, recompute, zero
+                            )

@@ -16,13 +16,17 @@ from typing import TYPE_CHECKING
 
 from pipesim.common.checks import SpecError, positive_int
 from pipesim.common.limits import Limit, check
-from pipesim.costs.model_on_hardware import model_on_hardware
+from pipesim.costs.model_on_hardware import check_tensor_placement, model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
+from pipesim.costs.spec_derived import TensorGroup
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.hardware import resolve_hardware
+from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
 from pipesim.partition.from_model import choose_partition, objective
 from pipesim.workload import resolve_model
 from pipesim.workload.optimizer import with_optimizer
+from pipesim.workload.sharding import sharded_layers, with_attention
 
 if TYPE_CHECKING:
     from pipesim.schedules.schedule import Schedule
@@ -62,12 +66,18 @@ class SyntheticRequest:
 @dataclass(frozen=True)
 class ModelRequest:
     """``--model NAME|FILE --hardware NAME|FILE [--batch N] [--partition ...]
-    [--optimizer NAME|BYTES] [--master-weights] [--data-parallel N]``.
+    [--optimizer NAME|BYTES] [--master-weights] [--data-parallel N] [--tensor-parallel T]
+    [--sequence-parallel] [--recompute MODE] [--zero 0|1] [--microbatch-size b] ...``.
 
     ``partition`` is layer counts per stage, or an objective of :mod:`pipesim.partition`
-    (``balanced``, ``memory-aware``, ``even``); ``memory-aware`` needs the schedule at
-    :meth:`build`. ``data_parallel`` replicas add their gradient all-reduce
-    (:mod:`pipesim.costs.data_parallel`).
+    (``balanced``, ``memory-aware``, ``even``, ``blocks``); ``memory-aware`` needs the schedule
+    at :meth:`build`. ``parallelism`` holds the tensor, sequence, recompute, ZeRO and overlap
+    settings; ``data_parallel`` replicas add their gradient communication
+    (:mod:`pipesim.costs.data_parallel`). ``microbatch_size`` fixes b (the batch is then
+    b x M x D, or must equal it). ``attention`` (eager or flash) overrides the model's.
+    ``blocking_p2p`` makes sends occupy their sender. ``memory_reserve_bytes`` and
+    ``fragmentation`` override the hardware's allowances. ``tensor_across_nodes`` lets T
+    exceed a node.
     """
 
     model: str
@@ -79,6 +89,18 @@ class ModelRequest:
     optimizer_state: str | None = None
     master_weights: bool | None = None
     data_parallel: int = 1
+    parallelism: Parallelism = IDENTITY
+    microbatch_size: int | None = None
+    attention: str | None = None
+    blocking_p2p: bool = False
+    memory_reserve_bytes: float | None = None
+    fragmentation: float | None = None
+    tensor_across_nodes: bool = False
+
+    def resolved_parallelism(self) -> Parallelism:
+        """The parallel configuration with the data-parallel size of ``--data-parallel``."""
+        positive_int("--data-parallel", self.data_parallel)
+        return dataclasses.replace(self.parallelism, data=self.data_parallel)
 
     def build(
         self,
@@ -90,36 +112,43 @@ class ModelRequest:
     ) -> PipelineCosts:
         """The model cut into K·v stages on K devices, the batch split into M micro-batches
         (per replica under data parallelism); ``schedule`` and ``steps`` serve the
-        memory-aware partition."""
-        positive_int("--data-parallel", self.data_parallel)
-        cluster = devices * self.data_parallel
+        memory-aware partition and the checks that pair a schedule with recomputation."""
+        parallelism = self.resolved_parallelism()
+        tensor, replicas = parallelism.tensor, parallelism.data
+        cluster = devices * tensor * replicas
         check(
             Limit.CLUSTER_DEVICES,
             cluster,
-            f"-K {devices:,} x --data-parallel {self.data_parallel:,}: {cluster:,} devices",
+            f"-K {devices:,}"
+            + (f" x --tensor-parallel {tensor:,}" if tensor > 1 else "")
+            + f" x --data-parallel {replicas:,}: {cluster:,} devices",
         )
-        model = resolved_model(self.model, self.optimizer_state, self.master_weights, self.dtype)
-        batch = model.default_batch if self.batch is None else self.batch
-        replicas = self.data_parallel
-        if batch < 1 or batch % (microbatches * replicas):
-            replicated = f" x {replicas} data-parallel replicas" if replicas > 1 else ""
-            raise SpecError(
-                f"--batch {batch} must be a positive multiple of the {microbatches} "
-                f"micro-batches{replicated}"
-            )
-        hardware = resolve_hardware(self.hardware)
+        model = resolved_model(
+            self.model, self.optimizer_state, self.master_weights, self.dtype, self.attention
+        )
+        batch = resolved_batch(model, self.batch, self.microbatch_size, microbatches, replicas)
+        hardware = with_allowances(
+            resolve_hardware(self.hardware), self.memory_reserve_bytes, self.fragmentation
+        )
+        check_tensor_placement(hardware, tensor, across_nodes=self.tensor_across_nodes)
+        if schedule is not None:
+            check_schedule_pairing(schedule, parallelism)
         microbatch_size = batch / (microbatches * replicas)
+        sharded = sharded_layers(model, parallelism)
         partition = self.partition
         if isinstance(partition, str):
+            goal = objective(partition)
             partition = choose_partition(
-                objective(partition),
+                goal,
                 model,
-                hardware.cluster(devices),
+                hardware.cluster(devices, rank_stride=tensor),
                 microbatch_size,
                 chunks,
                 schedule,
                 steps,
                 optimizer=self.optimizer,
+                parallelism=parallelism,
+                tensor_group=tensor_group_of(hardware, parallelism, devices),
             )
         return model_on_hardware(
             model,
@@ -129,20 +158,112 @@ class ModelRequest:
             microbatch_size,
             partition,
             optimizer=self.optimizer,
-            data_parallel=replicas,
             placement=None if schedule is None else schedule.placement,
+            parallelism=parallelism,
+            blocking_p2p=self.blocking_p2p,
+            sharded=sharded,
+        )
+
+
+def resolved_batch(
+    model: Model,
+    batch: int | None,
+    microbatch_size: int | None,
+    microbatches: int,
+    replicas: int,
+) -> int:
+    """The global batch: ``--batch``, or b x M x D from ``--microbatch-size``, or the model's
+    own; the two given together must agree, and the batch must split into the M micro-batches
+    of every replica."""
+    replicated = f" x {replicas} data-parallel replicas" if replicas > 1 else ""
+    if microbatch_size is not None:
+        positive_int("--microbatch-size", microbatch_size)
+        implied = microbatch_size * microbatches * replicas
+        if batch is not None and batch != implied:
+            raise SpecError(
+                f"--batch {batch} and --microbatch-size {microbatch_size} disagree: "
+                f"{microbatch_size} x {microbatches} micro-batches{replicated} is {implied}"
+            )
+        return implied
+    chosen = model.default_batch if batch is None else batch
+    if chosen < 1 or chosen % (microbatches * replicas):
+        raise SpecError(
+            f"--batch {chosen} must be a positive multiple of the {microbatches} "
+            f"micro-batches{replicated}"
+        )
+    return chosen
+
+
+def with_allowances(
+    hardware: HardwareSpec, reserve_bytes: float | None, fragmentation: float | None
+) -> HardwareSpec:
+    """``hardware`` with the runtime reserve and fragmentation allowance asked for (None keeps
+    the spec's own)."""
+    if reserve_bytes is None and fragmentation is None:
+        return hardware
+    accelerator = hardware.accelerator
+    return dataclasses.replace(
+        hardware,
+        accelerator=dataclasses.replace(
+            accelerator,
+            runtime_reserve_bytes=accelerator.runtime_reserve_bytes
+            if reserve_bytes is None
+            else reserve_bytes,
+            fragmentation_fraction=accelerator.fragmentation_fraction
+            if fragmentation is None
+            else fragmentation,
+        ),
+    )
+
+
+def tensor_group_of(
+    hardware: HardwareSpec, parallelism: Parallelism, devices: int
+) -> TensorGroup | None:
+    """Where the first pipeline device's tensor-parallel collectives run (every group is
+    alike: :func:`~pipesim.costs.model_on_hardware.check_tensor_placement`)."""
+    tensor = parallelism.tensor
+    if tensor == 1:
+        return None
+    job = hardware.network(tensor * devices * parallelism.data)
+    return TensorGroup(job, tuple(range(tensor)))
+
+
+def check_schedule_pairing(schedule: Schedule, parallelism: Parallelism) -> None:
+    """Refuse recomputation a schedule cannot carry: with re-materialization (``--remat``,
+    the stage-level recomputation), and full recomputation with a backward split into I and
+    W (W would need the recomputed inputs kept from I: use selective recomputation there)."""
+    mode = parallelism.recompute.mode
+    if mode is RecomputeMode.NONE:
+        return
+    if schedule.rematerialize:
+        raise SpecError(
+            f"--recompute {parallelism.recompute.label} and --remat both recompute: "
+            "--remat re-runs each stage's forward, --recompute each layer's; choose one"
+        )
+    if mode is RecomputeMode.FULL and schedule.uses_split_backward():
+        raise SpecError(
+            f"--recompute {parallelism.recompute.label} with {schedule.name}, whose backward "
+            "is split into I and W: W needs the recomputed layers' inputs, which full "
+            "recomputation frees; use --recompute selective or a schedule with a full backward"
         )
 
 
 def resolved_model(
-    name: str, optimizer_state: str | None, master_weights: bool | None, dtype: str | None
+    name: str,
+    optimizer_state: str | None,
+    master_weights: bool | None,
+    dtype: str | None,
+    attention: str | None = None,
 ) -> Model:
     """The model named (or the TOML file at) ``name`` with its optimizer state and master
-    weights as asked, in ``dtype`` when given: the one reading of ``--model``,
-    ``--optimizer``, ``--master-weights`` and ``--dtype`` that simulating and planning share."""
+    weights as asked, in ``dtype`` when given, with the attention implementation asked for:
+    the one reading of ``--model``, ``--optimizer``, ``--master-weights``, ``--dtype`` and
+    ``--attention`` that simulating and planning share."""
     model = with_optimizer(resolve_model(name), optimizer_state, master_weights)
     if dtype is not None:
         model = dataclasses.replace(model, dtype=dtype)
+    if attention is not None:
+        model = with_attention(model, attention)
     return model
 
 

@@ -147,11 +147,20 @@ def preflight(costs: CostRequest) -> None:
     if not isinstance(costs, ModelRequest):
         costs.build(1, 1, 1)
         return
+    from pipesim.costs.model_on_hardware import check_tensor_placement
     from pipesim.hardware import resolve_hardware
+    from pipesim.workload.sharding import sharded_layers
 
-    # The model exactly as every row will read it (optimizer state, master weights, dtype).
-    model = resolved_model(costs.model, costs.optimizer_state, costs.master_weights, costs.dtype)
-    resolve_hardware(costs.hardware).accelerator.achievable_flops_per_s(model.dtype)
+    # The model exactly as every row will read it (optimizer state, master weights, dtype,
+    # attention), and its layers as one tensor-parallel rank holds them.
+    model = resolved_model(
+        costs.model, costs.optimizer_state, costs.master_weights, costs.dtype, costs.attention
+    )
+    hardware = resolve_hardware(costs.hardware)
+    hardware.accelerator.achievable_flops_per_s(model.dtype)
+    parallelism = costs.resolved_parallelism()
+    sharded_layers(model, parallelism)
+    check_tensor_placement(hardware, parallelism.tensor, across_nodes=costs.tensor_across_nodes)
     if costs.batch is not None:
         checks.positive_int("--batch", costs.batch)
 

@@ -102,4 +102,5 @@ def amoebanet_d(layers: int, filters: int, batch: int = 128) -> Model:
         optimizer_bytes_per_parameter=4,
         default_batch=batch,
         description=f"AmoebaNet-D({layers}, {filters}), 224x224 input (GPipe, torchgpipe)",
+        optimizer_temporary_bytes_per_parameter=4,  # RMSProp's square root, in its step
     )

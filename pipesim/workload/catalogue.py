@@ -17,8 +17,25 @@ padded) or 30,592 (BERT, padded); fp16 with Adam (2 + 2 + 12 bytes per parameter
 hidden 2304, 24 heads), 6.2b (30, 4096, 32), 14.6b (46, 5120, 40), 28.3b (62, 6144, 48);
 sequence 1024; vocabulary 50,304 (assumed: the paper does not state it); bf16 with Adam.
 
+``megatron-<size>``: Megatron-LM's GPT models of arXiv 2104.04473 Table 1, 1.7b to 1t (layers,
+hidden and heads from its reproduction script examples/sc21/run_table_1.sh; sequence 2048,
+vocabulary 51,200, learned positions, tied embeddings; fp16). ``gpt3-175b``: GPT-3 175B
+(Brown et al. 2020 Table 2.1) as Megatron-LM trains it. Parameter counts match the published
+ones to 0.1B (12lh^2 + 13lh + (V + s)h, plus the final norm).
+
+``llama2-<7b|13b|70b>``, ``llama3-<8b|70b|405b>``: Meta's Llama 2 and Llama 3/3.1 (their
+config.json and arXiv 2407.21783 Table 3): RMSNorm, rotary positions, grouped-query attention,
+SwiGLU, no biases, untied output layer, flash attention; parameter counts equal the published
+ones exactly (6,738,415,616 ... 405,853,388,800).
+
 ``uniform-<L>``: L identical synthetic layers (2 GFLOP per pass and sample, 1M parameters), for
 experiments where only the schedule should matter.
+
+Models built from an architecture (every family but AmoebaNet and uniform) can be split by
+tensor and sequence parallelism and recomputed layer by layer
+(:mod:`pipesim.workload.transformer`); the earlier papers' families keep the reading pipesim has
+always made of them (no learned positions, untied output layer), which reproduces their
+published memory figures.
 """
 
 from __future__ import annotations
@@ -31,6 +48,7 @@ from pathlib import Path
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.workload.amoebanet import amoebanet_d
+from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
@@ -46,22 +64,101 @@ _ZB_SHAPES = {
     "14.6b": (46, 5120, 40, 64),
     "28.3b": (62, 6144, 48, 128),
 }
+# Megatron-LM's GPT models of arXiv 2104.04473 Table 1 (layers, hidden, heads, batch), as its
+# reproduction script examples/sc21/run_table_1.sh states them; sequence 2048, vocabulary
+# 51,200, fp16.
+MEGATRON_SHAPES = {
+    "1.7b": (24, 2304, 24, 512),
+    "3.6b": (30, 3072, 32, 512),
+    "7.5b": (36, 4096, 32, 512),
+    "18.4b": (40, 6144, 48, 1024),
+    "39.1b": (48, 8192, 64, 1536),
+    "76.1b": (60, 10240, 80, 1792),
+    "145.6b": (80, 12288, 96, 2304),
+    "310.1b": (96, 16384, 128, 2160),
+    "529.6b": (105, 20480, 128, 2520),
+    "1t": (128, 25600, 160, 3072),
+}
+# Llama 2 (Touvron et al. 2023; meta-llama/Llama-2-*-hf config.json) and Llama 3/3.1 (arXiv
+# 2407.21783 Table 3; meta-llama/Llama-3.1-* config.json): layers, hidden, heads, key/value
+# heads, ffn, vocabulary, sequence, batch (sequences per step: Llama 2 4M tokens, Llama 3 16M).
+LLAMA_SHAPES = {
+    "llama2-7b": (32, 4096, 32, 32, 11008, 32000, 4096, 1024),
+    "llama2-13b": (40, 5120, 40, 40, 13824, 32000, 4096, 1024),
+    "llama2-70b": (80, 8192, 64, 8, 28672, 32000, 4096, 1024),
+    "llama3-8b": (32, 4096, 32, 8, 14336, 128256, 8192, 2048),
+    "llama3-70b": (80, 8192, 64, 8, 28672, 128256, 8192, 2048),
+    "llama3-405b": (126, 16384, 128, 8, 53248, 128256, 8192, 2048),
+}
+
+
+def from_architecture(
+    name: str,
+    arch: TransformerArchitecture,
+    *,
+    dtype: str,
+    default_batch: int,
+    description: str,
+    weight_bytes: float = 2.0,
+    gradient_bytes: float = 2.0,
+    optimizer_bytes: float = 8.0,
+    master_weight_bytes: float = 4.0,
+    optimizer_temporary_bytes: float = 4.0,
+) -> Model:
+    """A model whose layers are ``arch``'s (embedding, blocks, output layer) on one device;
+    by default trained with Adam (8 bytes of state, 4 of master weights, 4 of temporaries in
+    its step: :mod:`pipesim.workload.optimizer`)."""
+    return Model(
+        name,
+        transformer_layers(arch, gradient_bytes=gradient_bytes),
+        input_bytes=TOKEN_BYTES * arch.seq,
+        dtype=dtype,
+        weight_bytes_per_parameter=weight_bytes,
+        gradient_bytes_per_parameter=gradient_bytes,
+        optimizer_bytes_per_parameter=optimizer_bytes,
+        default_batch=default_batch,
+        description=description,
+        master_weight_bytes_per_parameter=master_weight_bytes,
+        architecture=arch,
+        optimizer_temporary_bytes_per_parameter=optimizer_temporary_bytes,
+    )
+
+
+def _legacy_architecture(
+    layers: int, seq: int, hidden: int, ffn: int, heads: int, vocab: int, element_bytes: int = 2
+) -> TransformerArchitecture:
+    """The architecture of the earlier papers' models as pipesim has always built them: no
+    learned positions, untied output layer, no embedding dropout (their published memory
+    figures are reproduced from exactly these layers)."""
+    return TransformerArchitecture(
+        layers,
+        hidden,
+        heads,
+        ffn,
+        seq,
+        vocab,
+        position=Position.NONE,
+        tied_embeddings=False,
+        embedding_dropout=False,
+        element_bytes=element_bytes,
+        # GPipe's fp32 activations counted every element, masks too, at 4 bytes (Table 1)
+        mask_bytes=element_bytes // 2,
+    )
 
 
 def gpipe_transformer(layers: int) -> Model:
     """GPipe's Transformer-L."""
-    return Model(
+    arch = _legacy_architecture(layers, 1024, 2048, 8192, 32, 32000, element_bytes=4)
+    return from_architecture(
         f"gpipe-transformer-{layers}",
-        transformer_layers(
-            layers, seq=1024, hidden=2048, ffn=8192, heads=32, vocab=32000, activation_bytes=4
-        ),
-        input_bytes=TOKEN_BYTES * 1024,
+        arch,
         dtype="bf16",
-        weight_bytes_per_parameter=4,
-        gradient_bytes_per_parameter=4,
-        optimizer_bytes_per_parameter=4,
         default_batch=32,
         description=f"GPipe Transformer-{layers}: d_model 2048, ffn 8192, 32 heads, seq 1024",
+        weight_bytes=4,
+        gradient_bytes=4,
+        optimizer_bytes=4,
+        master_weight_bytes=0,
     )
 
 
@@ -76,18 +173,80 @@ def _megatron_style(
     batch: int,
     description: str,
 ) -> Model:
-    return Model(
+    return from_architecture(
         name,
-        transformer_layers(
-            layers, seq=seq, hidden=hidden, ffn=4 * hidden, heads=heads, vocab=vocab
-        ),
-        input_bytes=TOKEN_BYTES * seq,
+        _legacy_architecture(layers, seq, hidden, 4 * hidden, heads, vocab),
         dtype=dtype,
-        weight_bytes_per_parameter=2,
-        gradient_bytes_per_parameter=2,
-        optimizer_bytes_per_parameter=12,
         default_batch=batch,
         description=description,
+    )
+
+
+def megatron_gpt(size: str) -> Model:
+    """A GPT model of Megatron-LM's Table 1 (arXiv 2104.04473) as its runs trained it
+    (examples/sc21: ``--fp16``, no fp32 gradient accumulation): learned positions, tied
+    embeddings, dropout; fp16 weights and gradients, fp32 master weights and Adam (16 bytes
+    per parameter); apex's fused Adam allocates nothing while it steps."""
+    layers, hidden, heads, batch = MEGATRON_SHAPES[size]
+    arch = TransformerArchitecture(layers, hidden, heads, 4 * hidden, 2048, 51200)
+    return from_architecture(
+        f"megatron-{size}",
+        arch,
+        dtype="fp16",
+        default_batch=batch,
+        description=f"Megatron-LM GPT {size.upper()} (arXiv 2104.04473 Table 1): {layers} "
+        f"layers, hidden {hidden}, {heads} heads, seq 2048, vocab 51,200",
+        optimizer_temporary_bytes=0.0,
+    )
+
+
+def gpt3_175b() -> Model:
+    """GPT-3 175B (Brown et al. 2020, Table 2.1) as Megatron-LM trains it: 96 layers, hidden
+    12,288, 96 heads, sequence 2048, vocabulary padded to 51,200, batch 1536; bf16 weights,
+    fp32 gradients, master weights and Adam (Megatron-Core's 18 bytes per parameter), fused
+    Adam."""
+    arch = TransformerArchitecture(96, 12288, 96, 4 * 12288, 2048, 51200)
+    return from_architecture(
+        "gpt3-175b",
+        arch,
+        dtype="bf16",
+        default_batch=1536,
+        description="GPT-3 175B: 96 layers, hidden 12288, 96 heads, seq 2048, vocab 51,200",
+        gradient_bytes=4,
+        optimizer_temporary_bytes=0.0,
+    )
+
+
+def llama(name: str) -> Model:
+    """A Llama 2 or Llama 3 model: RMSNorm, rotary positions, grouped-query attention, SwiGLU,
+    no biases, no dropout, untied output layer, flash attention; bf16 with fp32 gradients,
+    master weights and Adam (PyTorch's multi-tensor AdamW, as torchtitan runs it)."""
+    layers, hidden, heads, kv, ffn, vocab, seq, batch = LLAMA_SHAPES[name]
+    arch = TransformerArchitecture(
+        layers,
+        hidden,
+        heads,
+        ffn,
+        seq,
+        vocab,
+        kv_heads=kv,
+        mlp=Mlp.SWIGLU,
+        attention=Attention.FLASH,
+        norm=Norm.RMSNORM,
+        position=Position.ROPE,
+        tied_embeddings=False,
+        linear_bias=False,
+        dropout=False,
+        embedding_dropout=False,
+    )
+    return from_architecture(
+        name,
+        arch,
+        dtype="bf16",
+        default_batch=batch,
+        description=f"{name}: {layers} layers, hidden {hidden}, {heads} heads ({kv} key/value), "
+        f"ffn {ffn}, vocab {vocab:,}, seq {seq}",
+        gradient_bytes=4,
     )
 
 
@@ -171,6 +330,24 @@ FAMILIES = (
             batch=_ZB_SHAPES[m[1]][3],
             description=f"zero-bubble paper {m[1]} model: seq 1024, bf16, Adam",
         ),
+    ),
+    ModelFamily(
+        r"megatron-(" + "|".join(re.escape(k) for k in MEGATRON_SHAPES) + ")",
+        "megatron-145.6b",
+        "Megatron-LM's GPT models of arXiv 2104.04473 Table 1 (1.7b to 1t; seq 2048, vocab 51,200)",
+        lambda m: megatron_gpt(m[1]),
+    ),
+    ModelFamily(
+        r"gpt3-175b",
+        "gpt3-175b",
+        "GPT-3 175B (96 layers, hidden 12,288, seq 2048), as Megatron-LM trains it",
+        lambda m: gpt3_175b(),
+    ),
+    ModelFamily(
+        "(" + "|".join(re.escape(k) for k in LLAMA_SHAPES) + ")",
+        "llama3-70b",
+        "Llama 2 (7b, 13b, 70b) and Llama 3 (8b, 70b, 405b): GQA, SwiGLU, RMSNorm, untied",
+        lambda m: llama(m[1]),
     ),
     ModelFamily(
         r"uniform-([0-9]+)",

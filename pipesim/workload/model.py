@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
+from pipesim.workload.work import LayerWork
+
+if TYPE_CHECKING:
+    from pipesim.workload.architecture import TransformerArchitecture
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,14 @@ class Layer:
             needs, kept until W when the backward is split into I and W.
         output_bytes: bytes this layer passes to the next (an activation forward, the same
             size of gradient backward).
+        recompute_flops: FLOPs of the forward work its backward re-runs (recomputation),
+            inside the input-gradient pass; hardware FLOPs, not model FLOPs.
+        shared_parameters: the part of ``parameters`` that copies another layer's weights (a
+            tied output layer's copy of the word embeddings): counted once in the model, held
+            twice when the two layers sit on different devices.
+        work: the layer's passes kernel by kernel (:mod:`pipesim.workload.work`), for the
+            kernel-level time model and the transient memory; None for a layer given by its
+            totals alone (timed by one roofline per pass).
     """
 
     name: str
@@ -32,6 +45,9 @@ class Layer:
     activation_bytes: float
     weight_grad_activation_bytes: float
     output_bytes: float
+    recompute_flops: float = 0.0
+    shared_parameters: float = 0.0
+    work: LayerWork | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = f"layer {self.name!r}"
@@ -44,8 +60,17 @@ class Layer:
             "activation_bytes",
             "weight_grad_activation_bytes",
             "output_bytes",
+            "recompute_flops",
+            "shared_parameters",
         ):
             checks.non_negative(f"{where} {attribute}", getattr(self, attribute))
+        if self.shared_parameters > self.parameters:
+            raise SpecError(
+                f"{where} shared_parameters ({self.shared_parameters:g}) must not exceed "
+                f"parameters ({self.parameters:g})"
+            )
+        if self.work is not None and not isinstance(self.work, LayerWork):
+            raise SpecError(f"{where} work must be a LayerWork, got {self.work!r}")
         if self.weight_grad_activation_bytes > self.activation_bytes:
             raise SpecError(
                 f"{where} weight_grad_activation_bytes ({self.weight_grad_activation_bytes:g}) "
@@ -54,8 +79,13 @@ class Layer:
 
     @property
     def training_flops(self) -> float:
-        """Forward plus both backward parts, per sample."""
+        """Forward plus both backward parts, per sample (model FLOPs: no recomputation)."""
         return self.forward_flops + self.input_grad_flops + self.weight_grad_flops
+
+    @property
+    def hardware_flops(self) -> float:
+        """Training FLOPs with the recomputed forward work, per sample."""
+        return self.training_flops + self.recompute_flops
 
 
 @dataclass(frozen=True)
@@ -68,9 +98,17 @@ class Model:
         weight_bytes_per_parameter: bytes of one weight (4 fp32, 2 bf16).
         gradient_bytes_per_parameter: bytes of one gradient.
         optimizer_bytes_per_parameter: optimizer state per parameter (4 for RMSProp's mean
-            square in fp32: GPipe counts 12 bytes in all; 8 for Adam in fp32; 12 for Adam with fp32
-            master weights under mixed precision).
+            square in fp32: GPipe counts 12 bytes in all; 8 for Adam's two moments in fp32).
         default_batch: the mini-batch size (samples per optimizer step) its paper used.
+        master_weight_bytes_per_parameter: the fp32 master copy of the weights under mixed
+            precision (4), or 0; divided by the data-parallel size with the optimizer state
+            under ZeRO-1.
+        architecture: the transformer the layers were built from, when they were (tensor and
+            sequence parallelism and recomputation rebuild the layers from it); None for a
+            model given as layers.
+        optimizer_temporary_bytes_per_parameter: what the optimizer step allocates while it
+            runs, per parameter it updates (PyTorch's multi-tensor Adam: the square root of
+            the second moment, 4 bytes in fp32; 0 for a fused optimizer).
     """
 
     name: str
@@ -82,6 +120,9 @@ class Model:
     optimizer_bytes_per_parameter: float
     default_batch: int
     description: str = field(default="", compare=False)
+    master_weight_bytes_per_parameter: float = 0.0
+    architecture: TransformerArchitecture | None = field(default=None, compare=False)
+    optimizer_temporary_bytes_per_parameter: float = 0.0
 
     def __post_init__(self) -> None:
         checks.name("model.name", self.name)
@@ -98,18 +139,27 @@ class Model:
         checks.non_negative(
             "model.optimizer_bytes_per_parameter", self.optimizer_bytes_per_parameter
         )
+        checks.non_negative(
+            "model.master_weight_bytes_per_parameter", self.master_weight_bytes_per_parameter
+        )
+        checks.non_negative(
+            "model.optimizer_temporary_bytes_per_parameter",
+            self.optimizer_temporary_bytes_per_parameter,
+        )
         checks.positive_int("model.default_batch", self.default_batch)
 
     @property
     def parameters(self) -> float:
-        """Total parameter count."""
-        return sum(layer.parameters for layer in self.layers)
+        """Total parameter count (a tied output layer's copy counted once)."""
+        return sum(layer.parameters - layer.shared_parameters for layer in self.layers)
 
     @property
     def bytes_per_parameter(self) -> float:
-        """Weights, gradients and optimizer state per parameter (GPipe's Table 1 counts 12)."""
+        """Weights, gradients, optimizer state and master weights per parameter (GPipe's
+        Table 1 counts 12)."""
         return (
             self.weight_bytes_per_parameter
             + self.gradient_bytes_per_parameter
             + self.optimizer_bytes_per_parameter
+            + self.master_weight_bytes_per_parameter
         )

@@ -1,8 +1,9 @@
 """Optimizer state per parameter: the bytes that ``--optimizer`` and master weights add.
 
-A model carries ``optimizer_bytes_per_parameter``: everything the optimizer keeps beside the
-weights and gradients. It is the optimizer's own state (fp32 buffers) plus, under mixed
-precision, the fp32 master copy of the weights:
+A model carries ``optimizer_bytes_per_parameter``, the optimizer's own state (fp32 buffers),
+``master_weight_bytes_per_parameter``, the fp32 master copy of the weights under mixed
+precision (both divided by the data-parallel size under ZeRO-1), and
+``optimizer_temporary_bytes_per_parameter``, what its step allocates while it runs:
 
 ==========  ==================  ==========================================================
 optimizer   state (fp32 bytes)  what it keeps
@@ -16,7 +17,7 @@ adam        8                   first and second moments (with fp16 weights, fp1
 
 Master weights (4 bytes) are on by default when the weights are narrower than fp32 (mixed
 precision), off otherwise; a number instead of a name gives the optimizer bytes per parameter
-directly (master weights included).
+directly (master weights included, none counted apart).
 """
 
 from __future__ import annotations
@@ -44,10 +45,28 @@ class Optimizer(Enum):
         """Bytes of optimizer state per parameter (fp32 buffers)."""
         return {"sgd": 0.0, "momentum": 4.0, "rmsprop": 4.0, "adam": 8.0}[self.value]
 
+    @property
+    def temporary_bytes_per_parameter(self) -> float:
+        """What PyTorch's multi-tensor (foreach) implementation allocates while it steps, per
+        parameter: Adam and RMSProp the square root of their second moment (fp32); SGD and
+        momentum update in place."""
+        return {"sgd": 0.0, "momentum": 0.0, "rmsprop": 4.0, "adam": 4.0}[self.value]
 
-def optimizer_bytes(model: Model, optimizer: str, master_weights: bool | None = None) -> float:
-    """Optimizer bytes per parameter for ``optimizer`` (a name or a number of bytes) on
-    ``model``; ``master_weights`` None means "when the weights are narrower than fp32"."""
+
+def with_optimizer(
+    model: Model, optimizer: str | None, master_weights: bool | None = None
+) -> Model:
+    """``model`` with the optimizer state, master weights and step temporaries that
+    ``optimizer`` (a name or a number of bytes per parameter) asks for; ``master_weights``
+    None means "when the weights are narrower than fp32" for a named optimizer, and keeps the
+    model's own otherwise. None keeps the model's optimizer (master weights alone add or remove
+    the 4-byte fp32 copy)."""
+    if optimizer is None:
+        if master_weights is None:
+            return model
+        return dataclasses.replace(
+            model, master_weight_bytes_per_parameter=MASTER_WEIGHT_BYTES if master_weights else 0.0
+        )
     text = optimizer.strip().lower()
     try:
         number = float(text)
@@ -61,7 +80,9 @@ def optimizer_bytes(model: Model, optimizer: str, master_weights: bool | None = 
                 f"--optimizer {optimizer}: a number of bytes already includes master weights; "
                 "leave --master-weights out"
             )
-        return number
+        return dataclasses.replace(
+            model, optimizer_bytes_per_parameter=number, master_weight_bytes_per_parameter=0.0
+        )
     try:
         kind = Optimizer(text)
     except ValueError:
@@ -71,22 +92,9 @@ def optimizer_bytes(model: Model, optimizer: str, master_weights: bool | None = 
         ) from None
     if master_weights is None:
         master_weights = model.weight_bytes_per_parameter < MASTER_WEIGHT_BYTES
-    return kind.state_bytes_per_parameter + (MASTER_WEIGHT_BYTES if master_weights else 0.0)
-
-
-def with_optimizer(
-    model: Model, optimizer: str | None, master_weights: bool | None = None
-) -> Model:
-    """``model`` with the optimizer bytes per parameter that ``optimizer`` asks for (None keeps
-    the model's own; master weights alone adds or removes the 4-byte fp32 copy)."""
-    if optimizer is None:
-        if master_weights is None:
-            return model
-        own = model.optimizer_bytes_per_parameter
-        has_master = model.weight_bytes_per_parameter < MASTER_WEIGHT_BYTES
-        state = own - (MASTER_WEIGHT_BYTES if has_master else 0.0)
-        total = max(0.0, state) + (MASTER_WEIGHT_BYTES if master_weights else 0.0)
-        return dataclasses.replace(model, optimizer_bytes_per_parameter=total)
     return dataclasses.replace(
-        model, optimizer_bytes_per_parameter=optimizer_bytes(model, optimizer, master_weights)
+        model,
+        optimizer_bytes_per_parameter=kind.state_bytes_per_parameter,
+        master_weight_bytes_per_parameter=MASTER_WEIGHT_BYTES if master_weights else 0.0,
+        optimizer_temporary_bytes_per_parameter=kind.temporary_bytes_per_parameter,
     )

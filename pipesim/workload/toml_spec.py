@@ -16,6 +16,17 @@ Either a transformer stack::
     heads = 16
     seq = 2048
     vocab = 50304
+    # optional, with their defaults (pipesim's earlier reading of a transformer stack):
+    kv_heads = 16                       # grouped-query attention: fewer key/value heads
+    mlp = "gelu"                        # or "swiglu"
+    attention = "eager"                 # or "flash"
+    norm = "layernorm"                  # or "rmsnorm"
+    position = "none"                   # or "learned", "rope"
+    tied_embeddings = false
+    linear_bias = true
+    dropout = true
+    embedding_dropout = false
+    element_bytes = 2                   # 4 for fp32 activations
 
 or explicit layers, each repeated ``repeat`` times::
 
@@ -30,17 +41,25 @@ or explicit layers, each repeated ``repeat`` times::
     activation_bytes = 4e6
     weight_grad_activation_bytes = 2e6  # optional, default activation_bytes
     output_bytes = 1e6
+
+``optimizer_bytes_per_parameter`` (default 12) is the optimizer's state with any fp32 master
+weights; ``master_weight_bytes_per_parameter`` (default 0) may hold the master weights apart,
+so that the memory breakdown shows them as their own term.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.errors import shown
-from pipesim.files.toml_reader import Fields, read_toml, string
+from pipesim.files.toml_reader import Fields, boolean, read_toml, string
+from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
@@ -54,28 +73,16 @@ def load_model(path: str | Path) -> Model:
         raise SpecError(
             f"model file {str(path)!r} needs exactly one of a [transformer] table or [[layers]]"
         )
+    architecture = None
     if root.has("transformer"):
-        spec = root.table("transformer")
-        hidden = spec.take("hidden", checks.positive_int)
-        seq = spec.take("seq", checks.positive_int)
-        count = spec.take("layers", checks.positive_int)
-        check(Limit.LAYERS, count, f"transformer.layers = {count:,}")
-        heads = spec.take("heads", checks.positive_int)
-        if hidden % heads:
-            raise SpecError(
-                f"transformer.heads = {heads:,} must divide transformer.hidden = {hidden:,} "
-                "(each head gets hidden / heads of the width)"
-            )
+        architecture = _architecture(root.table("transformer"))
         layers = transformer_layers(
-            count,
-            seq=seq,
-            hidden=hidden,
-            ffn=spec.take("ffn", checks.positive_int, 4 * hidden),
-            heads=heads,
-            vocab=spec.take("vocab", checks.positive_int),
+            architecture,
+            gradient_bytes=root.take("gradient_bytes_per_parameter", checks.non_negative, 2.0),
         )
-        spec.done()
-        input_bytes = root.take("input_bytes", checks.non_negative, float(TOKEN_BYTES * seq))
+        input_bytes = root.take(
+            "input_bytes", checks.non_negative, float(TOKEN_BYTES * architecture.seq)
+        )
     else:
         entries = root.take("layers", _layer_tables)
         built: list[Layer] = []
@@ -102,9 +109,64 @@ def load_model(path: str | Path) -> Model:
         ),
         default_batch=root.take("default_batch", checks.positive_int),
         description=root.take("description", string, f"from {path}"),
+        master_weight_bytes_per_parameter=root.take(
+            "master_weight_bytes_per_parameter", checks.non_negative, 0.0
+        ),
+        architecture=architecture,
     )
     root.done()
     return model
+
+
+def _architecture(spec: Fields) -> TransformerArchitecture:
+    """The ``[transformer]`` table."""
+    hidden = spec.take("hidden", checks.positive_int)
+    count = spec.take("layers", checks.positive_int)
+    check(Limit.LAYERS, count, f"transformer.layers = {count:,}")
+    heads = spec.take("heads", checks.positive_int)
+    if hidden % heads:
+        raise SpecError(
+            f"transformer.heads = {heads:,} must divide transformer.hidden = {hidden:,} "
+            "(each head gets hidden / heads of the width)"
+        )
+    element_bytes = spec.take("element_bytes", checks.positive_int, 2)
+    architecture = TransformerArchitecture(
+        count,
+        hidden,
+        heads,
+        spec.take("ffn", checks.positive_int, 4 * hidden),
+        spec.take("seq", checks.positive_int),
+        spec.take("vocab", checks.positive_int),
+        kv_heads=spec.take("kv_heads", checks.positive_int, heads),
+        mlp=spec.take("mlp", _choice(Mlp), Mlp.GELU),
+        attention=spec.take("attention", _choice(Attention), Attention.EAGER),
+        norm=spec.take("norm", _choice(Norm), Norm.LAYERNORM),
+        position=spec.take("position", _choice(Position), Position.NONE),
+        tied_embeddings=spec.take("tied_embeddings", boolean, False),
+        linear_bias=spec.take("linear_bias", boolean, True),
+        dropout=spec.take("dropout", boolean, True),
+        embedding_dropout=spec.take("embedding_dropout", boolean, False),
+        element_bytes=element_bytes,
+        mask_bytes=max(1, element_bytes // 2),
+    )
+    spec.done()
+    return architecture
+
+
+EnumT = TypeVar("EnumT", bound=Enum)
+
+
+def _choice(kind: type[EnumT]) -> Callable[[str, Any], EnumT]:
+    """A field that takes one of ``kind``'s values."""
+
+    def read(field: str, value: Any) -> EnumT:
+        for member in kind:
+            if value == member.value:
+                return member
+        choices = ", ".join(repr(member.value) for member in kind)
+        raise SpecError(f"{field} must be one of {choices}, got {shown(value)}")
+
+    return read
 
 
 def _layer_tables(field: str, value: object) -> list[object]:

@@ -1,101 +1,554 @@
-"""Transformer layers: FLOPs, parameters and activation memory per sample.
+"""The layers one device holds of a transformer, under tensor and sequence parallelism, each
+recomputation mode and either attention implementation: FLOPs, parameters, stashed
+activations, kernels, collectives and transient memory, per sample.
 
-FLOPs per layer and sample, sequence s, hidden h, feed-forward f, heads a (multiply-add = 2):
-forward 2s(4h^2 + 2hf) + 4s^2h; input gradient the same matmuls plus twice the attention
-(2s(4h^2 + 2hf) + 8s^2h); weight gradient 2s(4h^2 + 2hf). With f = 4h these are the zero-bubble
-paper's F = sbh(24h + 4s), B = sbh(24h + 8s), W = sbh(24h) (Qi et al., arXiv 2401.10241,
-Table 1).
+The model is Megatron-LM's GPT block (pre-norm; fused QKV; attention; output projection with
+bias, dropout and residual add; norm; MLP) or its Llama variant (RMSNorm, grouped-query
+attention, SwiGLU, no biases), with the output layer and its vocabulary-parallel cross
+entropy. The notation is Korthikanti et al.'s (arXiv 2205.05198): s sequence, b micro-batch,
+h hidden, a heads, t tensor-parallel size; sizes below are per sample (b = 1) with 16-bit
+elements (``element_bytes`` e = 2) and 1-byte dropout masks.
 
-Activation bytes per layer and sample with 16-bit activations and 1-byte dropout masks:
-18sh + 4sf + 5as^2, which is Korthikanti et al.'s sbh(34 + 5as/h) at f = 4h ("Reducing
-Activation Recomputation in Large Transformer Models", arXiv 2205.05198, §4.1). The weight
-gradient needs only the inputs of the four linear layers: 6sh + 2sf bytes. With 32-bit
-activations (GPipe's TPU runs kept them in float32) every figure doubles.
+Activations one block stashes for its backward (what each operator saves), §4 of 2205.05198:
+
+==========================  =====================  ==================================
+saved by                    size                   with sequence parallelism
+==========================  =====================  ==================================
+norm 1, norm 2 (inputs)     2 · e·s·h              2 · e·s·h / t
+QKV and fc1 inputs          2 · e·s·h              2 · e·s·h / t (gathered again)
+Q, K, V                     e·s·(h + 2·kv·d) / t   same
+softmax output, dropout     (2e + 1)·a·s² / t      same (eager attention only)
+mask and output
+log-sum-exp (flash)         4·a·s / t              same (flash attention only)
+projection input            e·s·h / t              same
+MLP activation input,       2 · e·s·f / t          same (SwiGLU: gate and up, then the
+fc2 input                                          product: 3 · e·s·f / t)
+two dropout masks           2 · s·h                2 · s·h / t
+==========================  =====================  ==================================
+
+For GPT (f = 4h, kv = a, e = 2) this is Table 2 of 2205.05198: sbh(10 + 24/t + 5as/(ht)), with
+sequence parallelism sbh(34/t + 5as/(ht)); selective recomputation drops the attention core
+(the 5as²/t term, or the log-sum-exp with flash) and re-runs it in the backward; full
+recomputation stashes the block's input alone (2sbh, /t with sequence parallelism) and re-runs
+the whole forward in the backward. The weight gradient needs only the four linear layers'
+inputs (6sh + 2sf at t = 1), kept from the input-gradient pass to W.
+
+Pipeline messages: each of the t ranks sends its 1/t of a block's output (Megatron-LM's
+scatter/gather optimization; the receiver's all-gather over the node's links is not counted).
+
+Tensor parallelism splits heads, the MLP's inner width and the vocabulary t ways; each block
+all-reduces its activations twice in the forward pass and twice in the input-gradient backward
+(sequence parallelism: an all-gather before and a reduce-scatter after each of the two
+sub-blocks, the same volume; the all-gathers W repeats for the linears' inputs run under the
+input-gradient matmuls, as Megatron-LM overlaps them, and take no time of their own).
 """
 
 from __future__ import annotations
 
-from pipesim.common import checks
+import dataclasses
+from dataclasses import dataclass
+
+from pipesim.common.checks import SpecError
+from pipesim.hardware.collectives import Collective
+from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
+from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
 from pipesim.workload.model import Layer
+from pipesim.workload.work import CollectiveCall, LayerWork, Matmul, PassWork, Scaled
 
-ACTIVATION_BYTES = 2  # 16-bit activations
 TOKEN_BYTES = 8  # int64 token ids, PyTorch's default
+LOSS_STATISTICS = 3  # fp32 per token: the vocabulary-parallel loss all-reduces max, sum and target
 
 
-def transformer_layer(
-    name: str, seq: int, hidden: int, ffn: int, heads: int, activation_bytes: int = 2
+def check_tensor_parallel(arch: TransformerArchitecture, tensor: int) -> None:
+    """Refuse a tensor-parallel size that does not split the heads, the key/value heads, the
+    MLP or the vocabulary evenly (Megatron requires each; the vocabulary is padded to a
+    multiple of 128·t in a run, so a catalogue model's vocabulary is already padded)."""
+    for field, value in (
+        ("heads", arch.heads),
+        ("kv_heads", arch.key_value_heads),
+        ("ffn", arch.ffn),
+        ("vocab", arch.vocab),
+    ):
+        if value % tensor:
+            raise SpecError(
+                f"--tensor-parallel {tensor} must divide the model's {field} ({value:,}): "
+                "tensor parallelism gives each rank an equal share"
+            )
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """Per-sample sizes of one block on one rank (see the module docstring)."""
+
+    arch: TransformerArchitecture
+    par: Parallelism
+
+    @property
+    def t(self) -> int:
+        return self.par.tensor
+
+    @property
+    def e(self) -> float:
+        return float(self.arch.element_bytes)
+
+    @property
+    def mask(self) -> float:
+        """Bytes of a dropout mask element (0 without dropout)."""
+        return float(self.arch.mask_bytes) if self.arch.dropout else 0.0
+
+    @property
+    def tokens_local(self) -> float:
+        """Tokens of the sequence this rank holds outside attention and MLP: s/t with
+        sequence parallelism, s without."""
+        s = self.arch.seq
+        return s / self.t if self.par.sequence_parallel else float(s)
+
+    @property
+    def hidden_local(self) -> float:
+        """Elements of the residual stream this rank holds per sample: s·h or s·h/t."""
+        return self.tokens_local * self.arch.hidden
+
+    @property
+    def message_bytes(self) -> float:
+        """What one rank sends the next pipeline stage per sample: the block's output, of
+        which each of the t ranks sends 1/t (Megatron-LM's scatter/gather of pipeline
+        messages, its default; with sequence parallelism the output is 1/t already)."""
+        return self.e * self.arch.seq * self.arch.hidden / self.t
+
+    @property
+    def qkv_width(self) -> float:
+        """The QKV projection's output width on this rank: (h + 2·kv·d)/t."""
+        return (self.arch.hidden + 2 * self.arch.kv_width) / self.t
+
+    @property
+    def fc1_width(self) -> float:
+        """fc1's output width on this rank: f/t (GELU) or 2f/t (SwiGLU's gate and up)."""
+        return (self.arch.mlp_matrices - 1) * self.arch.ffn / self.t
+
+    @property
+    def heads_local(self) -> float:
+        return self.arch.heads / self.t
+
+    @property
+    def scores(self) -> float:
+        """Attention score elements on this rank per sample: (a/t)·s²."""
+        return self.heads_local * self.arch.seq**2
+
+    def activation_terms(self) -> dict[str, float]:
+        """The stash of one block without recomputation, term by term (bytes per sample)."""
+        a, e, s, h = self.arch, self.e, self.arch.seq, self.arch.hidden
+        terms = {
+            "norm inputs": 2 * e * self.hidden_local,
+            "qkv and fc1 inputs": 2 * e * self.hidden_local,
+            "query, key, value": e * s * self.qkv_width,
+            "projection input": e * s * h / self.t,
+            "mlp activations": (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / self.t,
+            "dropout masks": 2 * self.mask * self.hidden_local,
+        }
+        terms.update(self.core_terms())
+        return terms
+
+    def core_terms(self) -> dict[str, float]:
+        """What the attention core alone stashes (dropped by selective recomputation)."""
+        if self.arch.attention is Attention.FLASH:
+            return {"attention statistics": 4.0 * self.heads_local * self.arch.seq}
+        kept = self.e + (self.mask + self.e if self.arch.dropout else 0.0)
+        return {"attention scores": kept * self.scores}
+
+    def weight_grad_keep(self) -> float:
+        """What W needs: the four linear layers' inputs (the QKV and fc1 inputs as stashed)."""
+        a, e, s = self.arch, self.e, self.arch.seq
+        fc2_input = e * s * a.ffn / self.t
+        return 2 * e * self.hidden_local + e * s * a.hidden / self.t + fc2_input
+
+    def block_collectives(self) -> tuple[CollectiveCall, ...]:
+        """The two collectives of each sub-block (all-reduce, or all-gather + reduce-scatter)."""
+        if self.t == 1:
+            return ()
+        size = self.e * self.arch.seq * self.arch.hidden
+        if self.par.sequence_parallel:
+            gather = CollectiveCall(Collective.ALL_GATHER, size)
+            scatter = CollectiveCall(Collective.REDUCE_SCATTER, size)
+            return (gather, scatter, gather, scatter)
+        reduce = CollectiveCall(Collective.ALL_REDUCE, size)
+        return (reduce, reduce)
+
+
+def _block_forward(z: _Sizes) -> PassWork:
+    a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
+    d = a.head_dim
+    matmuls = [Matmul("qkv", s, z.qkv_width, h)]
+    memory = 2 * 2 * e * z.hidden_local  # two norms: read and write
+    memory += 2 * (3 * e + z.mask) * z.hidden_local  # two bias-dropout-adds
+    kernels = 4
+    if a.attention is Attention.EAGER:
+        matmuls.append(Matmul("scores", s, s, d, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("values", s, d, s, z.heads_local, Scaled.BATCH))
+        memory += 2 * e * z.scores  # fused scale-mask-softmax
+        kernels += 1
+        if a.dropout:
+            memory += (2 * e + z.mask) * z.scores
+            kernels += 1
+        if a.key_value_heads < a.heads:  # keys and values expanded to every head
+            memory += e * s * (2 * a.kv_width + 2 * h) / z.t
+            kernels += 2
+    else:
+        matmuls.append(Matmul("flash scores", s, s, d, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("flash values", s, d, s, z.heads_local, Scaled.BATCH))
+        memory += e * s * (2 * h + 2 * a.kv_width) / z.t + 4 * z.heads_local * s
+    matmuls.append(Matmul("proj", s, h, h / z.t))
+    matmuls.append(Matmul("fc1", s, z.fc1_width, h))
+    memory += (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / z.t  # activation function
+    kernels += 1
+    matmuls.append(Matmul("fc2", s, h, a.ffn / z.t))
+    transients = [e * s * h if z.par.sequence_parallel and z.t > 1 else 0.0]
+    if a.attention is Attention.EAGER:
+        transients.append(e * z.scores)  # the raw scores before the softmax
+    transients.append(e * s * z.fc1_width)  # fc1's output before the activation
+    return PassWork(
+        tuple(matmuls),
+        memory_bytes=memory,
+        kernels=kernels,
+        collectives=z.block_collectives(),
+        transient_bytes=max(transients),
+        element_bytes=e,
+    )
+
+
+def _block_core_forward(z: _Sizes) -> PassWork:
+    """The attention core alone (what selective recomputation re-runs)."""
+    a, e, s = z.arch, z.e, z.arch.seq
+    d = a.head_dim
+    matmuls = (
+        Matmul("scores", s, s, d, z.heads_local, Scaled.BATCH),
+        Matmul("values", s, d, s, z.heads_local, Scaled.BATCH),
+    )
+    if a.attention is Attention.FLASH:
+        memory = e * s * (2 * a.hidden + 2 * a.kv_width) / z.t + 4 * z.heads_local * s
+        return PassWork(matmuls, memory_bytes=memory, kernels=0, element_bytes=e)
+    memory = 2 * e * z.scores + ((2 * e + z.mask) * z.scores if a.dropout else 0.0)
+    return PassWork(matmuls, memory_bytes=memory, kernels=2 if a.dropout else 1, element_bytes=e)
+
+
+def _block_input_grad(z: _Sizes) -> PassWork:
+    a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
+    d = a.head_dim
+    matmuls = [
+        Matmul("fc2 dgrad", s, a.ffn / z.t, h),
+        Matmul("fc1 dgrad", s, h, z.fc1_width),
+        Matmul("proj dgrad", s, h / z.t, h),
+    ]
+    memory = 2 * 3 * e * z.hidden_local  # two norm backwards: read x and dy, write dx
+    memory += 2 * (5 * e + z.mask if a.dropout else 3 * e) * z.hidden_local  # dropout, residual
+    memory += (5 if a.mlp is Mlp.SWIGLU else 3) * e * s * a.ffn / z.t  # activation backward
+    kernels = 5
+    if a.attention is Attention.EAGER:
+        matmuls += [
+            Matmul("values dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+            Matmul("scores dgrad", s, s, d, z.heads_local, Scaled.BATCH),
+            Matmul("query dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+            Matmul("key dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+        ]
+        memory += 3 * e * z.scores  # softmax backward
+        kernels += 1
+        if a.dropout:
+            memory += (2 * e + z.mask) * z.scores
+            kernels += 1
+    else:
+        # FlashAttention's backward recomputes the scores, then the four products.
+        matmuls += [
+            Matmul("flash recompute", s, s, d, z.heads_local, Scaled.BATCH),
+            Matmul("flash values dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash scores dgrad", s, s, d, z.heads_local, Scaled.BATCH),
+            Matmul("flash query dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash key dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+        ]
+        memory += e * s * (4 * h + 4 * a.kv_width) / z.t + 4 * z.heads_local * s
+    matmuls.append(Matmul("qkv dgrad", s, h, z.qkv_width))
+    transients = [e * s * z.fc1_width * 2]  # the MLP's gradients before and after the activation
+    if a.attention is Attention.EAGER:
+        transients.append(2 * e * z.scores)  # gradients of the dropout output and the scores
+    else:
+        transients.append(e * s * (h + 2 * a.kv_width) / z.t)
+    if z.par.sequence_parallel and z.t > 1:
+        transients.append(e * s * h)
+    collectives: tuple[CollectiveCall, ...] = ()
+    if z.t > 1:
+        size = e * s * h
+        if z.par.sequence_parallel:
+            collectives = (
+                CollectiveCall(Collective.ALL_GATHER, size),
+                CollectiveCall(Collective.REDUCE_SCATTER, size),
+                CollectiveCall(Collective.ALL_GATHER, size),
+                CollectiveCall(Collective.REDUCE_SCATTER, size),
+            )
+        else:
+            collectives = (
+                CollectiveCall(Collective.ALL_REDUCE, size),
+                CollectiveCall(Collective.ALL_REDUCE, size),
+            )
+    return PassWork(
+        tuple(matmuls),
+        memory_bytes=memory,
+        kernels=kernels,
+        collectives=collectives,
+        transient_bytes=max(transients),
+        element_bytes=e,
+    )
+
+
+def _block_weight_grad(z: _Sizes, gradient_bytes: float, parameters: float) -> PassWork:
+    a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
+    matmuls = (
+        Matmul("qkv wgrad", h, z.qkv_width, s, 1.0, Scaled.K),
+        Matmul("proj wgrad", h / z.t, h, s, 1.0, Scaled.K),
+        Matmul("fc1 wgrad", h, z.fc1_width, s, 1.0, Scaled.K),
+        Matmul("fc2 wgrad", a.ffn / z.t, h, s, 1.0, Scaled.K),
+    )
+    memory = 0.0
+    kernels = 0
+    if a.linear_bias:  # bias gradients: reductions of the output gradients over the tokens
+        memory += e * s * (z.qkv_width + h + z.fc1_width + h)
+        kernels += 4
+    # With sequence parallelism W needs the QKV and fc1 inputs gathered again; Megatron-LM
+    # gathers them while the input-gradient matmuls run, so the all-gathers take no time of
+    # their own here (the gathered input is a transient of W).
+    gathered = e * s * h if z.par.sequence_parallel and z.t > 1 else 0.0
+    return PassWork(
+        matmuls,
+        memory_bytes=memory,
+        # each weight gradient read, added to the gradient buffer and written back
+        fixed_memory_bytes=(e + 2 * gradient_bytes) * parameters,
+        kernels=kernels,
+        transient_bytes=gathered,
+        fixed_transient_bytes=e * max(h * z.qkv_width, h * z.fc1_width, h * a.ffn / z.t),
+        element_bytes=e,
+    )
+
+
+def transformer_block(
+    name: str,
+    arch: TransformerArchitecture,
+    parallelism: Parallelism = IDENTITY,
+    *,
+    recompute: RecomputeMode | None = None,
+    gradient_bytes: float = 2.0,
 ) -> Layer:
-    """One pre-LN transformer block (self-attention and MLP); ``activation_bytes`` per
-    activation element (2 for 16-bit, 4 for 32-bit)."""
-    scale = checks.positive_int("activation_bytes", activation_bytes) / 2
-    s = checks.positive_int("seq", seq)
-    h = checks.positive_int("hidden", hidden)
-    f = checks.positive_int("ffn", ffn)
-    a = checks.positive_int("heads", heads)
-    matmul = 2 * s * (4 * h * h + 2 * h * f)
-    attention = 4 * s * s * h
+    """One block on one tensor-parallel rank; ``recompute`` overrides the parallelism's mode
+    (a stage recomputes only its first N blocks under ``--recompute N``)."""
+    check_tensor_parallel(arch, parallelism.tensor)
+    z = _Sizes(arch, parallelism)
+    mode = parallelism.recompute.mode if recompute is None else recompute
+    t, s, h = parallelism.tensor, arch.seq, arch.hidden
+    sharded = arch.attention_matmul_parameters() + arch.mlp_matmul_parameters()
+    biases = arch.block_bias_parameters()
+    # Biases of the column-parallel layers are split; the row-parallel ones' (projection,
+    # fc2: h each) and the norms' weights are replicated on every rank.
+    replicated_biases = 2 * h if arch.linear_bias else 0
+    parameters = (
+        (sharded + biases - replicated_biases) / t + replicated_biases + 2 * arch.norm_parameters
+    )
+    matmul_flops = 2 * s * sharded / t
+    attention_flops = 4 * s * s * h / t
+    forward = _block_forward(z)
+    input_grad = _block_input_grad(z)
+    terms = z.activation_terms()
+    stash = sum(terms.values())
+    recompute_flops = 0.0
+    if mode is RecomputeMode.SELECTIVE:
+        core = _block_core_forward(z)
+        stash -= sum(z.core_terms().values())
+        input_grad = core.plus(input_grad)
+        input_grad = _with_transient(input_grad, sum(z.core_terms().values()))
+        recompute_flops = attention_flops
+    elif mode is RecomputeMode.FULL:
+        full_stash = stash
+        stash = z.e * z.hidden_local
+        input_grad = forward.plus(input_grad)
+        input_grad = _with_transient(input_grad, full_stash)
+        recompute_flops = matmul_flops + attention_flops
+    keep = z.weight_grad_keep()
+    if mode is RecomputeMode.FULL:
+        keep = min(keep, stash)  # full recomputation runs with a full backward (no I/W split)
+    work = LayerWork(forward, input_grad, _block_weight_grad(z, gradient_bytes, parameters))
     return Layer(
         name,
-        forward_flops=matmul + attention,
-        input_grad_flops=matmul + 2 * attention,
-        weight_grad_flops=matmul,
-        parameters=4 * h * h + 2 * h * f + 9 * h + f,
-        activation_bytes=scale * (18 * s * h + 4 * s * f + 5 * a * s * s),
-        weight_grad_activation_bytes=scale * (6 * s * h + 2 * s * f),
-        output_bytes=activation_bytes * s * h,
+        forward_flops=matmul_flops + attention_flops,
+        input_grad_flops=matmul_flops + 2 * attention_flops,
+        weight_grad_flops=matmul_flops,
+        parameters=parameters,
+        activation_bytes=stash,
+        weight_grad_activation_bytes=keep,
+        output_bytes=z.message_bytes,
+        recompute_flops=recompute_flops,
+        work=work,
     )
+
+
+def _with_transient(work: PassWork, extra: float) -> PassWork:
+    """``work`` holding ``extra`` bytes more while it runs (recomputed activations)."""
+    return dataclasses.replace(work, transient_bytes=work.transient_bytes + extra)
 
 
 def embedding_layer(
-    name: str, seq: int, hidden: int, vocab: int, activation_bytes: int = 2
+    arch: TransformerArchitecture,
+    parallelism: Parallelism = IDENTITY,
+    *,
+    gradient_bytes: float = 2.0,
 ) -> Layer:
-    """Token embedding: a lookup (no matmul FLOPs), V x h parameters, a scatter-add gradient."""
-    s, h, v = seq, hidden, vocab
+    """The vocabulary-parallel word embedding (V/t rows per rank), learned positions, dropout.
+
+    Forward: a lookup of this rank's rows, the all-reduce (reduce-scatter with sequence
+    parallelism) that sums the ranks' partial embeddings, the positions added, dropout. It
+    stashes the token ids and the dropout mask; its weight gradient scatters the output
+    gradient into a dense V/t x h buffer (the embedding-gradient buffer, a transient) added
+    to the gradient buffer.
+    """
+    z = _Sizes(arch, parallelism)
+    t, e, s, h = parallelism.tensor, z.e, arch.seq, arch.hidden
+    positions = s * h if arch.position is Position.LEARNED else 0
+    rows = arch.vocab * h / t
+    parameters = rows + positions
+    mask = float(arch.mask_bytes) if arch.embedding_dropout else 0.0
+    collectives: tuple[CollectiveCall, ...] = ()
+    if t > 1:
+        kind = Collective.REDUCE_SCATTER if parallelism.sequence_parallel else Collective.ALL_REDUCE
+        collectives = (CollectiveCall(kind, e * s * h),)
+    forward = PassWork(
+        memory_bytes=e * s * h
+        + (3 * e * z.hidden_local if positions else 0.0)
+        + ((2 * e + mask) * z.hidden_local if mask else 0.0),
+        kernels=1 + (1 if positions else 0) + (1 if mask else 0),
+        collectives=collectives,
+        transient_bytes=e * s * h if t > 1 else 0.0,
+    )
+    input_grad = PassWork(
+        memory_bytes=(2 * e + mask) * z.hidden_local if mask else 0.0,
+        kernels=1 if mask else 0,
+        collectives=(CollectiveCall(Collective.ALL_GATHER, e * s * h),)
+        if parallelism.sequence_parallel and t > 1
+        else (),
+    )
+    weight_grad = PassWork(
+        memory_bytes=2 * e * s * h,
+        fixed_memory_bytes=(2 * e + 2 * gradient_bytes) * parameters,
+        kernels=2,
+        fixed_transient_bytes=e * rows,
+    )
     return Layer(
-        name,
+        "embedding",
         forward_flops=0.0,
         input_grad_flops=0.0,
         weight_grad_flops=2 * s * h,
-        parameters=v * h,
-        activation_bytes=TOKEN_BYTES * s,
+        parameters=parameters,
+        activation_bytes=TOKEN_BYTES * s + mask * z.hidden_local,
         weight_grad_activation_bytes=TOKEN_BYTES * s,
-        output_bytes=activation_bytes * s * h,
+        output_bytes=z.message_bytes,
+        work=LayerWork(forward, input_grad, weight_grad),
     )
 
 
-def lm_head_layer(name: str, seq: int, hidden: int, vocab: int, activation_bytes: int = 2) -> Layer:
-    """Final layer norm, the output projection to the vocabulary and the softmax loss.
+def output_layer(
+    arch: TransformerArchitecture,
+    parallelism: Parallelism = IDENTITY,
+    *,
+    gradient_bytes: float = 2.0,
+) -> Layer:
+    """The final norm, the vocabulary-parallel output projection (V/t columns per rank) and the
+    cross entropy over fp32 logits.
 
-    Stashes its input (2sh) and the fp32 logits for the loss gradient (4sV).
+    It stashes its input and the fp32 logits (4·s·V/t, what the loss's backward reads); the
+    loss itself allocates more while it runs: the 16-bit logits, their fp32 copy and the
+    exponentials (the transient of the forward, about 10·s·V/t), and in the backward the
+    logits' gradient in fp32 and 16-bit. With tied embeddings its V/t x h weights copy the
+    embedding's (``shared_parameters``).
     """
-    s, h, v = seq, hidden, vocab
-    matmul = 2 * s * h * v
+    z = _Sizes(arch, parallelism)
+    t, e, s, h, v = parallelism.tensor, z.e, arch.seq, arch.hidden, arch.vocab
+    columns = v / t
+    projection = h * columns
+    parameters = projection + arch.norm_parameters
+    logits = s * columns
+    gather: tuple[CollectiveCall, ...] = ()
+    statistics = CollectiveCall(Collective.ALL_REDUCE, LOSS_STATISTICS * 4.0 * s)
+    if t > 1 and parallelism.sequence_parallel:
+        gather = (CollectiveCall(Collective.ALL_GATHER, e * s * h),)
+    forward = PassWork(
+        (Matmul("logits", s, columns, h),),
+        memory_bytes=2 * e * z.hidden_local + (e + 4 * 7) * logits,
+        kernels=6,
+        collectives=gather + ((statistics,) if t > 1 else ()),
+        transient_bytes=(e + 4 + 4) * logits,
+        element_bytes=e,
+    )
+    backward_collectives: tuple[CollectiveCall, ...] = ()
+    if t > 1:
+        kind = Collective.REDUCE_SCATTER if parallelism.sequence_parallel else Collective.ALL_REDUCE
+        backward_collectives = (CollectiveCall(kind, e * s * h),)
+    input_grad = PassWork(
+        (Matmul("logits dgrad", s, h, columns),),
+        memory_bytes=(4 * 2 + 4 + e) * logits + 3 * e * z.hidden_local,
+        kernels=3,
+        collectives=backward_collectives,
+        transient_bytes=(4 + e) * logits,
+        element_bytes=e,
+    )
+    weight_grad = PassWork(
+        (Matmul("logits wgrad", h, columns, s, 1.0, Scaled.K),),
+        fixed_memory_bytes=(e + 2 * gradient_bytes) * parameters,
+        collectives=(CollectiveCall(Collective.ALL_GATHER, e * s * h),)
+        if t > 1 and parallelism.sequence_parallel
+        else (),
+        fixed_transient_bytes=e * projection,
+        element_bytes=e,
+    )
+    matmul = 2 * s * projection
     return Layer(
-        name,
+        "head",
         forward_flops=matmul,
         input_grad_flops=matmul,
         weight_grad_flops=matmul,
-        parameters=v * h + 2 * h,
-        activation_bytes=activation_bytes * s * h + 4 * s * v,
-        weight_grad_activation_bytes=activation_bytes * s * h,
+        parameters=parameters,
+        activation_bytes=e * z.hidden_local + 4 * logits,
+        weight_grad_activation_bytes=e * z.hidden_local,
         output_bytes=4.0,
+        shared_parameters=projection if arch.tied_embeddings else 0.0,
+        work=LayerWork(forward, input_grad, weight_grad),
     )
 
 
 def transformer_layers(
-    layers: int,
-    seq: int,
-    hidden: int,
-    ffn: int,
-    heads: int,
-    vocab: int,
-    activation_bytes: int = ACTIVATION_BYTES,
+    arch: TransformerArchitecture,
+    parallelism: Parallelism = IDENTITY,
+    *,
+    gradient_bytes: float = 2.0,
+    recompute: RecomputeMode | None = None,
 ) -> tuple[Layer, ...]:
-    """Embedding, ``layers`` blocks and the output head, in order."""
-    checks.positive_int("layers", layers)
-    a = activation_bytes
-    return (
-        embedding_layer("embedding", seq, hidden, vocab, a),
-        *(transformer_layer(f"block{i}", seq, hidden, ffn, heads, a) for i in range(layers)),
-        lm_head_layer("head", seq, hidden, vocab, a),
+    """Embedding, ``arch.layers`` blocks and the output layer, on one tensor-parallel rank;
+    ``recompute`` overrides the blocks' recomputation mode."""
+    check_tensor_parallel(arch, parallelism.tensor)
+    block = transformer_block(
+        "block", arch, parallelism, recompute=recompute, gradient_bytes=gradient_bytes
     )
+    blocks = tuple(dataclasses.replace(block, name=f"block{i}") for i in range(arch.layers))
+    return (
+        embedding_layer(arch, parallelism, gradient_bytes=gradient_bytes),
+        *blocks,
+        output_layer(arch, parallelism, gradient_bytes=gradient_bytes),
+    )
+
+
+def is_block(layer: Layer) -> bool:
+    """True for a transformer block (not the embedding or the output layer)."""
+    return layer.name.startswith("block")
+
+
+__all__ = [
+    "TOKEN_BYTES",
+    "check_tensor_parallel",
+    "embedding_layer",
+    "is_block",
+    "output_layer",
+    "transformer_block",
+    "transformer_layers",
+]

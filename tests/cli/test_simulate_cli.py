@@ -140,7 +140,7 @@ MEMORY_AWARE = ["--model", "uniform-8", "--hardware", "a100", "--partition", "me
         ),
         (
             ["--model", "uniform-8", "--hardware", "a100", "--partition", "1,x"],
-            "--partition must be balanced, memory-aware, even or layer counts per stage, "
+            "--partition must be balanced, memory-aware, even, blocks or layer counts per stage, "
             "e.g. 3,4,4,3, got '1,x'",
         ),
         (["--costs", "1,2", "--steps", "0"], "--steps must be an integer >= 1, got 0"),

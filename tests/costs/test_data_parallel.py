@@ -1,41 +1,66 @@
-"""The data-parallel all-reduce: ring times literally, and how it joins the costs."""
+"""The data-parallel gradient communication: which groups, which collectives, how it joins
+the costs, with ZeRO-1 and with bucketed overlap; every figure by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipesim.costs.data_parallel import replica_group, ring_allreduce_s, with_data_parallel
+from pipesim.costs.data_parallel import (
+    BUCKET_BYTES,
+    exposed_sync_s,
+    gradient_sync_s,
+    with_data_parallel,
+)
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Link, Network, Topology
+from pipesim.parallel.config import Parallelism
 
 
-def test_ring_time_literal() -> None:
-    """4 replicas, 1 GB at 1 GB/s, 1 us: 2(4-1)/4 s of bytes and 2(4-1) latencies."""
-    network = Network(4, Topology.ALL_TO_ALL, Link("l", 1e9, 1e-6))
-    assert ring_allreduce_s(network, [0, 1, 2, 3], 1e9) == pytest.approx(1.5 + 6e-6)
-    assert ring_allreduce_s(network, [2], 1e9) == 0.0
-
-
-def test_ring_takes_the_narrowest_link() -> None:
-    """Servers of 2 joined by a 10x slower link: a ring across servers runs at its speed."""
-    network = Network(
-        4,
-        Topology.HIERARCHICAL,
-        Link("fast", 1e10, 0.0),
-        inter_node_link=Link("slow", 1e9, 0.0),
-        devices_per_node=2,
-    )
-    assert replica_group(1, 2, 2) == [1, 3]
-    assert ring_allreduce_s(network, [1, 3], 1e9) == pytest.approx(1.0)
-    assert ring_allreduce_s(network, [0, 1], 1e9) == pytest.approx(0.1)
-
-
-def test_with_data_parallel_adds_to_the_optimizer_step() -> None:
+def test_with_data_parallel_adds_the_all_reduce_to_the_optimizer_step() -> None:
+    """2 replicas of a 2-device pipeline; 1 GB of gradients per stage at 1 GB/s: a ring
+    all-reduce over 2 ranks moves 2(2-1)/2 x 1 GB: 1 s."""
     stage = StageCosts(1.0, 1.0, 0.0, gradient_bytes=1e9, optimizer_step_s=0.25)
     pipeline = Network(2, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
     costs = PipelineCosts((stage, stage), pipeline, samples_per_microbatch=2.0)
-    cluster = Network(4, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
-    replicated = with_data_parallel(costs, (0, 1), cluster, 2)
+    job = Network(4, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    replicated = with_data_parallel(costs, (0, 1), job, Parallelism(data=2))
     assert [s.optimizer_step_s for s in replicated.stages] == [1.25, 1.25]
     assert replicated.samples_per_microbatch == 4.0
-    assert with_data_parallel(costs, (0, 1), cluster, 1) is costs
+    assert with_data_parallel(costs, (0, 1), job, Parallelism()) is costs
+
+
+def test_zero_1_reduce_scatters_gradients_and_all_gathers_weights() -> None:
+    """4 replicas at 1 GB/s: reduce-scatter of 1 GB of gradients (3/4 s) and all-gather of
+    0.5 GB of weights (3/8 s)."""
+    stage = StageCosts(1.0, 1.0, 0.0, parameter_bytes=0.5e9, gradient_bytes=1e9)
+    job = Network(4, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    assert gradient_sync_s(stage, job, [0, 1, 2, 3], 0) == pytest.approx(1.5)
+    assert gradient_sync_s(stage, job, [0, 1, 2, 3], 1) == pytest.approx(0.75 + 0.375)
+
+
+def test_overlap_leaves_what_the_last_backward_does_not_hide() -> None:
+    """A 1 GB reduction taking 3 s behind a backward of 2 s (I 1.5 s + W 0.5 s): 1 s
+    exposed; behind a backward of 10 s, the last bucket's share, 3 s x 25 MiB / 1 GB."""
+    stage = StageCosts(1.0, 1.5, 0.5, gradient_bytes=1e9)
+    assert exposed_sync_s(stage, 3.0, False) == 3.0
+    assert exposed_sync_s(stage, 3.0, True) == pytest.approx(1.0)
+    long = StageCosts(1.0, 9.0, 1.0, gradient_bytes=1e9)
+    assert exposed_sync_s(long, 3.0, True) == pytest.approx(3.0 * BUCKET_BYTES / 1e9)
+
+
+def test_the_groups_follow_megatrons_rank_order() -> None:
+    """T = 2, K = 2, D = 2 on servers of 4 (tensor innermost): pipeline device 1's shard is
+    held by ranks 2 (replica 0) and 6 (replica 1), in different servers: over the slow link,
+    2(2-1)/2 x 1 GB at 1 GB/s."""
+    stage = StageCosts(1.0, 1.0, 0.0, gradient_bytes=1e9)
+    pipeline = Network(2, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    costs = PipelineCosts((stage, stage), pipeline)
+    job = Network(
+        8,
+        Topology.HIERARCHICAL,
+        Link("fast", 1e11, 0.0),
+        inter_node_link=Link("slow", 1e9, 0.0),
+        devices_per_node=4,
+    )
+    replicated = with_data_parallel(costs, (0, 1), job, Parallelism(tensor=2, data=2))
+    assert [s.optimizer_step_s for s in replicated.stages] == pytest.approx([1.0, 1.0])

@@ -11,8 +11,9 @@ import pytest
 from pipesim.costs.spec_derived import costs_from_model
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster, Link, Network, Topology
+from pipesim.workload.architecture import TransformerArchitecture
 from pipesim.workload.model import Layer, Model
-from pipesim.workload.transformer import transformer_layer
+from pipesim.workload.transformer import transformer_block
 
 
 def test_a_transformer_layer_has_the_zero_bubble_papers_flops() -> None:
@@ -23,7 +24,7 @@ def test_a_transformer_layer_has_the_zero_bubble_papers_flops() -> None:
     W = sbh * 24h       = 2,097,152 x 49,152              = 103,079,215,104
     parameters 4h^2 + 2hf + 9h + f = 16,777,216 + 33,554,432 + 18,432 + 8,192 = 50,358,272
     """
-    layer = transformer_layer("block", seq=1024, hidden=2048, ffn=8192, heads=32)
+    layer = transformer_block("block", TransformerArchitecture(1, 2048, 32, 8192, 1024, 1))
     assert layer.forward_flops == 111_669_149_696
     assert layer.input_grad_flops == 120_259_084_288
     assert layer.weight_grad_flops == 103_079_215_104

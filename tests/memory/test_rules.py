@@ -17,23 +17,41 @@ from pipesim.memory.forms import memory_forms
 from pipesim.memory.rules import At, Change
 from pipesim.schedules import Kind, build
 
-A, W_PART, X = 7.0, 3.0, 2.0  # stash, keep (W's part), stage input
+A, W_PART, X, T = 7.0, 3.0, 2.0, 0.5  # stash, keep (W's part), stage input, transient
 
-# kind, remat: [(at, bytes)] for the sizes above, literally.
+# kind, remat: [(at, bytes)] for the sizes above, literally: every action holds its transient
+# from its start to its end.
 EXPECTED = {
-    (Kind.F, False): [(At.START, A)],
-    (Kind.F, True): [(At.START, A), (At.END, X - A)],
-    (Kind.B, False): [(At.END, -A)],
-    (Kind.B, True): [(At.START, A), (At.END, -A - X)],
-    (Kind.I, False): [(At.END, W_PART - A)],
-    (Kind.W, False): [(At.END, -W_PART)],
+    (Kind.F, False): [(At.START, A + T), (At.END, -T)],
+    (Kind.F, True): [(At.START, A + T), (At.END, X - A - T)],
+    (Kind.B, False): [(At.START, T), (At.END, -A - T)],
+    (Kind.B, True): [(At.START, A + T), (At.END, -A - X - T)],
+    (Kind.I, False): [(At.START, T), (At.END, W_PART - A - T)],
+    (Kind.W, False): [(At.START, T), (At.END, -W_PART - T)],
 }
 
 
 @pytest.mark.parametrize(("kind", "remat"), sorted(EXPECTED, key=str))
 def test_each_kind_changes_the_activations_as_the_table_says(kind: Kind, remat: bool) -> None:
-    got = [(c.at, c.bytes(A, W_PART, X)) for c in rules.changes(kind, remat)]
-    assert got == EXPECTED[(kind, remat)]
+    got = [(c.at, c.bytes(A, W_PART, X, T)) for c in rules.changes(kind, remat)]
+    assert got == EXPECTED[(kind, remat)]  # exact: every size is a dyadic fraction
+    assert sum(c.transient for c in rules.changes(kind, remat)) == 0  # freed by the end
+
+
+def test_a_full_backward_holds_the_larger_transient_of_its_parts() -> None:
+    stage = StageCosts(
+        1,
+        1,
+        1,
+        forward_transient_bytes=9.0,
+        input_grad_transient_bytes=4.0,
+        weight_grad_transient_bytes=6.0,
+    )
+    assert rules.transient_bytes(stage, Kind.F, False) == 9.0
+    assert rules.transient_bytes(stage, Kind.I, False) == 4.0
+    assert rules.transient_bytes(stage, Kind.W, False) == 6.0
+    assert rules.transient_bytes(stage, Kind.B, False) == 6.0
+    assert rules.transient_bytes(stage, Kind.B, True) == 9.0  # it re-runs the forward
 
 
 def test_re_materialization_leaves_split_backwards_as_they_are() -> None:
@@ -56,6 +74,35 @@ def test_static_memory_counts_weight_versions_gradients_and_optimizer_state() ->
     ]
     assert rules.static_bytes(stages, [0, 1], versions=1) == 60.0
     assert rules.static_bytes(stages, [1], versions=2) == 25.0
+
+
+def test_a_device_holding_both_ends_keeps_one_copy_of_tied_embeddings() -> None:
+    """Stage 0 holds the embeddings (8 bytes of weights); the last stage's output layer
+    copies them (8 of its 10 weight bytes are shared). Each byte of weights brings one of
+    gradients, two of optimizer state and one of master weights."""
+    first = StageCosts(
+        1, 1, 0, parameter_bytes=8, gradient_bytes=8, optimizer_bytes=16, master_weight_bytes=8
+    )
+    last = StageCosts(
+        1,
+        1,
+        0,
+        parameter_bytes=10,
+        gradient_bytes=10,
+        optimizer_bytes=20,
+        master_weight_bytes=10,
+        shared_parameter_bytes=8,
+    )
+    middle = StageCosts(1, 1, 0, parameter_bytes=4, gradient_bytes=4)
+    stages = [first, middle, last]
+    assert rules.static_bytes(stages, [0], 1) == 40.0
+    assert rules.static_bytes(stages, [2], 1) == 50.0  # on its own device: a real copy
+    assert rules.static_bytes(stages, [0, 2], 1) == 40.0 + 50.0 - 40.0  # a V: held once
+    breakdown = rules.static_breakdown(stages, [0, 2], 1)
+    assert (breakdown.weights, breakdown.gradients) == (10.0, 10.0)
+    assert (breakdown.optimizer_state, breakdown.master_weights) == (20.0, 10.0)
+    assert breakdown.total == rules.static_bytes(stages, [0, 2], 1)
+    assert rules.static_bytes([last], [0], 2) == 60.0 - 48.0  # one stage holds both ends
     assert rules.weight_versions(build("1f1b", 4, 4), 0) == 1
     assert rules.weight_versions(build("pipedream-2bw", 4, 4), 0) == 2
     assert rules.weight_versions(build("pipedream", 4, 4), 0) == 4

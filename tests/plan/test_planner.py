@@ -3,6 +3,7 @@ plans that ``pipesim simulate`` reproduces number for number."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -16,7 +17,7 @@ from pipesim.common.checks import SpecError
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
-from pipesim.plan.planner import PlanContext
+from pipesim.plan.planner import PlanContext, _shape_key, space_limits
 from pipesim.plan.report import plan_json, report_json, report_table, simulate_command
 from pipesim.schedules import schedule_names
 from pipesim.schedules.synthesis import synthesize
@@ -35,11 +36,39 @@ def test_slow_interconnect_picks_the_shallowest_pipeline_that_fits(
     a 100 MB/s link K=2 with two replicas wins, on a fast one the deeper pipeline does."""
     model = model_file(optimizer_bytes=1000, parameters=1e5)
     slow = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e8)
-    best = plan(PlanSettings(model, slow, 4, 16), show_progress=False).plans[0]
+    # ZeRO-1 would shard the state that makes one device too small; PipeDream-2BW (asked for
+    # by name) is what makes the deeper pipeline pay on a fast link
+    options = {"zero": (0,), "schedules": (*DEFAULT_SCHEDULES, "pipedream-2bw")}
+    best = plan(PlanSettings(model, slow, 4, 16, **options), show_progress=False).plans[0]  # type: ignore[arg-type]
     assert (best.candidate.devices, best.candidate.data_parallel) == (2, 2)
     fast = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e12)
-    best = plan(PlanSettings(model, fast, 4, 16), show_progress=False).plans[0]
+    best = plan(PlanSettings(model, fast, 4, 16, **options), show_progress=False).plans[0]  # type: ignore[arg-type]
     assert best.candidate.devices == 4
+
+
+def test_a_sharded_optimizer_lets_replicas_hold_what_one_could_not(
+    model_file: Callable[..., str], hardware_file: Callable[..., str]
+) -> None:
+    """The same model: 800 MB of optimizer state on a 600 MB device needs two pipeline
+    devices when every replica holds it all, one with ZeRO-1 over four replicas (200 MB
+    each); and the best plan with ZeRO-1 searched beats the best without."""
+    model = model_file(optimizer_bytes=1000, parameters=1e5)
+    slow = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e8)
+    settings = PlanSettings(model, slow, 4, 16, zero=(0, 1))
+    context = _context(settings)
+    one_device = [
+        c
+        for c in candidates(4, 16, space_limits(context.model, context.hardware, settings))
+        if c.devices == 1
+    ]
+    fits = {c.zero: not context.evaluate(c).oom for c in one_device}
+    assert fits == {0: False, 1: True}
+    best = plan(settings, show_progress=False).plans[0]
+    replicated = plan(dataclasses.replace(settings, zero=(0,)), show_progress=False).plans[0]
+    assert best.candidate.zero == 1
+    assert (best.iteration_time_s or 0.0) < (replicated.iteration_time_s or 0.0)
+    default = plan(PlanSettings(model, slow, 4, 16), show_progress=False).plans[0]
+    assert default.iteration_time_s == best.iteration_time_s  # ZeRO-1 alone, by default
 
 
 def test_tight_memory_leaves_only_rematerialization(
@@ -92,8 +121,9 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
         top=4,
     )
     context = _context(settings)
+    limits = space_limits(context.model, context.hardware, settings)
     times = []
-    for candidate in candidates(4, 8, 8, schedules):
+    for candidate in candidates(4, 8, limits, schedules):
         quick = context.quick_bound(candidate)
         item = context.evaluate(candidate)
         if item.oom:
@@ -270,7 +300,19 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
     """With ``synth`` among --schedules, the best shapes get a synthesised schedule for the
     smallest memory limit as fast as the largest that fits; offered only when faster than
     every fixed schedule simulated for its shape; its printed command gives its numbers."""
-    settings = PlanSettings("gpt-1.3b", "a100", 8, 64, schedules=("1f1b", "zb-h1", "synth"), top=5)
+    # the pipeline-only space on 40 GB devices, where pipelines win (with tensor parallelism
+    # and ZeRO-1 the plain data-parallel plans do)
+    settings = PlanSettings(
+        "gpt-1.3b",
+        "a100-40gb",
+        8,
+        64,
+        schedules=("1f1b", "zb-h1", "synth"),
+        top=5,
+        tensor_sizes=(1,),
+        zero=(0,),
+        recompute=("none",),
+    )
     report = plan(settings, show_progress=False)
     synthesised = [e for e in report.plans if e.candidate.schedule == "synth"]
     assert synthesised, report_table(report)
@@ -281,9 +323,7 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
         fixed = [
             f.iteration_time_s
             for f in report.evaluated
-            if f.simulated
-            and (f.candidate.devices, f.candidate.data_parallel, f.candidate.microbatches)
-            == (c.devices, c.data_parallel, c.microbatches)
+            if f.simulated and _shape_key(f.candidate) == _shape_key(c)
         ]
         assert fixed and e.iteration_time_s is not None
         assert e.iteration_time_s < min(t for t in fixed if t is not None)
@@ -295,8 +335,8 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
                 1,
                 c.microbatch_size,
                 e.partition,
-                data_parallel=c.data_parallel,
                 placement=tuple(range(c.devices)),
+                parallelism=_context(settings).parallelism(c),
             )
             less = synthesize(costs, c.microbatches, c.memory_limit - 1).result
             assert (

@@ -9,7 +9,8 @@ import pytest
 
 from pipesim.common.checks import SpecError
 from pipesim.workload import check_partition, even_partition, load_model, model, resolve_model
-from pipesim.workload.transformer import transformer_layer
+from pipesim.workload.architecture import TransformerArchitecture
+from pipesim.workload.transformer import transformer_block
 
 
 @pytest.mark.parametrize(
@@ -38,7 +39,7 @@ def test_amoebanet_matches_torchgpipes_parameter_counts(name: str, parameters: f
 
 def test_transformer_layer_flops_are_the_zero_bubble_papers() -> None:
     s, h = 1024, 2048
-    layer = transformer_layer("b", s, h, 4 * h, 32)
+    layer = transformer_block("b", TransformerArchitecture(1, h, 32, 4 * h, s, 1))
     assert layer.forward_flops == s * h * (24 * h + 4 * s)
     assert layer.input_grad_flops == s * h * (24 * h + 8 * s)
     assert layer.weight_grad_flops == s * h * 24 * h
@@ -96,7 +97,7 @@ def test_toml_transformer_model(tmp_path: Path) -> None:
     )
     built = resolve_model(str(path))
     assert built.name == "mine" and len(built.layers) == 6
-    assert built.layers[1].parameters == transformer_layer("b", 128, 256, 1024, 4).parameters
+    assert built.layers[1].parameters == transformer_block("b", TransformerArchitecture(1, 256, 4, 1024, 128, 1)).parameters
 
 
 def test_toml_layers_model(tmp_path: Path) -> None:

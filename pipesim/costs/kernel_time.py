@@ -1,0 +1,69 @@
+"""The kernel-level time model: one pass of a layer on one device, kernel by kernel.
+
+* A matrix multiply of F FLOPs (a batched one counted whole) runs at the fraction of peak the
+  accelerator's curve gives for F (``Accelerator.matmul_fraction``: a multiply split T ways is
+  smaller and slower per FLOP), or at its own memory traffic (its
+  inputs and output, once) over the achievable bandwidth when that is slower: the roofline of
+  one kernel, plus the launch overhead.
+* Memory-bound kernels (norms, softmax, dropout, activation functions, residual adds, gradient
+  accumulation) move their bytes at the achievable bandwidth, each paying the launch overhead.
+* Tensor-parallel collectives run on the tensor-parallel group's links
+  (:func:`pipesim.hardware.collectives.collective_time_s`), blocking, as Megatron-LM runs them.
+
+The pass's time is the sum. Layers without a kernel description, or an accelerator without a
+matmul curve, keep the per-pass roofline of :mod:`pipesim.costs.spec_derived`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipesim.hardware.accelerator import Accelerator
+from pipesim.hardware.collectives import collective_time_s
+from pipesim.hardware.network import Network
+from pipesim.workload.work import Matmul, PassWork
+
+
+def matmul_time_s(
+    accelerator: Accelerator,
+    matmul: Matmul,
+    microbatch_size: float,
+    dtype: str,
+    element_bytes: float,
+) -> float:
+    """One matrix multiply (or batch of them) at ``microbatch_size`` samples."""
+    batch, m, n, k = matmul.shape(microbatch_size)
+    flops = 2.0 * batch * m * n * k
+    compute = flops / (accelerator.peak(dtype) * accelerator.matmul_fraction(flops))
+    traffic = element_bytes * batch * (m * k + k * n + m * n)
+    memory = traffic / _bandwidth(accelerator)
+    return max(compute, memory) + accelerator.kernel_overhead_s
+
+
+def _bandwidth(accelerator: Accelerator) -> float:
+    return accelerator.memory_bandwidth_bytes_per_s * accelerator.memory_bandwidth_efficiency
+
+
+def pass_time_s(
+    accelerator: Accelerator,
+    work: PassWork,
+    microbatch_size: float,
+    dtype: str,
+    network: Network | None = None,
+    tensor_group: Sequence[int] = (),
+) -> float:
+    """One pass (:class:`~pipesim.workload.work.PassWork`) on one device: its matmuls, its
+    memory-bound bytes and kernels, its collectives over ``tensor_group`` of ``network``."""
+    b = microbatch_size
+    total = sum(
+        matmul_time_s(accelerator, matmul, b, dtype, work.element_bytes) for matmul in work.matmuls
+    )
+    moved = work.memory_bytes * b + work.fixed_memory_bytes
+    if moved > 0:
+        total += moved / _bandwidth(accelerator)
+    total += work.kernels * accelerator.kernel_overhead_s
+    if network is not None and len(tensor_group) > 1:
+        for call in work.collectives:
+            size = call.bytes_per_sample * b + call.fixed_bytes
+            total += collective_time_s(network, tensor_group, call.kind, size)
+    return total

@@ -1,0 +1,160 @@
+"""A hybrid-parallel configuration besides the pipeline: tensor and sequence parallelism,
+activation recomputation, optimizer sharding and data parallelism, as Megatron-LM names them.
+
+The pipeline itself (depth K, chunks v, micro-batches M) is the schedule's; this object holds
+every other dimension, so that one value describes what ``--tensor-parallel``,
+``--sequence-parallel``, ``--recompute``, ``--zero``, ``--data-parallel`` and
+``--overlap-grad-reduce`` ask for and travels unchanged from the command line to the costs.
+
+* ``tensor`` (T): Megatron's tensor parallelism (Shoeybi et al., arXiv 1909.08053): attention
+  heads and the MLP's inner width split T ways, two all-reduces per layer in the forward pass
+  and two in the input-gradient backward.
+* ``sequence_parallel``: Korthikanti et al. (arXiv 2205.05198 §4.2.2): layer norms and dropouts
+  run on 1/T of the sequence; each all-reduce becomes an all-gather and a reduce-scatter.
+* ``recompute``: :class:`Recompute`, none, selective (the attention core, §5 of 2205.05198),
+  full (every layer, its input alone stashed) or full for the first N layers of each stage
+  (Megatron's ``--recompute-num-layers N`` with the block method).
+* ``zero``: 0 (every replica holds its optimizer state) or 1 (ZeRO stage 1, Megatron's
+  distributed optimizer: optimizer state and fp32 master weights divided by D; gradients
+  reduce-scattered, parameters all-gathered).
+* ``data`` (D): data-parallel replicas of the whole T x K model.
+* ``overlap_grad_reduce``: the gradient reduction of the step overlaps each stage's last
+  backward (PyTorch DDP's buckets, Megatron's ``--overlap-grad-reduce``); off, it follows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from pipesim.common import checks
+from pipesim.common.checks import SpecError
+
+
+class RecomputeMode(Enum):
+    """How much of a transformer layer's forward pass its backward re-runs."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """A recomputation setting: a mode, and for ``full`` optionally how many layers of each
+    stage it covers (None: every layer).
+
+    The text form is what ``--recompute`` takes: ``none``, ``selective``, ``full`` or a number
+    N of layers per stage (``full`` for the first N transformer layers of each stage).
+    """
+
+    mode: RecomputeMode = RecomputeMode.NONE
+    layers_per_stage: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, RecomputeMode):
+            raise SpecError(f"recompute mode must be a RecomputeMode, got {self.mode!r}")
+        if self.layers_per_stage is not None:
+            checks.non_negative_int("--recompute layers per stage", self.layers_per_stage)
+            if self.mode is not RecomputeMode.FULL:
+                raise SpecError(
+                    f"--recompute: a count of layers goes with full recomputation, got "
+                    f"{self.mode.value} with {self.layers_per_stage}"
+                )
+
+    @classmethod
+    def parse(cls, text: str) -> Recompute:
+        """``none``, ``selective``, ``full`` or N (full for the first N layers per stage)."""
+        value = text.strip().lower()
+        for mode in RecomputeMode:
+            if value == mode.value:
+                return cls(mode)
+        if value.isascii() and value.isdigit() and len(value) <= 9:
+            layers = int(value)
+            return cls(RecomputeMode.NONE) if layers == 0 else cls(RecomputeMode.FULL, layers)
+        raise SpecError(
+            f"--recompute must be none, selective, full or a number of layers per stage, got "
+            f"{text!r}"
+        )
+
+    @property
+    def label(self) -> str:
+        """The text form: ``none``, ``selective``, ``full`` or the layer count."""
+        if self.layers_per_stage is not None:
+            return str(self.layers_per_stage)
+        return self.mode.value
+
+    def full_layers(self, blocks_in_stage: int) -> int:
+        """How many of a stage's ``blocks_in_stage`` transformer layers are fully recomputed
+        (the first ones: Megatron's block method)."""
+        if self.mode is not RecomputeMode.FULL:
+            return 0
+        if self.layers_per_stage is None:
+            return blocks_in_stage
+        return min(self.layers_per_stage, blocks_in_stage)
+
+
+NO_RECOMPUTE = Recompute()
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Every parallel dimension but the pipeline's (see the module docstring).
+
+    Attributes:
+        tensor: T, tensor-parallel degree (1: none).
+        sequence_parallel: sequence parallelism inside each tensor-parallel group (T > 1).
+        recompute: activation recomputation.
+        zero: optimizer sharding stage, 0 or 1.
+        data: D, data-parallel replicas.
+        overlap_grad_reduce: the data-parallel gradient reduction overlaps the last backward.
+    """
+
+    tensor: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = NO_RECOMPUTE
+    zero: int = 0
+    data: int = 1
+    overlap_grad_reduce: bool = False
+
+    def __post_init__(self) -> None:
+        checks.positive_int("--tensor-parallel", self.tensor)
+        checks.positive_int("--data-parallel", self.data)
+        if self.zero not in (0, 1) or isinstance(self.zero, bool):
+            raise SpecError(f"--zero must be 0 or 1, got {self.zero!r}")
+        if not isinstance(self.recompute, Recompute):
+            raise SpecError(f"recompute must be a Recompute, got {self.recompute!r}")
+        for name in ("sequence_parallel", "overlap_grad_reduce"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.sequence_parallel and self.tensor == 1:
+            raise SpecError(
+                "--sequence-parallel splits the sequence over the tensor-parallel group: it needs "
+                "--tensor-parallel of 2 or more, got 1"
+            )
+
+    @property
+    def is_identity(self) -> bool:
+        """True when nothing but (possibly) plain data parallelism is asked for: the
+        pipeline-only model of the model's layers applies unchanged."""
+        return (
+            self.tensor == 1
+            and not self.sequence_parallel
+            and self.recompute == NO_RECOMPUTE
+            and self.zero == 0
+        )
+
+    def label(self) -> str:
+        """A short description: ``T=8 SP recompute=full ZeRO-1 D=4``."""
+        words = [f"T={self.tensor}"]
+        if self.sequence_parallel:
+            words.append("SP")
+        if self.recompute != NO_RECOMPUTE:
+            words.append(f"recompute={self.recompute.label}")
+        if self.zero:
+            words.append(f"ZeRO-{self.zero}")
+        words.append(f"D={self.data}")
+        return " ".join(words)
+
+
+IDENTITY = Parallelism()

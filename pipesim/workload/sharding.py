@@ -1,0 +1,107 @@
+"""A model's layers as one tensor-parallel rank holds them, under a parallel configuration.
+
+A model given by its architecture is rebuilt for the configuration
+(:func:`pipesim.workload.transformer.transformer_layers`); a model given as layers has no
+heads or widths to split, so only data parallelism and optimizer sharding apply to it. With the
+plain configuration (T = 1, no sequence parallelism, no recomputation) every model's layers are
+its own, unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from pipesim.common.checks import SpecError
+from pipesim.parallel.config import Parallelism, RecomputeMode
+from pipesim.workload.architecture import Attention
+from pipesim.workload.model import Layer, Model
+from pipesim.workload.transformer import is_block, transformer_layers
+
+
+@dataclass(frozen=True)
+class ShardedLayers:
+    """The layers of one rank, and for ``--recompute N`` their fully recomputed twins.
+
+    Attributes:
+        layers: one per model layer, as the configuration builds them (under ``--recompute
+            N``: without recomputation; a stage swaps in the twins of its first N blocks).
+        recomputed: None, or the same layers with every block fully recomputed.
+        recompute_first: N of ``--recompute N`` (None otherwise).
+    """
+
+    layers: tuple[Layer, ...]
+    recomputed: tuple[Layer, ...] | None = None
+    recompute_first: int | None = None
+
+    def for_stage(self, layer_range: range) -> list[Layer]:
+        """The layers of a stage holding ``layer_range``: its first N blocks recomputed under
+        ``--recompute N`` (Megatron's block method), the others as built."""
+        layers = [self.layers[i] for i in layer_range]
+        if self.recomputed is None or not self.recompute_first:
+            return layers
+        left = self.recompute_first
+        for position, index in enumerate(layer_range):
+            if left == 0:
+                break
+            if is_block(self.layers[index]):
+                layers[position] = self.recomputed[index]
+                left -= 1
+        return layers
+
+
+def needs_rebuild(parallelism: Parallelism) -> bool:
+    """True when the configuration changes what a layer computes or stashes."""
+    return (
+        parallelism.tensor > 1
+        or parallelism.sequence_parallel
+        or parallelism.recompute.mode is not RecomputeMode.NONE
+    )
+
+
+def sharded_layers(model: Model, parallelism: Parallelism) -> ShardedLayers:
+    """``model``'s layers on one tensor-parallel rank under ``parallelism``."""
+    if not needs_rebuild(parallelism):
+        return ShardedLayers(model.layers)
+    arch = model.architecture
+    if arch is None:
+        raise SpecError(
+            f"model {model.name!r} is given as layers, with no heads or widths to split: "
+            f"--tensor-parallel, --sequence-parallel and --recompute need a transformer model "
+            f"(got {parallelism.label()}); --remat re-materializes any model's stages"
+        )
+    gradient_bytes = model.gradient_bytes_per_parameter
+    recompute = parallelism.recompute
+    if recompute.layers_per_stage is None:
+        return ShardedLayers(transformer_layers(arch, parallelism, gradient_bytes=gradient_bytes))
+    plain = transformer_layers(
+        arch, parallelism, gradient_bytes=gradient_bytes, recompute=RecomputeMode.NONE
+    )
+    full = transformer_layers(
+        arch, parallelism, gradient_bytes=gradient_bytes, recompute=RecomputeMode.FULL
+    )
+    return ShardedLayers(plain, full, recompute.layers_per_stage)
+
+
+def with_attention(model: Model, attention: str) -> Model:
+    """``model`` with its attention computed as ``attention`` says (``eager`` or ``flash``):
+    only a model given by its architecture has attention to choose."""
+    choices = ", ".join(kind.value for kind in Attention)
+    try:
+        kind = Attention(attention)
+    except ValueError:
+        raise SpecError(f"--attention must be one of {choices}, got {attention!r}") from None
+    arch = model.architecture
+    if arch is None:
+        raise SpecError(
+            f"--attention {attention}: model {model.name!r} is given as layers, with no "
+            "attention to choose; it needs a transformer model"
+        )
+    if arch.attention is kind:
+        return model
+    changed = dataclasses.replace(arch, attention=kind)
+    return dataclasses.replace(
+        model,
+        layers=transformer_layers(changed, gradient_bytes=model.gradient_bytes_per_parameter),
+        architecture=changed,
+    )
