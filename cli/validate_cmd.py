@@ -8,7 +8,7 @@ from typing import Any
 
 from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import output_directory
+from pipesim.files.outputs import new_output_directory, output_directory
 from pipesim.files.strict_json import write_json
 
 DEFAULT_MAX_MEDIAN_ERROR = 0.05
@@ -30,10 +30,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--suite",
-        choices=["quick", "full"],
+        choices=["quick", "full", "memory"],
         default="quick",
         help="quick: K=2 on a 2-core machine in minutes; full: every schedule, "
-        "K in 2,4,8, M in 1..32 as far as the machine allows (default quick)",
+        "K in 2,4,8, M in 1..32 as far as the machine allows; memory: GPT stages traced with "
+        "PyTorch's MemTracker on fake tensors against pipesim's per-stage peak, term by term "
+        "(no runs; a few minutes) (default quick)",
     )
     parser.add_argument(
         "--backend",
@@ -112,15 +114,14 @@ def _validate(args: argparse.Namespace) -> int:
             )
     if args.reuse and args.resume:
         raise PipesimError("--reuse and --resume: choose one")
+    if args.suite == "memory":
+        return _validate_memory(args)
     try:
         from validation.report import summary_lines, table
         from validation.runner import run_validation
         from validation.session import Stability
     except ImportError as error:
-        raise PipesimError(
-            f"pipesim validate needs the executor extra (torch): {error}; install with "
-            "pip install torch==2.13.0 '.[executor]'"
-        ) from None
+        raise _needs_executor(error) from None
     # Not a folder, read-only: refused before any work (and without creating it here).
     out = output_directory(args.out, "--out", create=False)
     stability = (
@@ -160,3 +161,54 @@ def _validate(args: argparse.Namespace) -> int:
         sys.stderr.write(f"pipesim validate: {reason or result.verdict_reason}\n")
         return EXIT_CHECK_FAILED
     return EXIT_OK
+
+
+def _validate_memory(args: argparse.Namespace) -> int:
+    """``--suite memory``: traced stages against pipesim's, report.md and results.json."""
+    for flag, given in (
+        ("--reuse", args.reuse),
+        ("--resume", args.resume),
+        ("--repeat-until-stable", args.repeat_until_stable is not None),
+        ("--backend cuda", args.backend == "cuda"),
+    ):
+        if given:
+            raise PipesimError(
+                f"{flag} goes with the measured suites; --suite memory traces fake tensors"
+            )
+    try:
+        from validation import memory_report
+    except ImportError as error:
+        raise _needs_executor(error) from None
+    output_directory(args.out, "--out", create=False)  # a bad folder refused before work
+    with new_output_directory(args.out, "--out") as out:
+        rows = memory_report.run(show_progress=not args.json)
+        memory_report.write(rows, out)
+    stats = memory_report.summary(rows)
+    if args.json:
+        write_json({"summary": stats, "stages": [r.to_json() for r in rows]})
+    else:
+        sys.stdout.write(memory_report.table(rows) + "\n\n")
+        sys.stdout.write(
+            f"median |peak error| {stats['median_abs_error']:.1%}, largest "
+            f"{stats['max_abs_error']:.1%} over {len(rows)} stages\n"
+        )
+        sys.stdout.write(f"report: {out / 'report.md'}, data: {out / 'results.json'}\n")
+    breaches = []
+    if stats["median_abs_error"] > args.max_median_error:
+        breaches.append(
+            f"median |peak error| {stats['median_abs_error']:.1%} > {args.max_median_error:.1%}"
+        )
+    if stats["max_abs_error"] > args.max_error:
+        breaches.append(f"largest |peak error| {stats['max_abs_error']:.1%} > {args.max_error:.1%}")
+    if breaches:
+        sys.stderr.write(f"pipesim validate: {'; '.join(breaches)}\n")
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
+def _needs_executor(error: ImportError) -> PipesimError:
+    """The one-line refusal when the validation suites' torch is not installed."""
+    return PipesimError(
+        f"pipesim validate needs the executor extra (torch): {error}; install with "
+        "pip install torch==2.13.0 '.[executor]'"
+    )

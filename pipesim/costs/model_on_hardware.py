@@ -93,13 +93,13 @@ def check_tensor_placement(
         return
     if tensor % per_node:
         raise SpecError(
-            f"--tensor-parallel {tensor} must divide the {per_node} devices of a "
-            f"{hardware.name} node (or be a multiple of them): a tensor-parallel group must "
-            "sit in one node, or fill whole ones"
+            f"--tensor-parallel {tensor} must divide the {per_node} devices of one node of "
+            f"{hardware.name} (or be a multiple of them): a tensor-parallel group must sit in "
+            "one node, or fill whole ones"
         )
     if not across_nodes:
         raise SpecError(
-            f"--tensor-parallel {tensor} is larger than a {hardware.name} node of {per_node} "
-            "devices: its collectives would cross nodes on every layer; add "
+            f"--tensor-parallel {tensor} is larger than one node of {hardware.name} "
+            f"({per_node} devices): its collectives would cross nodes on every layer; add "
             "--tensor-across-nodes if that is what you want"
         )

@@ -572,9 +572,10 @@ class PlanContext:
     def synthesized(self, finished: list[Evaluated], top: int) -> list[Evaluated]:
         """A synthesised schedule for each of the best plans' shapes: the largest memory
         limit (from 2K-1 micro-batches in flight down to 1) whose schedule fits every
-        device's memory in simulation, then the smallest limit below it that is as fast, on
-        the costs of 1F1B's partition of that shape; offered when it is faster than every
-        fixed schedule simulated for that shape."""
+        device's memory in simulation, then the smallest limit below it that is as fast
+        (first on the greedy portfolio, then searched), on the costs of 1F1B's partition of
+        that shape; offered when it is faster than every fixed schedule simulated for that
+        shape."""
         from pipesim.errors import LimitError
         from pipesim.schedules.synthesis import check_synthesis_size, synthesize
 
@@ -627,6 +628,16 @@ class PlanContext:
                 chosen = (limit, searched, peaks) if max(peaks) <= base.capacity_bytes else None
                 if chosen is not None:
                     break
+            # The search may make a smaller limit as fast as the one chosen on the greedy
+            # portfolio: the smallest searched limit as fast is offered.
+            while chosen is not None and chosen[0] > 1:
+                searched = synthesize(costs, shape.microbatches, chosen[0] - 1).result
+                peaks = tuple(d.peak_memory_bytes for d in searched.per_device)
+                if max(peaks) > base.capacity_bytes or searched.iteration_time_s > chosen[
+                    1
+                ].iteration_time_s * (1 + 1e-9):
+                    break
+                chosen = (chosen[0] - 1, searched, peaks)
             if chosen is None or chosen[1].iteration_time_s >= fastest[key] * (1 - 1e-9):
                 continue  # nothing fits, or no faster than a fixed schedule of this shape
             limit, result, peaks = chosen

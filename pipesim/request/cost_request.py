@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipesim.common.checks import SpecError, positive_int
+from pipesim.common.checks import SpecError, non_negative, positive_int
 from pipesim.common.limits import Limit, check
 from pipesim.costs.model_on_hardware import check_tensor_placement, model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
@@ -201,6 +201,10 @@ def with_allowances(
     the spec's own)."""
     if reserve_bytes is None and fragmentation is None:
         return hardware
+    if reserve_bytes is not None:
+        non_negative("--memory-reserve", reserve_bytes)
+    if fragmentation is not None:
+        non_negative("--fragmentation", fragmentation)
     accelerator = hardware.accelerator
     return dataclasses.replace(
         hardware,

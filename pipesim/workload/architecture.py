@@ -77,6 +77,9 @@ class TransformerArchitecture:
         linear_bias: the linear layers have biases (GPT yes, Llama no).
         dropout: dropout after the attention probabilities and the projections.
         embedding_dropout: dropout after the embeddings.
+        fused_output_norm: the final norm fused into the output projection, so that only the
+            norm's input is stashed (unfused, the projection stashes the norm's output too:
+            Korthikanti et al.'s 2sbh + 2sbh).
         element_bytes: bytes of one activation element (2: fp16/bf16; 4: fp32).
         mask_bytes: bytes of one dropout-mask element (1: PyTorch's bool masks).
     """
@@ -96,6 +99,7 @@ class TransformerArchitecture:
     linear_bias: bool = True
     dropout: bool = True
     embedding_dropout: bool = True
+    fused_output_norm: bool = False
     element_bytes: int = 2
     mask_bytes: int = 1
 
@@ -127,7 +131,13 @@ class TransformerArchitecture:
                 raise SpecError(
                     f"transformer.{name} must be one of {choices}, got {getattr(self, name)!r}"
                 )
-        for name in ("tied_embeddings", "linear_bias", "dropout", "embedding_dropout"):
+        for name in (
+            "tied_embeddings",
+            "linear_bias",
+            "dropout",
+            "embedding_dropout",
+            "fused_output_norm",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(
                     f"transformer.{name} must be true or false, got {getattr(self, name)!r}"

@@ -104,13 +104,18 @@ def from_architecture(
     optimizer_bytes: float = 8.0,
     master_weight_bytes: float = 4.0,
     optimizer_temporary_bytes: float = 4.0,
+    fused_gradient_accumulation: bool = True,
 ) -> Model:
     """A model whose layers are ``arch``'s (embedding, blocks, output layer) on one device;
     by default trained with Adam (8 bytes of state, 4 of master weights, 4 of temporaries in
     its step: :mod:`pipesim.workload.optimizer`)."""
     return Model(
         name,
-        transformer_layers(arch, gradient_bytes=gradient_bytes),
+        transformer_layers(
+            arch,
+            gradient_bytes=gradient_bytes,
+            fused_accumulation=fused_gradient_accumulation,
+        ),
         input_bytes=TOKEN_BYTES * arch.seq,
         dtype=dtype,
         weight_bytes_per_parameter=weight_bytes,
@@ -121,6 +126,7 @@ def from_architecture(
         master_weight_bytes_per_parameter=master_weight_bytes,
         architecture=arch,
         optimizer_temporary_bytes_per_parameter=optimizer_temporary_bytes,
+        fused_gradient_accumulation=fused_gradient_accumulation,
     )
 
 
@@ -140,6 +146,7 @@ def _legacy_architecture(
         position=Position.NONE,
         tied_embeddings=False,
         embedding_dropout=False,
+        fused_output_norm=True,
         element_bytes=element_bytes,
         # GPipe's fp32 activations counted every element, masks too, at 4 bytes (Table 1)
         mask_bytes=element_bytes // 2,
@@ -186,7 +193,10 @@ def megatron_gpt(size: str) -> Model:
     """A GPT model of Megatron-LM's Table 1 (arXiv 2104.04473) as its runs trained it
     (examples/sc21: ``--fp16``, no fp32 gradient accumulation): learned positions, tied
     embeddings, dropout; fp16 weights and gradients, fp32 master weights and Adam (16 bytes
-    per parameter); apex's fused Adam allocates nothing while it steps."""
+    per parameter); apex's fused Adam allocates nothing while it steps. Those runs (August
+    2021) came before Megatron-LM fused the gradient accumulation into the weight-gradient
+    matmuls (February 2022): each weight gradient is added to the buffer by a pass of its
+    own."""
     layers, hidden, heads, batch = MEGATRON_SHAPES[size]
     arch = TransformerArchitecture(layers, hidden, heads, 4 * hidden, 2048, 51200)
     return from_architecture(
@@ -197,6 +207,7 @@ def megatron_gpt(size: str) -> Model:
         description=f"Megatron-LM GPT {size.upper()} (arXiv 2104.04473 Table 1): {layers} "
         f"layers, hidden {hidden}, {heads} heads, seq 2048, vocab 51,200",
         optimizer_temporary_bytes=0.0,
+        fused_gradient_accumulation=False,
     )
 
 

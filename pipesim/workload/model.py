@@ -109,6 +109,9 @@ class Model:
         optimizer_temporary_bytes_per_parameter: what the optimizer step allocates while it
             runs, per parameter it updates (PyTorch's multi-tensor Adam: the square root of
             the second moment, 4 bytes in fp32; 0 for a fused optimizer).
+        fused_gradient_accumulation: the weight-gradient matmuls add into the gradient buffer
+            themselves (Megatron-LM's gradient-accumulation fusion, from February 2022); False:
+            each weight gradient is written, then added to the buffer by a pass of its own.
     """
 
     name: str
@@ -123,6 +126,7 @@ class Model:
     master_weight_bytes_per_parameter: float = 0.0
     architecture: TransformerArchitecture | None = field(default=None, compare=False)
     optimizer_temporary_bytes_per_parameter: float = 0.0
+    fused_gradient_accumulation: bool = True
 
     def __post_init__(self) -> None:
         checks.name("model.name", self.name)

@@ -70,16 +70,15 @@ def sharded_layers(model: Model, parallelism: Parallelism) -> ShardedLayers:
             f"--tensor-parallel, --sequence-parallel and --recompute need a transformer model "
             f"(got {parallelism.label()}); --remat re-materializes any model's stages"
         )
-    gradient_bytes = model.gradient_bytes_per_parameter
+    options = {
+        "gradient_bytes": model.gradient_bytes_per_parameter,
+        "fused_accumulation": model.fused_gradient_accumulation,
+    }
     recompute = parallelism.recompute
     if recompute.layers_per_stage is None:
-        return ShardedLayers(transformer_layers(arch, parallelism, gradient_bytes=gradient_bytes))
-    plain = transformer_layers(
-        arch, parallelism, gradient_bytes=gradient_bytes, recompute=RecomputeMode.NONE
-    )
-    full = transformer_layers(
-        arch, parallelism, gradient_bytes=gradient_bytes, recompute=RecomputeMode.FULL
-    )
+        return ShardedLayers(transformer_layers(arch, parallelism, **options))  # type: ignore[arg-type]
+    plain = transformer_layers(arch, parallelism, recompute=RecomputeMode.NONE, **options)  # type: ignore[arg-type]
+    full = transformer_layers(arch, parallelism, recompute=RecomputeMode.FULL, **options)  # type: ignore[arg-type]
     return ShardedLayers(plain, full, recompute.layers_per_stage)
 
 
@@ -102,6 +101,10 @@ def with_attention(model: Model, attention: str) -> Model:
     changed = dataclasses.replace(arch, attention=kind)
     return dataclasses.replace(
         model,
-        layers=transformer_layers(changed, gradient_bytes=model.gradient_bytes_per_parameter),
+        layers=transformer_layers(
+            changed,
+            gradient_bytes=model.gradient_bytes_per_parameter,
+            fused_accumulation=model.fused_gradient_accumulation,
+        ),
         architecture=changed,
     )

@@ -26,6 +26,7 @@ Either a transformer stack::
     linear_bias = true
     dropout = true
     embedding_dropout = false
+    fused_output_norm = true            # false: the final norm's output stashed as well
     element_bytes = 2                   # 4 for fp32 activations
 
 or explicit layers, each repeated ``repeat`` times::
@@ -146,6 +147,7 @@ def _architecture(spec: Fields) -> TransformerArchitecture:
         linear_bias=spec.take("linear_bias", boolean, True),
         dropout=spec.take("dropout", boolean, True),
         embedding_dropout=spec.take("embedding_dropout", boolean, False),
+        fused_output_norm=spec.take("fused_output_norm", boolean, True),
         element_bytes=element_bytes,
         mask_bytes=max(1, element_bytes // 2),
     )

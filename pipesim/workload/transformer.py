@@ -155,6 +155,13 @@ class _Sizes:
         kept = self.e + (self.mask + self.e if self.arch.dropout else 0.0)
         return {"attention scores": kept * self.scores}
 
+    def mlp_stash(self) -> float:
+        """What the MLP sub-block stashes (its norm's input, fc1's input, the activation's
+        inputs, fc2's input, its dropout mask): freed before the attention's backward."""
+        a, e, s = self.arch, self.e, self.arch.seq
+        activation = (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / self.t
+        return 2 * e * self.hidden_local + activation + self.mask * self.hidden_local
+
     def weight_grad_keep(self) -> float:
         """What W needs: the four linear layers' inputs (the QKV and fc1 inputs as stashed)."""
         a, e, s = self.arch, self.e, self.arch.seq
@@ -230,7 +237,18 @@ def _block_core_forward(z: _Sizes) -> PassWork:
     return PassWork(matmuls, memory_bytes=memory, kernels=2 if a.dropout else 1, element_bytes=e)
 
 
-def _block_input_grad(z: _Sizes) -> PassWork:
+def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> PassWork:
+    """The input-gradient pass; ``recomputed`` bytes of the layer's activations rebuilt
+    before it starts (full recomputation), ``core`` bytes of the attention core's rebuilt
+    just before the attention's backward (selective recomputation).
+
+    Its transient follows the order of the backward, each saved tensor freed as soon as the
+    operation that saved it is done: the MLP's first, the activation function's input and
+    output gradients held where fc2's freed input was (one fc1 output's worth on top of the
+    stash); then the attention's, after the MLP and its norm have freed what they stashed: the
+    gradients of the dropout's output and of the softmax's (one scores tensor net, the values
+    product having freed the dropout output; two without dropout), or FlashAttention's dQ, dK,
+    dV."""
     a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
     d = a.head_dim
     matmuls = [
@@ -265,13 +283,17 @@ def _block_input_grad(z: _Sizes) -> PassWork:
         ]
         memory += e * s * (4 * h + 4 * a.kv_width) / z.t + 4 * z.heads_local * s
     matmuls.append(Matmul("qkv dgrad", s, h, z.qkv_width))
-    transients = [e * s * z.fc1_width * 2]  # the MLP's gradients before and after the activation
+    mlp_phase = e * s * z.fc1_width
     if a.attention is Attention.EAGER:
-        transients.append(2 * e * z.scores)  # gradients of the dropout output and the scores
+        attention_phase = (1 if a.dropout else 2) * e * z.scores
     else:
-        transients.append(e * s * (h + 2 * a.kv_width) / z.t)
+        attention_phase = e * s * (h + 2 * a.kv_width) / z.t  # dQ, dK, dV
+    transients = [
+        recomputed + mlp_phase,
+        recomputed - z.mlp_stash() + core + attention_phase,
+    ]
     if z.par.sequence_parallel and z.t > 1:
-        transients.append(e * s * h)
+        transients.append(recomputed + e * s * h)
     collectives: tuple[CollectiveCall, ...] = ()
     if z.t > 1:
         size = e * s * h
@@ -292,12 +314,14 @@ def _block_input_grad(z: _Sizes) -> PassWork:
         memory_bytes=memory,
         kernels=kernels,
         collectives=collectives,
-        transient_bytes=max(transients),
+        transient_bytes=max(0.0, *transients),
         element_bytes=e,
     )
 
 
-def _block_weight_grad(z: _Sizes, gradient_bytes: float, parameters: float) -> PassWork:
+def _block_weight_grad(
+    z: _Sizes, gradient_bytes: float, parameters: float, fused_accumulation: bool
+) -> PassWork:
     a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
     matmuls = (
         Matmul("qkv wgrad", h, z.qkv_width, s, 1.0, Scaled.K),
@@ -314,12 +338,15 @@ def _block_weight_grad(z: _Sizes, gradient_bytes: float, parameters: float) -> P
     # gathers them while the input-gradient matmuls run, so the all-gathers take no time of
     # their own here (the gathered input is a transient of W).
     gathered = e * s * h if z.par.sequence_parallel and z.t > 1 else 0.0
+    # Fused (Megatron-LM's gradient-accumulation fusion, its default since 2022), the matmuls
+    # add the weight gradients into the gradient buffer themselves; unfused, each is written,
+    # read again, added to the buffer and written back.
+    accumulation = 0.0 if fused_accumulation else (e + 2 * gradient_bytes) * parameters
     return PassWork(
         matmuls,
         memory_bytes=memory,
-        # each weight gradient read, added to the gradient buffer and written back
-        fixed_memory_bytes=(e + 2 * gradient_bytes) * parameters,
-        kernels=kernels,
+        fixed_memory_bytes=accumulation,
+        kernels=kernels + (0 if fused_accumulation else 4),
         transient_bytes=gathered,
         fixed_transient_bytes=e * max(h * z.qkv_width, h * z.fc1_width, h * a.ffn / z.t),
         element_bytes=e,
@@ -333,9 +360,11 @@ def transformer_block(
     *,
     recompute: RecomputeMode | None = None,
     gradient_bytes: float = 2.0,
+    fused_accumulation: bool = True,
 ) -> Layer:
     """One block on one tensor-parallel rank; ``recompute`` overrides the parallelism's mode
-    (a stage recomputes only its first N blocks under ``--recompute N``)."""
+    (a stage recomputes only its first N blocks under ``--recompute N``);
+    ``fused_accumulation``: the weight-gradient matmuls add into the gradient buffer."""
     check_tensor_parallel(arch, parallelism.tensor)
     z = _Sizes(arch, parallelism)
     mode = parallelism.recompute.mode if recompute is None else recompute
@@ -351,26 +380,26 @@ def transformer_block(
     matmul_flops = 2 * s * sharded / t
     attention_flops = 4 * s * s * h / t
     forward = _block_forward(z)
-    input_grad = _block_input_grad(z)
     terms = z.activation_terms()
     stash = sum(terms.values())
     recompute_flops = 0.0
     if mode is RecomputeMode.SELECTIVE:
-        core = _block_core_forward(z)
-        stash -= sum(z.core_terms().values())
-        input_grad = core.plus(input_grad)
-        input_grad = _with_transient(input_grad, sum(z.core_terms().values()))
+        core = sum(z.core_terms().values())
+        stash -= core
+        input_grad = _block_core_forward(z).plus(_block_input_grad(z, core=core))
         recompute_flops = attention_flops
     elif mode is RecomputeMode.FULL:
         full_stash = stash
         stash = z.e * z.hidden_local
-        input_grad = forward.plus(input_grad)
-        input_grad = _with_transient(input_grad, full_stash)
+        input_grad = forward.plus(_block_input_grad(z, recomputed=full_stash))
         recompute_flops = matmul_flops + attention_flops
+    else:
+        input_grad = _block_input_grad(z)
     keep = z.weight_grad_keep()
     if mode is RecomputeMode.FULL:
         keep = min(keep, stash)  # full recomputation runs with a full backward (no I/W split)
-    work = LayerWork(forward, input_grad, _block_weight_grad(z, gradient_bytes, parameters))
+    weight_grad = _block_weight_grad(z, gradient_bytes, parameters, fused_accumulation)
+    work = LayerWork(forward, input_grad, weight_grad)
     return Layer(
         name,
         forward_flops=matmul_flops + attention_flops,
@@ -383,11 +412,6 @@ def transformer_block(
         recompute_flops=recompute_flops,
         work=work,
     )
-
-
-def _with_transient(work: PassWork, extra: float) -> PassWork:
-    """``work`` holding ``extra`` bytes more while it runs (recomputed activations)."""
-    return dataclasses.replace(work, transient_bytes=work.transient_bytes + extra)
 
 
 def embedding_layer(
@@ -453,15 +477,18 @@ def output_layer(
     parallelism: Parallelism = IDENTITY,
     *,
     gradient_bytes: float = 2.0,
+    fused_accumulation: bool = True,
 ) -> Layer:
     """The final norm, the vocabulary-parallel output projection (V/t columns per rank) and the
     cross entropy over fp32 logits.
 
-    It stashes its input and the fp32 logits (4·s·V/t, what the loss's backward reads); the
-    loss itself allocates more while it runs: the 16-bit logits, their fp32 copy and the
-    exponentials (the transient of the forward, about 10·s·V/t), and in the backward the
-    logits' gradient in fp32 and 16-bit. With tied embeddings its V/t x h weights copy the
-    embedding's (``shared_parameters``).
+    It stashes its input, the norm's output (unless the norm is fused into the projection)
+    and the fp32 log-probabilities (4·s·V/t, what the loss's backward reads). The loss
+    allocates more while it runs, as PyTorch's cross entropy on fp32 logits does: in the
+    forward the fp32 copy of the logits beside the log-probabilities it becomes (4·s·V/t on
+    top of the stash), in the backward the gradients of the log-probabilities and of the
+    logits, both fp32 (8·s·V/t). With tied embeddings its V/t x h weights copy the embedding's
+    (``shared_parameters``).
     """
     z = _Sizes(arch, parallelism)
     t, e, s, h, v = parallelism.tensor, z.e, arch.seq, arch.hidden, arch.vocab
@@ -478,7 +505,7 @@ def output_layer(
         memory_bytes=2 * e * z.hidden_local + (e + 4 * 7) * logits,
         kernels=6,
         collectives=gather + ((statistics,) if t > 1 else ()),
-        transient_bytes=(e + 4 + 4) * logits,
+        transient_bytes=max(4.0, e) * logits,
         element_bytes=e,
     )
     backward_collectives: tuple[CollectiveCall, ...] = ()
@@ -490,12 +517,12 @@ def output_layer(
         memory_bytes=(4 * 2 + 4 + e) * logits + 3 * e * z.hidden_local,
         kernels=3,
         collectives=backward_collectives,
-        transient_bytes=(4 + e) * logits,
+        transient_bytes=max(8.0, e) * logits,
         element_bytes=e,
     )
     weight_grad = PassWork(
         (Matmul("logits wgrad", h, columns, s, 1.0, Scaled.K),),
-        fixed_memory_bytes=(e + 2 * gradient_bytes) * parameters,
+        fixed_memory_bytes=0.0 if fused_accumulation else (e + 2 * gradient_bytes) * parameters,
         collectives=(CollectiveCall(Collective.ALL_GATHER, e * s * h),)
         if t > 1 and parallelism.sequence_parallel
         else (),
@@ -509,7 +536,7 @@ def output_layer(
         input_grad_flops=matmul,
         weight_grad_flops=matmul,
         parameters=parameters,
-        activation_bytes=e * z.hidden_local + 4 * logits,
+        activation_bytes=(1 if arch.fused_output_norm else 2) * e * z.hidden_local + 4 * logits,
         weight_grad_activation_bytes=e * z.hidden_local,
         output_bytes=4.0,
         shared_parameters=projection if arch.tied_embeddings else 0.0,
@@ -523,18 +550,30 @@ def transformer_layers(
     *,
     gradient_bytes: float = 2.0,
     recompute: RecomputeMode | None = None,
+    fused_accumulation: bool = True,
 ) -> tuple[Layer, ...]:
     """Embedding, ``arch.layers`` blocks and the output layer, on one tensor-parallel rank;
-    ``recompute`` overrides the blocks' recomputation mode."""
+    ``recompute`` overrides the blocks' recomputation mode; ``fused_accumulation`` says the
+    weight-gradient matmuls add into the gradient buffer themselves."""
     check_tensor_parallel(arch, parallelism.tensor)
     block = transformer_block(
-        "block", arch, parallelism, recompute=recompute, gradient_bytes=gradient_bytes
+        "block",
+        arch,
+        parallelism,
+        recompute=recompute,
+        gradient_bytes=gradient_bytes,
+        fused_accumulation=fused_accumulation,
     )
     blocks = tuple(dataclasses.replace(block, name=f"block{i}") for i in range(arch.layers))
     return (
         embedding_layer(arch, parallelism, gradient_bytes=gradient_bytes),
         *blocks,
-        output_layer(arch, parallelism, gradient_bytes=gradient_bytes),
+        output_layer(
+            arch,
+            parallelism,
+            gradient_bytes=gradient_bytes,
+            fused_accumulation=fused_accumulation,
+        ),
     )
 
 

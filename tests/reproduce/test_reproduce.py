@@ -19,6 +19,7 @@ PAPERS = {
     "pipedream-2bw": "arXiv 2006.09503",
     "zero-bubble": "arXiv 2401.10241",
     "interleaved": "arXiv 2104.04473",
+    "megatron": "arXiv 2104.04473",
 }
 
 

@@ -97,7 +97,10 @@ def test_toml_transformer_model(tmp_path: Path) -> None:
     )
     built = resolve_model(str(path))
     assert built.name == "mine" and len(built.layers) == 6
-    assert built.layers[1].parameters == transformer_block("b", TransformerArchitecture(1, 256, 4, 1024, 128, 1)).parameters
+    assert (
+        built.layers[1].parameters
+        == transformer_block("b", TransformerArchitecture(1, 256, 4, 1024, 128, 1)).parameters
+    )
 
 
 def test_toml_layers_model(tmp_path: Path) -> None:

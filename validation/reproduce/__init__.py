@@ -15,7 +15,7 @@ from validation.reproduce.framework import Experiment, Outcome, write_outputs
 
 
 def _experiments() -> dict[str, Experiment]:
-    from validation.reproduce import gpipe, interleaved, pipedream_2bw, zero_bubble
+    from validation.reproduce import gpipe, interleaved, megatron, pipedream_2bw, zero_bubble
 
     return {
         e.name: e
@@ -43,6 +43,12 @@ def _experiments() -> dict[str, Experiment]:
                 "Megatron's interleaved 1F1B bubble and communication",
                 "Narayanan et al., arXiv 2104.04473",
                 interleaved.run,
+            ),
+            Experiment(
+                "megatron",
+                "Megatron-LM's hybrid-parallel GPT runs: throughput and layer times",
+                "Narayanan et al., arXiv 2104.04473; Korthikanti et al., arXiv 2205.05198",
+                megatron.run,
             ),
         )
     }

@@ -1,0 +1,204 @@
+"""``pipesim simulate`` with tensor and sequence parallelism, recomputation and ZeRO: the
+JSON breakdown and utilisation, the text summary, and every bad combination refused in one
+line (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .test_schedule_cli import run
+
+BASE = ("simulate", "--schedule", "1f1b", "-K", "4", "-M", "8", "--model", "megatron-39.1b")
+HYBRID = (
+    "--hardware",
+    "a100",
+    "--tensor-parallel",
+    "8",
+    "--sequence-parallel",
+    "--recompute",
+    "selective",
+    "--microbatch-size",
+    "2",
+    "--data-parallel",
+    "2",
+    "--zero",
+    "1",
+)
+TERMS = {
+    "weights",
+    "gradients",
+    "optimizer_state",
+    "master_weights",
+    "activations",
+    "transient",
+    "fragmentation",
+    "runtime_reserve",
+}
+
+
+def test_the_json_gives_every_memory_term_and_the_utilisation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, *BASE, *HYBRID, "--memory-reserve", "1e9", "--json")
+    assert status == 0 and err == ""
+    payload = json.loads(out)
+    assert payload["devices_total"] == 64  # T 8 x K 4 x D 2
+    assert 0 < payload["mfu"] <= payload["hfu"] < 1
+    assert payload["flops_formula"].startswith("matmul FLOPs of arXiv 2104.04473")
+    # the model FLOPs of one step: 72·B·s·l·h^2·(1 + s/(6h) + V/(12lh)), B = 2 x 8 x 2 = 32
+    s, layers, h, v = 2048, 48, 8192, 51200
+    expected = 72 * 32 * s * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
+    assert payload["model_flops_per_step"] == pytest.approx(expected, rel=1e-12)
+    for device in payload["per_device"]:
+        terms = device["memory_breakdown"]
+        assert set(terms) == TERMS
+        assert sum(terms.values()) == pytest.approx(device["peak_memory_bytes"], rel=1e-12)
+        assert terms["runtime_reserve"] == 1e9
+        assert terms["optimizer_state"] + terms["master_weights"] > 0
+        assert device["peak_action"] is not None
+
+
+def test_the_summary_shows_the_heaviest_device_and_the_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run(capsys, *BASE, *HYBRID)
+    assert status == 0
+    assert "utilisation    MFU" in out
+    assert "cluster        T=8 x K=4 x D=2 = 64 ranks: 64 x a100: 8 node(s) of 8" in out
+    assert "heaviest device" in out and "optimizer state" in out
+
+
+def test_a_flat_fabric_says_it_is_one(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(
+        capsys, *BASE, "--hardware", "v100-nvlink", "--data-parallel", "4", "--batch", "512"
+    )
+    assert status == 0
+    assert "a flat fabric, every pair on the same link (no nodes)" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ("--hardware", "a100", "--tensor-parallel", "3"),
+            "--tensor-parallel 3 must divide the 8 devices of one node of a100",
+        ),
+        (
+            ("--hardware", "a100", "--tensor-parallel", "16"),
+            "--tensor-parallel 16 is larger than one node of a100 (8 devices)",
+        ),
+        (
+            ("--hardware", "h100", "--tensor-parallel", "6", "--tensor-across-nodes"),
+            "--tensor-parallel 6 must divide the 8 devices of one node of h100",
+        ),
+        (
+            ("--hardware", "tpu-v3", "--tensor-parallel", "3"),
+            "--tensor-parallel 3 must divide the model's heads (64)",
+        ),
+        (
+            ("--hardware", "a100", "--sequence-parallel"),
+            "--sequence-parallel splits the sequence over the tensor-parallel group",
+        ),
+        (
+            ("--hardware", "a100", "--recompute", "selective", "--remat"),
+            "--recompute selective and --remat both recompute",
+        ),
+        (
+            ("--hardware", "a100", "--microbatch-size", "2", "--batch", "100"),
+            "--batch 100 and --microbatch-size 2 disagree: 2 x 8 micro-batches is 16",
+        ),
+        (
+            ("--hardware", "a100", "--recompute", "2", "--partition", "memory-aware"),
+            "--partition memory-aware with --recompute 2: the partitioner does not weigh",
+        ),
+        (("--hardware", "a100", "--zero", "2"), "--zero must be 0 or 1, got 2"),
+        (("--hardware", "a100", "--fragmentation", "-1"), "--fragmentation must be a number >= 0"),
+        (("--hardware", "a100", "--recompute", "most"), "--recompute must be none, selective"),
+        (("--hardware", "a100", "--microbatch-size", "0"), "--microbatch-size must be an integer"),
+    ],
+)
+def test_bad_combinations_are_one_line(
+    capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], message: str
+) -> None:
+    status, out, err = run(capsys, *BASE, *extra)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"pipesim: error: {message}"), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ("--model", "uniform-8", "--hardware", "a100", "--tensor-parallel", "2"),
+            "model 'uniform-8' is given as layers, with no heads or widths to split",
+        ),
+        (
+            ("--model", "uniform-8", "--hardware", "a100", "--attention", "flash"),
+            "--attention flash: model 'uniform-8' is given as layers",
+        ),
+        (("--costs", "1,2", "--tensor-parallel", "2"), "--tensor-parallel goes with --model"),
+        (
+            ("--model", "uniform-8", "--hardware", "a100", "--partition", "blocks"),
+            "--partition blocks splits a transformer's blocks",
+        ),
+    ],
+)
+def test_options_that_need_a_transformer_are_refused_otherwise(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    status, _, err = run(capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "4", *argv)
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith(f"pipesim: error: {message}"), err
+
+
+def test_full_recomputation_is_refused_with_a_split_backward(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, _, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "zb-h1",
+        "-K",
+        "4",
+        "-M",
+        "8",
+        "--model",
+        "megatron-39.1b",
+        "--hardware",
+        "a100",
+        "--recompute",
+        "full",
+    )
+    assert status == 2
+    assert "--recompute full with zb-h1, whose backward is split into I and W" in err
+
+
+def test_blocks_is_megatrons_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """48 blocks on 8 stages (interleaved, v = 2): 6 each, the embedding with the first and
+    the output layer with the last."""
+    status, out, _ = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "interleaved-1f1b",
+        "-K",
+        "4",
+        "-v",
+        "2",
+        "-M",
+        "8",
+        "--model",
+        "megatron-39.1b",
+        "--hardware",
+        "a100",
+        "--tensor-parallel",
+        "8",
+        "--partition",
+        "blocks",
+        "--json",
+    )
+    assert status == 0
+    assert "layers per stage 7,6,6,6,6,6,6,7" in json.loads(out)["costs"]

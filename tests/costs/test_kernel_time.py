@@ -1,0 +1,91 @@
+"""The kernel-level time model by hand: a matmul on the efficiency curve or its own memory
+traffic, memory-bound bytes at the achievable bandwidth, launch overheads, collectives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipesim.common.checks import SpecError
+from pipesim.costs.kernel_time import matmul_time_s, pass_time_s
+from pipesim.hardware.accelerator import Accelerator
+from pipesim.hardware.collectives import Collective
+from pipesim.hardware.network import Link, Network, Topology
+from pipesim.workload.work import CollectiveCall, Matmul, PassWork, Scaled
+
+CURVE = ((1e9, 0.25), (1e12, 0.75))
+
+
+def _accelerator(**kw: object) -> Accelerator:
+    fields: dict[str, object] = {
+        "name": "toy",
+        "peak_flops_per_s": {"bf16": 1e15},
+        "efficiency": 0.5,
+        "memory_bytes": 1e12,
+        "memory_bandwidth_bytes_per_s": 1e12,
+        "kernel_overhead_s": 0.0,
+        "matmul_efficiency": CURVE,
+        "memory_bandwidth_efficiency": 0.5,
+    }
+    fields.update(kw)
+    return Accelerator(**fields)  # type: ignore[arg-type]
+
+
+def test_the_curve_is_interpolated_in_log_flops_and_flat_beyond_its_ends() -> None:
+    acc = _accelerator()
+    assert acc.matmul_fraction(1e6) == 0.25
+    assert acc.matmul_fraction(1e9) == 0.25
+    assert acc.matmul_fraction(math.sqrt(1e9 * 1e12)) == pytest.approx(0.5)
+    assert acc.matmul_fraction(1e15) == 0.75
+    assert not Accelerator("x", {"bf16": 1.0}, 0.5, 1.0, 1.0).kernel_level
+
+
+def test_a_large_matmul_runs_at_the_curves_fraction() -> None:
+    """M = 1024 (b = 2 x 512 rows), N = K = 8192: 2·1024·8192·8192 = 137.4 GFLOP at the
+    curve's 0.25 + 0.5·log(137.4)/log(1000) of 1 PFLOP/s; its 2·(M K + K N + M N) bytes
+    (168 MB) move faster than that at 5 TB/s."""
+    acc = _accelerator(memory_bandwidth_bytes_per_s=1e13)
+    matmul = Matmul("fc", 512, 8192, 8192)
+    flops = 2 * 1024 * 8192 * 8192
+    fraction = 0.25 + 0.5 * math.log(flops / 1e9) / math.log(1000)
+    assert matmul_time_s(acc, matmul, 2, "bf16", 2) == pytest.approx(flops / (1e15 * fraction))
+
+
+def test_a_skinny_matmul_is_bound_by_its_memory_traffic() -> None:
+    """A batch of 64 products of 128 x 16 by 16 x 128: 2·(2048 + 2048 + 16384)·64 bytes at
+    half of 1 TB/s, slower than its 33.6 MFLOP at the curve's 0.25 of 1 PFLOP/s."""
+    acc = _accelerator(kernel_overhead_s=1e-6)
+    matmul = Matmul("scores", 128, 128, 16, 32, Scaled.BATCH)
+    traffic = 2 * 64 * (128 * 16 + 16 * 128 + 128 * 128)
+    assert matmul_time_s(acc, matmul, 2, "bf16", 2) == pytest.approx(traffic / 0.5e12 + 1e-6)
+
+
+def test_a_pass_adds_matmuls_memory_kernels_and_collectives() -> None:
+    """2 MB per sample at b = 4 and 1 MB fixed, at 0.5 TB/s: 18 us; 3 kernels of 2 us; an
+    all-reduce of 1 MB per sample (4 MB) over 2 ranks at 100 GB/s and 1 us: 40 us + 2 us."""
+    acc = _accelerator(kernel_overhead_s=2e-6)
+    work = PassWork(
+        memory_bytes=2e6,
+        fixed_memory_bytes=1e6,
+        kernels=3,
+        collectives=(CollectiveCall(Collective.ALL_REDUCE, 1e6),),
+    )
+    network = Network(2, Topology.ALL_TO_ALL, Link("l", 100e9, 1e-6))
+    assert pass_time_s(acc, work, 4, "bf16") == pytest.approx(18e-6 + 6e-6)
+    assert pass_time_s(acc, work, 4, "bf16", network, (0, 1)) == pytest.approx(
+        18e-6 + 6e-6 + 40e-6 + 2e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("curve", "message"),
+    [
+        (((1e9, 0.5), (1e8, 0.6)), "must list increasing FLOPs"),
+        (((1e9, 1.5),), r"fraction must be a number in \(0, 1\]"),
+        ((1e9,), "must be a \\[flops, fraction\\] pair"),
+    ],
+)
+def test_a_bad_curve_is_refused(curve: object, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        _accelerator(matmul_efficiency=curve)
