@@ -1,4 +1,4 @@
-"""``pipesim hardware list`` and ``pipesim models list``."""
+"""``pipesim hardware list|show`` and ``pipesim models list``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ def register(subparsers: Any) -> None:
     listing = hw_commands.add_parser("list", help="the catalogue's accelerators and links")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.set_defaults(handler=_hardware_list)
+    show = hw_commands.add_parser(
+        "show",
+        help="one entry as a hardware TOML file, to edit and pass back as --hardware FILE.toml",
+    )
+    show.add_argument("name", help="a catalogue name (pipesim hardware list)")
+    show.set_defaults(handler=_hardware_show)
 
     models = subparsers.add_parser("models", help="the model catalogue")
     model_commands = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
@@ -43,6 +49,8 @@ def _hardware_list(args: argparse.Namespace) -> int:
                 "topology": spec.topology.value,
                 "link_bandwidth_bytes_per_s": spec.link.bandwidth_bytes_per_s,
                 "link_latency_s": spec.link.latency_s,
+                "devices_per_node": spec.devices_per_node,
+                "kernel_level": acc.kernel_level,
                 "source": acc.source,
             }
         )
@@ -57,6 +65,14 @@ def _hardware_list(args: argparse.Namespace) -> int:
             f"[{row['topology']}, {row['link_bandwidth_bytes_per_s'] / 1e9:g} GB/s]  "
             f"{row['description']}\n"
         )
+    return EXIT_OK
+
+
+def _hardware_show(args: argparse.Namespace) -> int:
+    from pipesim.hardware import hardware
+    from pipesim.hardware.toml_spec import hardware_toml
+
+    sys.stdout.write(hardware_toml(hardware(args.name)))
     return EXIT_OK
 
 

@@ -1,5 +1,7 @@
-"""Memory figures: peak memory per device of a few runs (stacked bars: weights, gradients and
-optimizer state below, activations above; hatched where a device runs out of memory), the
+"""Memory figures: peak memory per device of a few runs (stacked bars, term by term where the
+run gives its ``memory_breakdown``: weights, gradients, optimizer state and master weights
+below, activations and the largest action's transient above, the fragmentation and runtime
+allowances on top; hatched where a device runs out of memory), the
 largest device's peak against M for a grid of runs (one panel per K), and one run's memory
 over time.
 
@@ -39,6 +41,18 @@ NO_MEMORY = (
     "with --hardware)"
 )
 STATIC_COLOUR, ACTIVATION_COLOUR = "#8c8c8c", "#4c72b0"
+# Each term of a device's peak (``memory_breakdown``), bottom to top: the static terms in
+# greys and browns, what the schedule holds in blues, the allowances in pale tones.
+TERM_STYLES = {
+    "weights": ("weights", "#4d4d4d"),
+    "gradients": ("gradients", "#8c8c8c"),
+    "optimizer_state": ("optimizer state", "#b3a27f"),
+    "master_weights": ("master weights", "#d9c9a3"),
+    "activations": ("activations", ACTIVATION_COLOUR),
+    "transient": ("transient (largest action)", "#8fb3e0"),
+    "fragmentation": ("fragmentation", "#e6d2f0"),
+    "runtime_reserve": ("runtime reserve", "#f2e6b3"),
+}
 
 
 def _peak(device: dict[str, Any]) -> float:
@@ -77,27 +91,28 @@ def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: s
         for r in rows
     ]
     any_oom = False
+    drawn: dict[str, str] = {}  # the terms drawn, for the legend (top term first)
     for i, row in enumerate(rows):
         per_device = row["per_device"]
         width = 0.8 / max(1, len(per_device))
         positions = [i - 0.4 + (d + 0.5) * width for d in range(len(per_device))]
-        static = [d["static_memory_bytes"] / scale for d in per_device]
-        activation = [(_peak(d) - d["static_memory_bytes"]) / scale for d in per_device]
         oom = [bool(d.get("oom")) for d in per_device]
         any_oom = any_oom or any(oom)
-        for bottom, heights, colour in (
-            (None, static, STATIC_COLOUR),
-            (static, activation, ACTIVATION_COLOUR),
-        ):
+        bottom = [0.0] * len(per_device)
+        for term, heights in _stack(row, scale):
+            colour = TERM_STYLES[term][1] if term in TERM_STYLES else _TWO_TERMS[term][1]
+            drawn.setdefault(term, colour)
             bars = axes.bar(positions, heights, 0.88 * width, bottom=bottom, color=colour)
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
             for bar, out in zip(bars, oom, strict=True):
                 if out:
                     bar.set_hatch(OOM_HATCH)
                     bar.set_edgecolor(OOM_COLOUR)
                     bar.set_gid("oom")
+    labels = {**{t: label for t, (label, _) in TERM_STYLES.items()}, **_TWO_LABELS}
+    order = [*TERM_STYLES, *_TWO_TERMS]
     handles: list[Any] = [
-        Patch(color=STATIC_COLOUR, label="weights, gradients, optimizer"),
-        Patch(color=ACTIVATION_COLOUR, label="activations"),
+        Patch(color=drawn[term], label=labels[term]) for term in reversed(order) if term in drawn
     ]
     handles += _capacity_lines(axes, capacities, largest, scale)
     if any_oom:
@@ -114,6 +129,31 @@ def _bars(rows: Sequence[Row], largest: float, capacities: list[float], title: s
     axes.set_title(title or "Peak memory per device (one bar per device, 0..K−1, left to right)")
     figure.legend(handles=handles, fontsize=8, loc="outside right upper")
     return figure
+
+
+_TWO_TERMS = {
+    "static": ("weights, gradients, optimizer", STATIC_COLOUR),
+    "dynamic": ("activations", ACTIVATION_COLOUR),
+}
+_TWO_LABELS = {term: label for term, (label, _) in _TWO_TERMS.items()}
+
+
+def _stack(row: Row, scale: float) -> list[tuple[str, list[float]]]:
+    """The layers of one run's bars, bottom to top, each a height per device: every term of
+    the peak where each device gives them (``memory_breakdown``; terms that are zero on every
+    device left out), else static memory and the rest of the peak."""
+    per_device = row["per_device"]
+    terms = [d.get("memory_breakdown") for d in per_device]
+    if all(isinstance(t, dict) for t in terms):
+        return [
+            (term, [t.get(term, 0.0) / scale for t in terms])
+            for term in TERM_STYLES
+            if any(t.get(term, 0.0) > 0 for t in terms)
+        ]
+    return [
+        ("static", [d["static_memory_bytes"] / scale for d in per_device]),
+        ("dynamic", [(_peak(d) - d["static_memory_bytes"]) / scale for d in per_device]),
+    ]
 
 
 def _grid(rows: Sequence[Row], largest: float, capacities: list[float], title: str) -> Any:

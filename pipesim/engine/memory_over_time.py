@@ -19,6 +19,19 @@ from pipesim.memory import rules
 from pipesim.schedules.encoded import KINDS
 from pipesim.schedules.schedule import Schedule
 
+# The terms of a device's peak memory, in the order a stacked bar draws them (the static
+# ones first): the keys of DeviceMemory.breakdown() and of ``memory_breakdown`` in results.
+BREAKDOWN_TERMS = (
+    "weights",
+    "gradients",
+    "optimizer_state",
+    "master_weights",
+    "activations",
+    "transient",
+    "fragmentation",
+    "runtime_reserve",
+)
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceMemory:
@@ -68,17 +81,19 @@ class DeviceMemory:
         )
 
     def breakdown(self) -> dict[str, float]:
-        """The peak term by term (bytes); the terms add up to :attr:`peak_bytes`."""
-        return {
-            "weights": self.static.weights,
-            "gradients": self.static.gradients,
-            "optimizer_state": self.static.optimizer_state,
-            "master_weights": self.static.master_weights,
-            "activations": self.activations_at_peak_bytes,
-            "transient": self.transient_at_peak_bytes,
-            "fragmentation": self.fragmentation_bytes,
-            "runtime_reserve": self.runtime_reserve_bytes,
-        }
+        """The peak term by term (bytes, keyed by :data:`BREAKDOWN_TERMS`); the terms add up
+        to :attr:`peak_bytes`."""
+        values = (
+            self.static.weights,
+            self.static.gradients,
+            self.static.optimizer_state,
+            self.static.master_weights,
+            self.activations_at_peak_bytes,
+            self.transient_at_peak_bytes,
+            self.fragmentation_bytes,
+            self.runtime_reserve_bytes,
+        )
+        return dict(zip(BREAKDOWN_TERMS, values, strict=True))
 
     @cached_property
     def timeline(self) -> tuple[tuple[float, float], ...]:

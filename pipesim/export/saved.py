@@ -22,6 +22,7 @@ from typing import Any
 from pipesim.common import limits
 from pipesim.common.limits import Limit, limit
 from pipesim.common.units import format_percent, format_seconds
+from pipesim.engine.memory_over_time import BREAKDOWN_TERMS
 from pipesim.errors import PipesimError
 from pipesim.files.inputs import read_at_most
 from pipesim.files.strict_json import LARGEST, SMALLEST
@@ -368,6 +369,19 @@ def _per_device(check: _Checker, row: dict[str, Any], where: str) -> None:
             device, "memory_capacity_bytes", place, positive=True
         )
         entry["oom"] = check.flag(device, "oom", place)
+        terms = device.get("memory_breakdown")
+        if terms is not None:
+            if not isinstance(terms, dict) or set(terms) - set(BREAKDOWN_TERMS):
+                raise check.fail(
+                    f"{place}.memory_breakdown",
+                    f"an object of {', '.join(BREAKDOWN_TERMS)}",
+                    terms,
+                )
+            entry["memory_breakdown"] = {  # type: ignore[assignment]
+                key: check.number(terms[key], f"{place}.memory_breakdown.{key}", low=0)
+                for key in BREAKDOWN_TERMS
+                if key in terms
+            }
         cleaned.append(entry)
     row["per_device"] = cleaned
 

@@ -11,17 +11,27 @@ Example::
     memory_bandwidth_bytes_per_s = 2.039e12
     kernel_overhead_s = 4e-6          # optional, default 0
     transfers_use_compute = false     # optional
+    # optional, the kernel-level time model of transformer layers (see Accelerator):
+    matmul_efficiency = [[2.1e9, 0.2], [1.1e12, 0.8]]   # [FLOPs of one multiply, fraction]
+    memory_bandwidth_efficiency = 0.83                   # default 1
+    runtime_reserve_bytes = 2e9                          # default 0
+    fragmentation_fraction = 0.05                        # default 0
 
     [network]
     topology = "all-to-all"           # shared-bus, ring, torus-2d, hierarchical
     bandwidth_bytes_per_s = 300e9
     latency_s = 4e-6
-    # hierarchical: devices_per_node, inter_node_bandwidth_bytes_per_s, inter_node_latency_s
+    link_name = "nvlink"                         # optional, shown in summaries
+    collective_bandwidth_bytes_per_s = 231.6e9   # optional: NCCL's bus bandwidth on the link
+    message_overhead_s = 2.5e-4                  # optional: per pipeline message, default 0
+    # hierarchical: devices_per_node, inter_node_bandwidth_bytes_per_s, inter_node_latency_s,
+    #   inter_node_collective_bandwidth_bytes_per_s and inter_node_link_name (optional)
     # torus-2d: torus_columns (optional)
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +67,7 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     description = root.take("description", string, f"from {path}")
     acc = root.table("accelerator")
     accelerator = Accelerator(
-        name,
+        acc.take("name", string, name),
         acc.take("peak_flops_per_s", _peaks),
         efficiency=acc.take("efficiency", checks.fraction),
         memory_bytes=acc.take("memory_bytes", checks.positive_or_inf),
@@ -65,23 +75,30 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         kernel_overhead_s=acc.take("kernel_overhead_s", checks.non_negative, 0.0),
         transfers_use_compute=acc.take("transfers_use_compute", boolean, False),
         source=str(path),
+        matmul_efficiency=acc.take("matmul_efficiency", _curve_points, ()),
+        memory_bandwidth_efficiency=acc.take("memory_bandwidth_efficiency", checks.fraction, 1.0),
+        runtime_reserve_bytes=acc.take("runtime_reserve_bytes", checks.non_negative, 0.0),
+        fragmentation_fraction=acc.take("fragmentation_fraction", checks.non_negative, 0.0),
     )
     acc.done()
     net = root.table("network")
     topology = net.take("topology", _topology)
     link = Link(
-        topology.value,
+        net.take("link_name", string, topology.value),
         net.take("bandwidth_bytes_per_s", checks.rate),
         net.take("latency_s", checks.non_negative),
+        net.take("collective_bandwidth_bytes_per_s", checks.rate, None),
     )
+    message_overhead_s = net.take("message_overhead_s", checks.non_negative, 0.0)
     inter_node_link = None
     devices_per_node = None
     if topology is Topology.HIERARCHICAL:
         devices_per_node = net.take("devices_per_node", checks.positive_int)
         inter_node_link = Link(
-            "inter-node",
+            net.take("inter_node_link_name", string, "inter-node"),
             net.take("inter_node_bandwidth_bytes_per_s", checks.rate),
             net.take("inter_node_latency_s", checks.non_negative),
+            net.take("inter_node_collective_bandwidth_bytes_per_s", checks.rate, None),
         )
     torus_columns = (
         net.take("torus_columns", checks.positive_int, None)
@@ -99,7 +116,84 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         inter_node_link=inter_node_link,
         devices_per_node=devices_per_node,
         torus_columns=torus_columns,
+        message_overhead_s=message_overhead_s,
     )
+
+
+def _curve_points(field: str, value: Any) -> tuple[tuple[float, float], ...]:
+    """A list of ``[flops, fraction]`` pairs (checked by :class:`Accelerator`)."""
+    if not isinstance(value, list) or not value:
+        raise SpecError(
+            f"{field} must be a non-empty list of [flops, fraction] pairs, got {shown(value)}"
+        )
+    return tuple(tuple(pair) if isinstance(pair, list) else pair for pair in value)
+
+
+def hardware_toml(spec: HardwareSpec) -> str:
+    """``spec`` as a hardware TOML file that :func:`load_hardware` reads back to an equal
+    spec: a catalogue entry to start a user's own from."""
+    import json
+
+    def number(value: float) -> str:
+        """The shortest text that reads back to ``value`` exactly (1e+14 rather than
+        100000000000000.0)."""
+        if value == math.inf:
+            return "inf"
+        plain = repr(float(value))
+        for digits in range(17):
+            short = f"{value:.{digits}e}".replace("e+", "e")
+            if float(short) == value:
+                return short if len(short) < len(plain) else plain
+        return plain
+
+    acc = spec.accelerator
+    peaks = ", ".join(f"{json.dumps(k)} = {number(v)}" for k, v in acc.peak_flops_per_s.items())
+    lines = [
+        f"name = {json.dumps(spec.name)}",
+        f"description = {json.dumps(spec.description)}",
+        "",
+        "[accelerator]",
+        *([f"name = {json.dumps(acc.name)}"] if acc.name != spec.name else []),
+        f"peak_flops_per_s = {{ {peaks} }}",
+        f"efficiency = {number(acc.efficiency)}",
+        f"memory_bytes = {number(acc.memory_bytes)}",
+        f"memory_bandwidth_bytes_per_s = {number(acc.memory_bandwidth_bytes_per_s)}",
+        f"kernel_overhead_s = {number(acc.kernel_overhead_s)}",
+        f"transfers_use_compute = {str(acc.transfers_use_compute).lower()}",
+    ]
+    if acc.matmul_efficiency:
+        points = ", ".join(f"[{number(f)}, {number(e)}]" for f, e in acc.matmul_efficiency)
+        lines.append(f"matmul_efficiency = [{points}]")
+    lines += [
+        f"memory_bandwidth_efficiency = {number(acc.memory_bandwidth_efficiency)}",
+        f"runtime_reserve_bytes = {number(acc.runtime_reserve_bytes)}",
+        f"fragmentation_fraction = {number(acc.fragmentation_fraction)}",
+        "",
+        "[network]",
+        f"topology = {json.dumps(spec.topology.value)}",
+        f"link_name = {json.dumps(spec.link.name)}",
+        f"bandwidth_bytes_per_s = {number(spec.link.bandwidth_bytes_per_s)}",
+        f"latency_s = {number(spec.link.latency_s)}",
+    ]
+    if spec.link.collective_bandwidth_bytes_per_s is not None:
+        bus = spec.link.collective_bandwidth_bytes_per_s
+        lines.append(f"collective_bandwidth_bytes_per_s = {number(bus)}")
+    lines.append(f"message_overhead_s = {number(spec.message_overhead_s)}")
+    if spec.topology is Topology.HIERARCHICAL:
+        inter = spec.inter_node_link
+        assert inter is not None and spec.devices_per_node is not None
+        lines += [
+            f"devices_per_node = {spec.devices_per_node}",
+            f"inter_node_link_name = {json.dumps(inter.name)}",
+            f"inter_node_bandwidth_bytes_per_s = {number(inter.bandwidth_bytes_per_s)}",
+            f"inter_node_latency_s = {number(inter.latency_s)}",
+        ]
+        if inter.collective_bandwidth_bytes_per_s is not None:
+            bus = inter.collective_bandwidth_bytes_per_s
+            lines.append(f"inter_node_collective_bandwidth_bytes_per_s = {number(bus)}")
+    if spec.topology is Topology.TORUS_2D and spec.torus_columns is not None:
+        lines.append(f"torus_columns = {spec.torus_columns}")
+    return "\n".join(lines) + "\n"
 
 
 def resolve_hardware(name_or_path: str) -> HardwareSpec:

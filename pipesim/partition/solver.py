@@ -284,78 +284,130 @@ def _boundary_times(problem: PartitionProblem, stage: int, sizes: np.ndarray) ->
     return times
 
 
-def _memory_parts(
-    problem: PartitionProblem, forms: Sequence[MemoryForm]
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per stage s: its static bytes S[i, j] holding layers [i, j), and its share of each of
-    its device's levels A[l, i, j] (activations and the running transient), so a device's
-    model peak is the sum of its stages' S plus the largest over l of the sum of their A[l]."""
-    layers = problem.layers
+class _SpanMemory:
+    """Each stage's memory for every span of layers [i, j) it could hold: its static bytes
+    S[i, j] and its share of each of its device's levels A[l, i, j] (activations and the
+    running transient), so that a device's model peak is the sum of its stages' S plus the
+    largest over l of the sum of their A[l]. The memory model's own rules
+    (:mod:`pipesim.memory.rules`) over whole arrays of spans: a row (one start i, every end
+    j) at a time, which is what the depth-first search reads, or the whole table."""
 
-    def prefix(values: list[float]) -> np.ndarray:
-        return np.concatenate(([0.0], np.cumsum(values)))
+    def __init__(self, problem: PartitionProblem, forms: Sequence[MemoryForm]) -> None:
+        layers = problem.layers
+        self._problem = problem
+        self._forms = forms
 
-    def span(name: str) -> np.ndarray:
-        p = prefix([getattr(x, name) for x in layers])
-        return np.asarray(p[None, :] - p[:, None], dtype=float)
+        def prefix(name: str) -> np.ndarray:
+            values = [getattr(x, name) for x in layers]
+            return np.concatenate(([0.0], np.cumsum(values, dtype=float)))
 
-    def span_max(values: list[float]) -> np.ndarray:
-        """M[i, j] = max(values[i:j]) (0 for an empty span)."""
-        count = len(values)
-        out = np.zeros((count + 1, count + 1))
-        row = np.array(values, dtype=float)
-        for i in range(count):
-            out[i, i + 1 :] = np.maximum.accumulate(row[i:])
-        return out
+        self._prefixes = {
+            name: prefix(name)
+            for name in (
+                "parameter_bytes",
+                "gradient_bytes",
+                "optimizer_bytes",
+                "master_weight_bytes",
+                "shared_parameter_bytes",
+                "activation_bytes",
+                "weight_grad_activation_bytes",
+                "optimizer_transient_bytes",
+            )
+        }
+        self._inputs = np.array([problem.input_bytes] + [x.output_bytes for x in layers])
+        remat = problem.rematerialize
+        self._transients = [
+            np.array([transient_bytes(x, kind, remat) for x in layers], dtype=float)
+            for kind in KINDS
+        ]
+        self._rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
-    params, gradients = span("parameter_bytes"), span("gradient_bytes")
-    optimizer, master = span("optimizer_bytes"), span("master_weight_bytes")
-    shared = span("shared_parameter_bytes")
-    stash, keep = span("activation_bytes"), span("weight_grad_activation_bytes")
-    optimizer_transient = span("optimizer_transient_bytes")
-    inputs = np.broadcast_to(
-        np.array([problem.input_bytes] + [x.output_bytes for x in layers])[:, None], stash.shape
-    )
-    remat = problem.rematerialize
-    transients = [span_max([transient_bytes(x, kind, remat) for x in layers]) for kind in KINDS]
-    last = problem.stages - 1
-    parts = []
-    for s in range(problem.stages):
-        form = forms[problem.placement[s]]
-        slot = SLOT * form.stages.index(s)
-        # the memory model's own rules (pipesim.memory.rules), over every span [i, j) at once
-        static = static_memory_bytes(params, gradients, optimizer, form.versions, master)
-        if s == last and problem.placement[last] == problem.placement[0]:
+    def level_count(self, stage: int) -> int:
+        """How many levels the stage's device has (at least one)."""
+        return len(self._forms[self._problem.placement[stage]].levels) or 1
+
+    def row(self, stage: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """S[start, :] and A[:, start, :] of ``stage`` (cached)."""
+        key = (stage, start)
+        if key not in self._rows:
+            spans = {name: p - p[start] for name, p in self._prefixes.items()}
+            maxima = []
+            for values in self._transients:
+                row = np.zeros(len(values) + 1)
+                row[start + 1 :] = np.maximum.accumulate(values[start:])
+                maxima.append(row)
+            self._rows[key] = self._stage(stage, spans, maxima, self._inputs[start])
+        return self._rows[key]
+
+    def table(self, stage: int) -> tuple[np.ndarray, np.ndarray]:
+        """S[i, j] and A[l, i, j] of ``stage`` for every span at once."""
+        spans = {name: p[None, :] - p[:, None] for name, p in self._prefixes.items()}
+        maxima = []
+        for values in self._transients:
+            count = len(values)
+            out = np.zeros((count + 1, count + 1))
+            for i in range(count):
+                out[i, i + 1 :] = np.maximum.accumulate(values[i:])
+            maxima.append(out)
+        return self._stage(stage, spans, maxima, self._inputs[:, None])
+
+    def _stage(
+        self,
+        stage: int,
+        spans: dict[str, np.ndarray],
+        transient_maxima: list[np.ndarray],
+        inputs: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rules on span arrays of any shape (a row or the whole table)."""
+        problem = self._problem
+        form = self._forms[problem.placement[stage]]
+        slot = SLOT * form.stages.index(stage)
+        params = spans["parameter_bytes"]
+        static = static_memory_bytes(
+            params,
+            spans["gradient_bytes"],
+            spans["optimizer_bytes"],
+            form.versions,
+            spans["master_weight_bytes"],
+        )
+        last = problem.stages - 1
+        if stage == last and problem.placement[last] == problem.placement[0]:
             # the device holds the tied output layer's copy of the first stage's embeddings
+            shared = spans["shared_parameter_bytes"]
             share = np.divide(shared, params, out=np.zeros_like(shared), where=params > 0)
             static = static - share * static
-        sizes = (*transients, optimizer_transient)
-        # every level at once: each count as a column broadcast over the span matrices
+        stash, keep = spans["activation_bytes"], spans["weight_grad_activation_bytes"]
+        sizes = (*transient_maxima, spans["optimizer_transient_bytes"])
+        # every level at once: each count as a column broadcast over the span arrays
         counts = np.array(form.levels or [(0,) * (SLOT * len(form.stages))], dtype=float)
-        column = counts[:, slot : slot + SLOT, None, None]
+        column = counts[:, slot : slot + SLOT].reshape(len(counts), SLOT, *([1] * stash.ndim))
         levels = activation_level_bytes(
-            (column[:, 0], column[:, 1], column[:, 2]), stash, keep, inputs
+            (column[:, 0], column[:, 1], column[:, 2]),
+            stash,
+            keep,
+            np.broadcast_to(inputs, stash.shape),
         )
         for index, size in enumerate(sizes, start=3):
             flags = column[:, index]
             if flags.any():
                 levels = levels + flags * size
-        parts.append((static, levels))
-    return parts
+        return static, np.asarray(levels, dtype=float)
 
 
 def _memory_matrices(problem: PartitionProblem, forms: Sequence[MemoryForm]) -> list[np.ndarray]:
     """For one stage per device: M[i, j] = peak - capacity of stage s holding [i, j)."""
     capacities = problem.memory_capacity_bytes or ()
-    return [
-        peak_with_allowances(
+    spans = _SpanMemory(problem, forms)
+    matrices = []
+    for stage in range(problem.stages):
+        static, levels = spans.table(stage)
+        peak = peak_with_allowances(
             static + np.maximum(levels.max(axis=0), 0.0),
             problem.runtime_reserve_bytes,
             problem.fragmentation_fraction,
         )
-        - capacities[problem.placement[s]]
-        for s, (static, levels) in enumerate(_memory_parts(problem, forms))
-    ]
+        matrices.append(peak - capacities[problem.placement[stage]])
+    return matrices
 
 
 def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
@@ -401,7 +453,7 @@ def _search(
     candidates = candidates[candidates >= first.bottleneck_s * (1 - _TOLERANCE)]
     capacities = problem.memory_capacity_bytes or ()
     budget = [NODE_BUDGET if budget_nodes is None else budget_nodes]
-    parts = _memory_parts(problem, forms)
+    parts = _SpanMemory(problem, forms)
     firsts = [form.stages[0] for form in forms]
 
     def feasible(limit: float) -> tuple[int, ...] | None:
@@ -414,7 +466,7 @@ def _search(
         if not reach[0, 0]:
             return None
         static_acc = [0.0] * problem.devices
-        level_acc = [np.zeros(len(parts[s][1])) for s in firsts]
+        level_acc = [np.zeros(parts.level_count(s)) for s in firsts]
         counts: list[int] = []
 
         def go(stage: int, start: int) -> bool:
@@ -424,10 +476,10 @@ def _search(
             if budget[0] < 0:
                 return False
             device = problem.placement[stage]
-            static, levels = parts[stage]
+            static, levels = parts.row(stage, start)
             # stages not placed yet count as empty: a lower bound on the device's peak
-            statics = static_acc[device] + static[start]
-            level_rows = level_acc[device][:, None] + levels[:, start, :]
+            statics = static_acc[device] + static
+            level_rows = level_acc[device][:, None] + levels
             peaks = peak_with_allowances(
                 statics + np.maximum(level_rows.max(axis=0), 0.0),
                 problem.runtime_reserve_bytes,

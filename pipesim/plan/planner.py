@@ -192,22 +192,40 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     examined: list[Evaluated] = []
     finished: list[Evaluated] = []
     limit = math.inf
+    # Candidates whose balanced partition overflows wait for a second pass: their
+    # memory-aware search is the costliest step, and the plans of the first pass often prove
+    # them slower than the top plans (a bound above the limit) before it is run. The limit only
+    # falls, so a candidate skipped for it could never have been among the top plans.
+    deferred: list[tuple[float, Candidate]] = []
     with progress(len(space), "plan: configurations", enabled=show_progress) as bar:
-        for position, (quick, _, candidate) in enumerate(ordered):
-            if quick * (1 - 1e-9) > limit:
-                bar.update(len(ordered) - position)  # the rest: slower than the top plans
-                break
-            item = context.evaluate(candidate)
+
+        def consider(item: Evaluated) -> None:
+            nonlocal limit
             examined.append(item)
             bar.update()
             if item.oom or item.bound_s * (1 - 1e-9) > limit:
-                continue
+                return
             finished.append(context.simulate(item))
             times = sorted(e.iteration_time_s or math.inf for e in finished if not e.simulated_oom)
             if len(times) >= settings.top:
                 limit = times[settings.top - 1]
             if times:
                 bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
+
+        for position, (quick, _, candidate) in enumerate(ordered):
+            if quick * (1 - 1e-9) > limit:
+                bar.update(len(ordered) - position - len(deferred))  # slower than the top plans
+                break
+            item = context.evaluate_unless_searching(candidate, search=False)
+            if item is None:
+                deferred.append((quick, candidate))
+            else:
+                consider(item)
+        for quick, candidate in deferred:
+            if quick * (1 - 1e-9) > limit:
+                bar.update()
+                continue
+            consider(context.evaluate(candidate))
     if SYNTH_NAME in settings.schedules:
         finished += context.synthesized(finished, settings.top)
     ranked = sorted(
@@ -325,7 +343,12 @@ class PlanContext:
         self.settings = settings
         self.job = hardware.network(settings.devices)
         self.layers: dict[LayerKey, tuple[StageCosts, ...]] = {}
-        self.forms: dict[tuple[str, int, int, int, bool, int], tuple[MemoryForm, ...]] = {}
+        # per schedule shape: its memory forms (one step, or NO_FLUSH_STEPS without a
+        # flush), its placement and whether it flushes
+        self.forms: dict[
+            tuple[str, int, int, int, bool],
+            tuple[tuple[MemoryForm, ...], tuple[int, ...], bool],
+        ] = {}
         self.balanced: dict[tuple[int, tuple[int, ...], LayerKey, bool], Partition] = {}
         self.compute_bottleneck: dict[tuple[int, LayerKey, bool], float] = {}
         self.sums: dict[tuple[LayerKey, bool], tuple[float, float, float, float, float]] = {}
@@ -501,14 +524,25 @@ class PlanContext:
         return out
 
     def evaluate(self, c: Candidate) -> Evaluated:
+        """``c`` partitioned (balanced, or memory-aware where the balanced partition
+        overflows), checked for memory and bounded."""
+        item = self.evaluate_unless_searching(c, search=True)
+        assert item is not None
+        return item
+
+    def evaluate_unless_searching(self, c: Candidate, *, search: bool) -> Evaluated | None:
+        """:meth:`evaluate`, or None when ``search`` is False and ``c`` needs the
+        memory-aware search (its balanced partition overflows, and no proof says that every
+        partition does): the planner defers those, the costliest to partition, until the
+        plans found so far may make them unnecessary."""
         key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
-        schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-        flush = schedule.update_rule is UpdateRule.FLUSH
+        if key not in self.forms:
+            schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
+            flush = schedule.update_rule is UpdateRule.FLUSH
+            steps = 1 if flush else NO_FLUSH_STEPS
+            self.forms[key] = (memory_forms(schedule, steps), schedule.placement, flush)
+        forms, placement, flush = self.forms[key]
         steps = 1 if flush else NO_FLUSH_STEPS
-        if (*key, steps) not in self.forms:
-            self.forms[(*key, steps)] = memory_forms(schedule, steps)
-        forms = self.forms[(*key, steps)]
-        placement = schedule.placement
         problem = self.problem(c, placement)
         shape = (c.devices, placement, layer_key(c), c.remat)
         if shape not in self.balanced:
@@ -527,6 +561,8 @@ class PlanContext:
                 "micro-batches their schedule keeps in flight under any partition"
             )
         elif max(peaks) > capacity:
+            if not search:
+                return None
             try:
                 chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET)
                 objective = "memory-aware"

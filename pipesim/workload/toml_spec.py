@@ -45,7 +45,11 @@ or explicit layers, each repeated ``repeat`` times::
 
 ``optimizer_bytes_per_parameter`` (default 12) is the optimizer's state with any fp32 master
 weights; ``master_weight_bytes_per_parameter`` (default 0) may hold the master weights apart,
-so that the memory breakdown shows them as their own term.
+so that the memory breakdown shows them as their own term;
+``optimizer_temporary_bytes_per_parameter`` (default 0) is what the optimizer's step allocates
+on top (PyTorch's foreach Adam: 4 bytes per parameter, :mod:`pipesim.workload.optimizer`);
+``fused_gradient_accumulation = false`` (default true) adds each weight gradient to the
+gradient buffer in a pass of its own, as Megatron-LM did before it fused the two (2022).
 """
 
 from __future__ import annotations
@@ -75,11 +79,13 @@ def load_model(path: str | Path) -> Model:
             f"model file {str(path)!r} needs exactly one of a [transformer] table or [[layers]]"
         )
     architecture = None
+    fused = root.take("fused_gradient_accumulation", boolean, True)
     if root.has("transformer"):
         architecture = _architecture(root.table("transformer"))
         layers = transformer_layers(
             architecture,
             gradient_bytes=root.take("gradient_bytes_per_parameter", checks.non_negative, 2.0),
+            fused_accumulation=fused,
         )
         input_bytes = root.take(
             "input_bytes", checks.non_negative, float(TOKEN_BYTES * architecture.seq)
@@ -114,6 +120,10 @@ def load_model(path: str | Path) -> Model:
             "master_weight_bytes_per_parameter", checks.non_negative, 0.0
         ),
         architecture=architecture,
+        optimizer_temporary_bytes_per_parameter=root.take(
+            "optimizer_temporary_bytes_per_parameter", checks.non_negative, 0.0
+        ),
+        fused_gradient_accumulation=fused,
     )
     root.done()
     return model

@@ -46,6 +46,7 @@ input-gradient matmuls, as Megatron-LM overlaps them, and take no time of their 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from pipesim.common.checks import SpecError
@@ -554,8 +555,28 @@ def transformer_layers(
 ) -> tuple[Layer, ...]:
     """Embedding, ``arch.layers`` blocks and the output layer, on one tensor-parallel rank;
     ``recompute`` overrides the blocks' recomputation mode; ``fused_accumulation`` says the
-    weight-gradient matmuls add into the gradient buffer themselves."""
+    weight-gradient matmuls add into the gradient buffer themselves. The layers read T,
+    sequence parallelism and recomputation only: a planner asking for the same ones under
+    other data-parallel settings gets the same (immutable) layers back from a cache."""
     check_tensor_parallel(arch, parallelism.tensor)
+    rank = dataclasses.replace(
+        IDENTITY,
+        tensor=parallelism.tensor,
+        sequence_parallel=parallelism.sequence_parallel,
+        recompute=parallelism.recompute,
+    )
+    return _rank_layers(arch, rank, gradient_bytes, recompute, fused_accumulation)
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_layers(
+    arch: TransformerArchitecture,
+    parallelism: Parallelism,
+    gradient_bytes: float,
+    recompute: RecomputeMode | None,
+    fused_accumulation: bool,
+) -> tuple[Layer, ...]:
+    """:func:`transformer_layers`, built."""
     block = transformer_block(
         "block",
         arch,

@@ -181,6 +181,38 @@ def test_catalogue_listings(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)[0]["example_layers"] == 50
 
 
+def test_hardware_show_writes_a_file_simulate_takes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A catalogue entry shown as TOML, edited (half the memory), simulates as the entry
+    with that change; an unknown name is refused in one line."""
+    status, out, _ = run(capsys, "hardware", "show", "a100")
+    assert status == 0 and out.startswith('name = "a100"\n')
+    path = tmp_path / "half.toml"
+    path.write_text(out.replace("memory_bytes = 85899345920.0", "memory_bytes = 42949672960.0"))
+    common = [
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "-K",
+        "4",
+        "-M",
+        "8",
+        "--model",
+        "gpt-1.3b",
+        "--json",
+    ]
+    _, catalogue, _ = run(capsys, *common, "--hardware", "a100")
+    _, edited, _ = run(capsys, *common, "--hardware", str(path))
+    ours, theirs = json.loads(edited), json.loads(catalogue)
+    assert ours["iteration_time"] == theirs["iteration_time"]
+    assert ours["per_device"][0]["memory_breakdown"] == theirs["per_device"][0]["memory_breakdown"]
+    capacities = {d["memory_capacity_bytes"] for d in ours["per_device"]}
+    assert capacities == {42949672960} != {d["memory_capacity_bytes"] for d in theirs["per_device"]}
+    status, out, err = run(capsys, "hardware", "show", "a1000")
+    assert (status, out) == (2, "") and err.startswith("pipesim: error: unknown hardware 'a1000'")
+
+
 SYNTH = ["simulate", "--schedule", "synth", "-K", "4", "-M", "8", "--costs", "1,1,1"]
 
 

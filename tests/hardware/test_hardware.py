@@ -18,6 +18,8 @@ from pipesim.hardware import (
     load_hardware,
     resolve_hardware,
 )
+from pipesim.hardware.catalogue import CATALOGUE
+from pipesim.hardware.toml_spec import hardware_toml
 
 
 def test_catalogue_has_the_papers_hardware() -> None:
@@ -196,6 +198,101 @@ def test_toml_hardware_errors_name_the_field(
         assert str(error.value).startswith(f"hardware file {str(path)!r}: not valid TOML (")
     else:
         assert str(error.value) == message
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_every_catalogue_entry_reads_back_from_its_toml(name: str, tmp_path: Path) -> None:
+    """``pipesim hardware show NAME`` writes a file that loads to an equal spec: every field
+    of the kernel-level model (efficiency curve, bandwidths, overheads) has a TOML key."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(hardware_toml(hardware(name)))
+    assert load_hardware(path) == hardware(name)
+
+
+KERNEL_LEVEL = (
+    GOOD.replace(
+        "memory_bandwidth_bytes_per_s = 2.0e12\n",
+        "memory_bandwidth_bytes_per_s = 2.0e12\n"
+        "matmul_efficiency = [[1e9, 0.25], [1e12, 0.75]]\n"
+        "memory_bandwidth_efficiency = 0.8\n"
+        "runtime_reserve_bytes = 3e9\n"
+        "fragmentation_fraction = 0.1\n",
+    )
+    + "collective_bandwidth_bytes_per_s = 2.3e11\nmessage_overhead_s = 2.5e-4\n"
+    + "inter_node_collective_bandwidth_bytes_per_s = 2.4e10\n"
+)
+
+
+def test_toml_hardware_takes_the_kernel_level_fields(tmp_path: Path) -> None:
+    path = tmp_path / "box.toml"
+    path.write_text(KERNEL_LEVEL)
+    spec = load_hardware(path)
+    acc = spec.accelerator
+    assert acc.kernel_level and acc.matmul_efficiency == ((1e9, 0.25), (1e12, 0.75))
+    # halfway in log(FLOPs) between the points: halfway between their fractions
+    assert acc.matmul_fraction(math.sqrt(1e9 * 1e12)) == pytest.approx(0.5)
+    assert (acc.memory_bandwidth_efficiency, acc.runtime_reserve_bytes) == (0.8, 3e9)
+    assert acc.fragmentation_fraction == 0.1
+    assert spec.link.bus_bandwidth_bytes_per_s == 2.3e11
+    assert spec.inter_node_link is not None
+    assert spec.inter_node_link.bus_bandwidth_bytes_per_s == 2.4e10
+    assert spec.message_overhead_s == 2.5e-4
+    assert spec.network(8).message_overhead_s == 2.5e-4
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "[[1e9, 0.25], [1e12, 0.75]]",
+            "[[1e12, 0.25], [1e9, 0.75]]",
+            "accelerator.matmul_efficiency must list increasing FLOPs, got 1e+09 after 1e+12",
+        ),
+        (
+            "[[1e9, 0.25], [1e12, 0.75]]",
+            "[[1e9, 1.5]]",
+            "accelerator.matmul_efficiency[0] fraction must be a number in (0, 1], got 1.5",
+        ),
+        (
+            "[[1e9, 0.25], [1e12, 0.75]]",
+            "[]",
+            "accelerator.matmul_efficiency must be a non-empty list of [flops, fraction] pairs, "
+            "got []",
+        ),
+        (
+            "[[1e9, 0.25], [1e12, 0.75]]",
+            "[1e9]",
+            "accelerator.matmul_efficiency[0] must be a [flops, fraction] pair, got 1000000000.0",
+        ),
+        (
+            "memory_bandwidth_efficiency = 0.8",
+            "memory_bandwidth_efficiency = 0",
+            "accelerator.memory_bandwidth_efficiency must be a number in (0, 1], got 0",
+        ),
+        (
+            "runtime_reserve_bytes = 3e9",
+            "runtime_reserve_bytes = -1",
+            "accelerator.runtime_reserve_bytes must be a number >= 0, got -1",
+        ),
+        (
+            "message_overhead_s = 2.5e-4",
+            'message_overhead_s = "fast"',
+            "network.message_overhead_s must be a number >= 0, got 'fast'",
+        ),
+        (
+            "collective_bandwidth_bytes_per_s = 2.3e11",
+            "collective_bandwidth_bytes_per_s = 0",
+            "network.collective_bandwidth_bytes_per_s must be a number >= 1 (per second), got 0",
+        ),
+    ],
+)
+def test_kernel_level_fields_are_checked(tmp_path: Path, old: str, new: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    assert old in KERNEL_LEVEL
+    path.write_text(KERNEL_LEVEL.replace(old, new, 1))
+    with pytest.raises(SpecError) as error:
+        load_hardware(path)
+    assert str(error.value) == message
 
 
 def test_unreadable_hardware_file(tmp_path: Path) -> None:

@@ -67,6 +67,32 @@ HARDWARE: list[Document] = [
             "torus_columns": 4,
         },
     },
+    {
+        "name": "nodes",
+        "accelerator": {
+            "peak_flops_per_s": {"bf16": 1e15},
+            "efficiency": 0.45,
+            "memory_bytes": 80e9,
+            "memory_bandwidth_bytes_per_s": 3e12,
+            "matmul_efficiency": [[2e9, 0.3], [1e12, 0.8]],
+            "memory_bandwidth_efficiency": 0.9,
+            "runtime_reserve_bytes": 2e9,
+            "fragmentation_fraction": 0.05,
+        },
+        "network": {
+            "topology": "hierarchical",
+            "link_name": "nvlink",
+            "bandwidth_bytes_per_s": 4.5e11,
+            "latency_s": 4e-6,
+            "collective_bandwidth_bytes_per_s": 4.8e11,
+            "message_overhead_s": 2.5e-4,
+            "devices_per_node": 8,
+            "inter_node_link_name": "ib",
+            "inter_node_bandwidth_bytes_per_s": 5e10,
+            "inter_node_latency_s": 1e-5,
+            "inter_node_collective_bandwidth_bytes_per_s": 4.8e10,
+        },
+    },
 ]
 
 LAYER = {

@@ -126,6 +126,13 @@ def with_(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     return data
 
 
+def one_device_sweep(breakdown: dict[str, float]) -> dict[str, Any]:
+    """A saved sweep of one run on one device whose memory breakdown is ``breakdown``."""
+    device = {"static_memory_bytes": 1, "peak_activation_bytes": 1}
+    run = {"schedule": "x", "devices": 1, "microbatches": 1}
+    return {"results": [{**run, "per_device": [{**device, "memory_breakdown": breakdown}]}]}
+
+
 BAD_FILES = {
     "no-result": ("timeline", {"compute": [], "transfers": []}, "has no 'result'"),
     "memory-no-result": ("memory", {"memory": []}, "has no 'result'"),
@@ -211,6 +218,16 @@ BAD_FILES = {
         "peak-memory",
         {"results": [{"schedule": "x"}]},
         "results[0] has no 'devices'",
+    ),
+    "breakdown-unknown-term": (
+        "peak-memory",
+        one_device_sweep({"weights": 1, "snacks": 2}),
+        "results[0].per_device[0].memory_breakdown must be an object of weights, gradients",
+    ),
+    "breakdown-negative": (
+        "peak-memory",
+        one_device_sweep({"weights": -1}),
+        "results[0].per_device[0].memory_breakdown.weights must be a number >= 0, got -1",
     ),
     "speedup-fast": (
         "speedup",

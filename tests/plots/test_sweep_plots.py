@@ -153,7 +153,9 @@ def test_peak_memory_bars_hatch_oom_devices_and_name_the_unit(tmp_path: Path) ->
     few = [r for r in rows if r["devices"] == 2 and r["microbatches"] == 8]
     axes = peak_memory_figure(few).axes[0]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["gpipe", "1f1b", "zb-h1"]
-    assert len(axes.patches) == 3 * 2 * 2  # runs x devices x (static, activations)
+    # runs x devices x terms: synthetic costs hold activations alone (the zero terms, weights
+    # to the runtime reserve, are not drawn)
+    assert len(axes.patches) == 3 * 2 * 1
     assert axes.get_ylabel() == "peak memory per device (KiB)"  # 8000 bytes, not 0.00001 GiB
     assert max(p.get_height() + p.get_y() for p in axes.patches) == pytest.approx(8000 / 1024)
     over = [
@@ -170,13 +172,58 @@ def test_peak_memory_bars_hatch_oom_devices_and_name_the_unit(tmp_path: Path) ->
     axes = figure.axes[0]
     hatched = [p for p in axes.patches if p.get_hatch() == OOM_HATCH]
     oom_devices = sum(d["oom"] for r in over for d in r["per_device"])
-    assert oom_devices and len(hatched) == 2 * oom_devices
+    assert oom_devices and len(hatched) == oom_devices
     legend = [t.get_text() for t in figure.legends[0].get_texts()]
-    assert legend == [
-        "weights, gradients, optimizer",
+    assert legend == ["activations", "capacity 4.88 KiB", "hatched: out of memory"]
+    # a run saved before the breakdown: static memory and the rest of the peak
+    older = [
+        {**r, "per_device": [{**d, "static_memory_bytes": 500.0} for d in r["per_device"]]}
+        for r in over
+    ]
+    for row in older:
+        for device in row["per_device"]:
+            del device["memory_breakdown"]
+    figure = peak_memory_figure(older)
+    assert len(figure.axes[0].patches) == 3 * 2 * 2
+    assert [t.get_text() for t in figure.legends[0].get_texts()][:2] == [
         "activations",
-        "capacity 4.88 KiB",
-        "hatched: out of memory",
+        "weights, gradients, optimizer",
+    ]
+
+
+def test_peak_memory_bars_stack_every_term_of_the_breakdown(tmp_path: Path) -> None:
+    """A hybrid run's bars: each term of ``memory_breakdown`` a segment, bottom to top in the
+    breakdown's order, the segments adding up to the device's peak; the legend names the
+    terms drawn, top first."""
+    out = tmp_path / "sweep.json"
+    arguments = ["sweep", "--schedules", "1f1b", "-K", "4", "-M", "8", "--model", "gpt3-175b"]
+    arguments += ["--hardware", "a100", "--tensor-parallel", "8", "--microbatch-size", "1"]
+    arguments += ["--data-parallel", "4", "--zero", "1", "--batch", "32", "--recompute", "full"]
+    arguments += ["--memory-reserve", "2e9", "--fragmentation", "0.05", "--out", str(out)]
+    assert main(arguments) == 0
+    rows = json.loads(out.read_text())["results"]
+    figure = peak_memory_figure(rows)
+    axes = figure.axes[0]
+    devices = rows[0]["per_device"]
+    terms = list(devices[0]["memory_breakdown"])
+    assert len(axes.patches) == len(terms) * len(devices) == 8 * 4
+    scale = 2**30  # GiB
+    for index, device in enumerate(devices):
+        segments = sorted(axes.patches[index :: len(devices)], key=lambda p: p.get_y())
+        heights = [p.get_height() * scale for p in segments]
+        assert heights == pytest.approx(list(device["memory_breakdown"].values()), rel=1e-9)
+        top = segments[-1].get_y() + segments[-1].get_height()
+        assert top * scale == pytest.approx(device["peak_memory_bytes"], rel=1e-9)
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert legend[:8] == [
+        "runtime reserve",
+        "fragmentation",
+        "transient (largest action)",
+        "activations",
+        "master weights",
+        "optimizer state",
+        "gradients",
+        "weights",
     ]
 
 

@@ -10,6 +10,7 @@ import pytest
 from pipesim.common.checks import SpecError
 from pipesim.workload import check_partition, even_partition, load_model, model, resolve_model
 from pipesim.workload.architecture import TransformerArchitecture
+from pipesim.workload.model import Model
 from pipesim.workload.transformer import transformer_block
 
 
@@ -101,6 +102,48 @@ def test_toml_transformer_model(tmp_path: Path) -> None:
         built.layers[1].parameters
         == transformer_block("b", TransformerArchitecture(1, 256, 4, 1024, 128, 1)).parameters
     )
+
+
+MEGATRON_1_7B = """
+name = "megatron-1.7b"
+dtype = "fp16"
+default_batch = 512
+weight_bytes_per_parameter = 2
+gradient_bytes_per_parameter = 2
+optimizer_bytes_per_parameter = 8
+master_weight_bytes_per_parameter = 4
+optimizer_temporary_bytes_per_parameter = 0
+fused_gradient_accumulation = false
+
+[transformer]
+layers = 24
+hidden = 2304
+heads = 24
+seq = 2048
+vocab = 51200
+position = "learned"
+tied_embeddings = true
+embedding_dropout = true
+fused_output_norm = false
+"""
+
+
+def test_a_toml_model_is_the_catalogue_model_it_describes(tmp_path: Path) -> None:
+    """Every field the catalogue's megatron-1.7b sets has a TOML key: the file gives the same
+    layers (FLOPs, parameters, activations, kernels) and the same memory fields."""
+    path = tmp_path / "mine.toml"
+    path.write_text(MEGATRON_1_7B)
+    mine, theirs = load_model(path), resolve_model("megatron-1.7b")
+    assert mine == theirs and mine.architecture == theirs.architecture
+    assert [layer.work for layer in mine.layers] == [layer.work for layer in theirs.layers]
+    fused = load_model_text(tmp_path, MEGATRON_1_7B.replace("= false\n\n", "= true\n\n", 1))
+    assert fused.fused_gradient_accumulation and fused != theirs
+
+
+def load_model_text(folder: Path, text: str) -> Model:
+    path = folder / "other.toml"
+    path.write_text(text)
+    return load_model(path)
 
 
 def test_toml_layers_model(tmp_path: Path) -> None:
