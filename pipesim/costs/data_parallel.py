@@ -16,6 +16,10 @@ Each collective costs :func:`pipesim.hardware.collectives.collective_time_s` on 
 network; the K x T groups run at once on disjoint ranks, each with its own path (one NIC per
 GPU, as DGX servers have), so they do not slow each other.
 
+Tied embeddings (GPT's output layer reusing the word embeddings) add an all-reduce of that
+table's gradient between the first stage and the stage holding the copy, with or without
+data parallelism (:func:`tied_embedding_sync_s`).
+
 When it runs: after the stage's last backward of the step, before its optimizer step, which
 waits for it: the simulator adds it to the stage's optimizer step, so it overlaps the other
 devices' compute (the pipeline's drain hides the early devices') but not the device's own.
@@ -63,6 +67,34 @@ def exposed_sync_s(stage: StageCosts, sync_s: float, overlap: bool) -> float:
     return max(sync_s - stage.backward_s, last_bucket)
 
 
+def tied_embedding_sync_s(
+    stages: Sequence[StageCosts],
+    placement: Sequence[int],
+    job_network: Network,
+    layout: RankLayout,
+) -> list[float]:
+    """Per stage, the all-reduce of tied embeddings' gradient (Megatron-LM's
+    ``allreduce_embedding_grads``): the stage holding the output layer's copy of the first
+    stage's word embeddings (``shared_parameter_bytes``) and the first stage sum their
+    gradients of it over the two devices' ranks (each tensor rank with its peer: 1/T of the
+    table) before their optimizer steps, which wait for it. Nothing when both sit on one
+    device (a V-shaped placement)."""
+    out = [0.0] * len(stages)
+    for index, stage in enumerate(stages):
+        if index == 0 or stage.shared_parameter_bytes <= 0:
+            continue
+        if placement[index] == placement[0] or stage.parameter_bytes <= 0:
+            continue
+        shared_gradient = (
+            stage.shared_parameter_bytes * stage.gradient_bytes / stage.parameter_bytes
+        )
+        group = [layout.rank(0, placement[0]), layout.rank(0, placement[index])]
+        seconds = collective_time_s(job_network, group, Collective.ALL_REDUCE, shared_gradient)
+        out[0] += seconds
+        out[index] += seconds
+    return out
+
+
 def sync_times_s(
     stages: Sequence[StageCosts],
     placement: Sequence[int],
@@ -70,12 +102,16 @@ def sync_times_s(
     layout: RankLayout,
     parallelism: Parallelism,
 ) -> list[float]:
-    """Per stage, the exposed data-parallel communication :func:`with_data_parallel` adds."""
-    out = []
+    """Per stage, the exposed communication :func:`with_data_parallel` adds before its
+    optimizer step: the data-parallel reduction (with D > 1) and the tied embeddings'
+    all-reduce (:func:`tied_embedding_sync_s`)."""
+    out = tied_embedding_sync_s(stages, placement, job_network, layout)
+    if layout.data == 1:
+        return out
     for index, stage in enumerate(stages):
         group = layout.data_group(placement[index])
         sync = gradient_sync_s(stage, job_network, group, parallelism.zero)
-        out.append(exposed_sync_s(stage, sync, parallelism.overlap_grad_reduce))
+        out[index] += exposed_sync_s(stage, sync, parallelism.overlap_grad_reduce)
     return out
 
 
@@ -92,14 +128,16 @@ def with_data_parallel(
     T x K x D ranks.
     """
     replicas = parallelism.data
-    if replicas == 1:
-        return costs
     layout = RankLayout(parallelism.tensor, costs.network.devices, replicas)
     extra = sync_times_s(costs.stages, placement, job_network, layout, parallelism)
+    if replicas == 1 and not any(extra):
+        return costs
     stages = [
         add_to_optimizer_step(stage, seconds)
         for stage, seconds in zip(costs.stages, extra, strict=True)
     ]
+    if replicas == 1:
+        return dataclasses.replace(costs, stages=tuple(stages))
     samples = costs.samples_per_microbatch
     kind = "ZeRO-1 reduce-scatter + all-gather" if parallelism.zero else "ring all-reduce"
     return dataclasses.replace(

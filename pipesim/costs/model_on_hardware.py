@@ -45,7 +45,8 @@ def model_on_hardware(
     or the even split) on K = ``devices`` pipeline devices of ``hardware``, at
     ``microbatch_size`` samples per micro-batch, each device one rank of a tensor-parallel
     group of ``parallelism.tensor``; with ``parallelism.data`` replicas, each stage's gradient
-    communication (:mod:`pipesim.costs.data_parallel`) over the job's T x K x D ranks, stage s
+    communication, and tied embeddings' all-reduce between the end stages
+    (:mod:`pipesim.costs.data_parallel`), over the job's T x K x D ranks, stage s
     on pipeline device ``placement[s]`` (by default the looped placement). ``blocking_p2p``
     makes every send occupy its sender (Megatron's ``--no-overlap-p2p-communication``)."""
     if dtype is not None:
@@ -69,8 +70,6 @@ def model_on_hardware(
         cluster=_job_line(hardware, tensor, devices, replicas),
         transfers_use_compute=costs.transfers_use_compute or blocking_p2p,
     )
-    if replicas == 1:
-        return costs
     where = looped(devices, chunks) if placement is None else tuple(placement)
     return with_data_parallel(costs, where, job, parallelism)
 

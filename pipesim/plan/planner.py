@@ -570,15 +570,13 @@ class PlanContext:
                 peaks = _peaks(problem, forms, stage_costs)
             except NoPartitionFits as error:
                 oom_reason = str(error)
-        sync = [0.0] * len(stage_costs)
-        if c.data_parallel > 1:
-            sync = sync_times_s(
-                stage_costs,
-                placement,
-                self.job,
-                RankLayout(c.tensor, c.devices, c.data_parallel),
-                self.parallelism(c),
-            )
+        sync = sync_times_s(
+            stage_costs,
+            placement,
+            self.job,
+            RankLayout(c.tensor, c.devices, c.data_parallel),
+            self.parallelism(c),
+        )
         with_sync = [
             add_to_optimizer_step(s, extra) for s, extra in zip(stage_costs, sync, strict=True)
         ]

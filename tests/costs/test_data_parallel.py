@@ -9,11 +9,13 @@ from pipesim.costs.data_parallel import (
     BUCKET_BYTES,
     exposed_sync_s,
     gradient_sync_s,
+    tied_embedding_sync_s,
     with_data_parallel,
 )
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.parallel.config import Parallelism
+from pipesim.parallel.ranks import RankLayout
 
 
 def test_with_data_parallel_adds_the_all_reduce_to_the_optimizer_step() -> None:
@@ -64,3 +66,30 @@ def test_the_groups_follow_megatrons_rank_order() -> None:
     )
     replicated = with_data_parallel(costs, (0, 1), job, Parallelism(tensor=2, data=2))
     assert [s.optimizer_step_s for s in replicated.stages] == pytest.approx([1.0, 1.0])
+
+
+def test_tied_embeddings_all_reduce_between_the_end_stages() -> None:
+    """A 3-stage pipeline whose last stage holds a 1 GB copy of the first's embeddings (of
+    its 2 GB of weights, 4 GB of gradients: the copy's gradient is 2 GB): the two devices
+    all-reduce it, 2(2-1)/2 x 2 GB at 1 GB/s = 2 s, before both optimizer steps; the middle
+    stage waits for nothing, with or without replicas. Placed V-shaped (last stage on the
+    first device) nothing moves."""
+    first = StageCosts(1.0, 1.0, 0.0, parameter_bytes=1e9, gradient_bytes=2e9)
+    middle = StageCosts(1.0, 1.0, 0.0)
+    last = StageCosts(
+        1.0, 1.0, 0.0, parameter_bytes=2e9, gradient_bytes=4e9, shared_parameter_bytes=1e9
+    )
+    layout = RankLayout(1, 3, 1)
+    job = Network(3, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    stages = (first, middle, last)
+    assert tied_embedding_sync_s(stages, (0, 1, 2), job, layout) == pytest.approx([2, 0, 2])
+    assert tied_embedding_sync_s(stages, (0, 1, 0), job, layout) == [0.0, 0.0, 0.0]
+    pipeline = Network(3, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    costs = PipelineCosts(stages, pipeline)
+    alone = with_data_parallel(costs, (0, 1, 2), job, Parallelism())
+    assert [s.optimizer_step_s for s in alone.stages] == pytest.approx([2, 0, 2])
+    assert alone.description == costs.description  # no data parallelism to name
+    # with 2 replicas: each stage's gradient all-reduce as well (2 GB, 0, 4 GB at 1 GB/s)
+    job6 = Network(6, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    both = with_data_parallel(costs, (0, 1, 2), job6, Parallelism(data=2))
+    assert [s.optimizer_step_s for s in both.stages] == pytest.approx([2 + 2, 0, 2 + 4])
