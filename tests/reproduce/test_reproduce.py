@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,23 @@ def test_zero_bubble_table_5_on_its_profiled_times(tmp_path: Path) -> None:
             row.hardware,
             row.microbatches,
         )
+
+
+def test_zero_bubble_profiled_times_against_the_time_model() -> None:
+    """Table 9's per-stage times beside pipesim's on an A100, four models: the backward's
+    split is right (the input gradient within 7% below, W within 15% above: one efficiency
+    for every pass made W 1.5x too slow), the forward short by 10% to 25% (the note says
+    what may be missing), every row named and in milliseconds."""
+    from validation.reproduce.zero_bubble import profiled_time_rows
+
+    rows = profiled_time_rows()
+    assert len(rows) == 16 and {r.model for r in rows} == {"1.5B", "6.2B", "14.6B", "28.3B"}
+    ratio = {(r.model, r.quantity): r.ratio or math.nan for r in rows}
+    for model in ("1.5B", "6.2B", "14.6B", "28.3B"):
+        assert 0.93 <= ratio[model, "T_B (input gradient)"] <= 1.0
+        assert 1.0 <= ratio[model, "T_W"] <= 1.15
+        assert 0.75 <= ratio[model, "T_F"] <= 0.9
+        assert 0.5 <= ratio[model, "T_comm"] <= 0.8
 
 
 def test_the_controllable_memory_v_schedules(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 ZB-H2 and ZB-V read off the schedules' own simulated timelines, against the paper's formulas;
 their activation memory against the paper's Table 2; and the bubble rates of its Table 5 on
 its profiled times, the memory-limited schedules (ZB-1p, ZB-2p) against pipesim's synthesised
-schedule at the same limits. See ``zero_bubble.md``."""
+schedule at the same limits; and those profiled per-stage times against pipesim's own time
+model on an A100. See ``zero_bubble.md``."""
 
 from __future__ import annotations
 
@@ -175,6 +176,47 @@ SYNTH_2P_NOTE = (
     "pipesim counts a micro-batch in flight until its W ends (the paper frees M_B - M_W at B, "
     "so 2p M_B admits more); judged by the largest stage span as the paper's"
 )
+PROFILED_NAME = "Table 9: profiled per-stage times (ms) against pipesim's on an A100"
+# Table 3's micro-batch sizes (the per-stage times are for one micro-batch of this size).
+MICROBATCH_SIZE = {"1.5B": 6, "6.2B": 3, "14.6B": 1, "28.3B": 1}
+
+
+def profiled_time_rows() -> list[Row]:
+    """Each Table 3 model's profiled T_F, T_B (input gradient), T_W and T_comm (its first
+    Table 9 row) against pipesim's kernel-level times of a stage of (layers + 2) / p blocks
+    (the embedding and the output layer count as a layer each, so the paper's layer counts
+    split evenly) on the catalogue's ``a100``, at Table 3's micro-batch size; T_comm against
+    one stage's output sent to its neighbour in the same server."""
+    from pipesim.costs.spec_derived import layer_costs
+    from pipesim.hardware import hardware
+    from pipesim.workload import model as catalogue_model
+
+    a100 = hardware("a100")
+    rows = []
+    seen = set()
+    for name, p, _, (forward, backward, weight, comm), _ in TABLE_5:
+        if name in seen:
+            continue
+        seen.add(name)
+        built = catalogue_model(f"zb-{name.lower()}")
+        arch = built.architecture
+        assert arch is not None
+        blocks = (arch.layers + 2) // p
+        b = MICROBATCH_SIZE[name]
+        block = built.layers[1]
+        costs = layer_costs(block, built, a100.accelerator, b, block.output_bytes * b)
+        sent = a100.network(p).route(0, 1).transfer_time_s(costs.output_bytes)
+        note = f"{blocks} blocks per stage, micro-batch {b}"
+        for quantity, paper, simulated in (
+            ("T_F", forward, blocks * costs.forward_s * 1e3),
+            ("T_B (input gradient)", backward, blocks * costs.input_grad_s * 1e3),
+            ("T_W", weight, blocks * costs.weight_grad_s * 1e3),
+            ("T_comm", comm, sent * 1e3),
+        ):
+            rows.append(Row(PROFILED_NAME, name, "a100", p, None, quantity, paper, simulated, note))
+    return rows
+
+
 CONTROLLABLE_NAME = "2405.15362: V-Min, V-Half, V-ZB at T_F = T_I = T_W (largest stage span)"
 
 
@@ -264,6 +306,7 @@ def run(out: Path) -> Outcome:
             )
     rows += memory_rows()
     rows += table_5_rows()
+    rows += profiled_time_rows()
     rows += controllable_memory_rows()
     panels: list[tuple[str, list[tuple[int, str, float, float]], list[Any]]] = []
     for name, chunks, _ in SCHEDULES:
