@@ -140,6 +140,21 @@ def make(out: Path) -> list[Path]:
             ),
             "peak-memory-a100.png",
         )
+        hybrid = sweep(
+            work,
+            "hybrid",
+            *("--schedules", "1f1b,interleaved-1f1b,zbv", "-K", "8", "-M", "16"),
+            *("--model", "gpt3-175b", "--hardware", "a100", "--tensor-parallel", "8"),
+            *("--sequence-parallel", "--recompute", "selective", "--microbatch-size", "1"),
+            *("--data-parallel", "16", "--zero", "1", "--batch", "256"),
+        )
+        keep(
+            plots.peak_memory_figure(
+                saved.load_sweep(hybrid, "peak-memory"),
+                title="GPT-3 175B: T=8 SP, K=8, D=16, ZeRO-1, M=16",
+            ),
+            "peak-memory-hybrid.png",
+        )
         model_run = work / "memory.json"
         run(
             *("simulate", "--schedule", "1f1b", "-K", "4", "-M", "8", "--model"),

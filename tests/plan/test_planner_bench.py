@@ -12,6 +12,8 @@ from pipesim.plan.report import report_json
 CASES = [
     ("gpt-3.8b", "v100-16gb-nvlink", 64, 512),  # PipeDream-2BW's setting
     ("gpipe-transformer-48", "a100", 8, 32),  # GPipe's Transformer-48 on one A100 server
+    ("gpt3-175b", "a100", 1024, 1536),  # Megatron-LM's GPT-3 run: T, K, D, v, M, b, ...
+    ("gpt3-175b", "a100", 16384, 1536),
 ]
 
 
