@@ -20,6 +20,8 @@ from pipesim.costs.data_parallel import with_data_parallel
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.spec_derived import TensorGroup, costs_from_model
 from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.hardware.collectives import Collective, collective_time_s
+from pipesim.hardware.network import Network
 from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.schedules.placement import looped
 from pipesim.workload.model import Model
@@ -71,7 +73,42 @@ def model_on_hardware(
         transfers_use_compute=costs.transfers_use_compute or blocking_p2p,
     )
     where = looped(devices, chunks) if placement is None else tuple(placement)
+    if tensor > 1 and not parallelism.sequence_parallel:
+        costs = with_gathered_messages(costs, where, job, tuple(range(tensor)))
     return with_data_parallel(costs, where, job, parallelism)
+
+
+def with_gathered_messages(
+    costs: PipelineCosts, placement: Sequence[int], job: Network, group: Sequence[int]
+) -> PipelineCosts:
+    """Megatron-LM's scatter/gather of pipeline messages under tensor parallelism without
+    sequence parallelism: each of the T ranks sends 1/T of a stage's output (the stages'
+    ``input_bytes`` and ``output_bytes`` are that share) and the receiving ranks all-gather
+    the whole tensor over their group before they use it, on the compute stream
+    (``gather_split_1d_tensor``): stage s > 0 before its forward, stage s < S - 1 the
+    gradient of its output before its input-gradient pass, where the neighbour sits on
+    another device. With sequence parallelism the message is the sequence's 1/T already and
+    nothing is gathered."""
+    tensor = len(group)
+    stages = list(costs.stages)
+    last = len(stages) - 1
+    for index, stage in enumerate(stages):
+        extra_forward = extra_backward = 0.0
+        if index > 0 and placement[index - 1] != placement[index]:
+            size = stage.input_bytes * tensor
+            extra_forward = collective_time_s(job, group, Collective.ALL_GATHER, size)
+        if index < last and placement[index + 1] != placement[index]:
+            size = stage.output_bytes * tensor
+            extra_backward = collective_time_s(job, group, Collective.ALL_GATHER, size)
+        if extra_forward or extra_backward:
+            full = stage.full_backward_s
+            stages[index] = dataclasses.replace(
+                stage,
+                forward_s=stage.forward_s + extra_forward,
+                input_grad_s=stage.input_grad_s + extra_backward,
+                full_backward_s=None if full is None else full + extra_backward,
+            )
+    return dataclasses.replace(costs, stages=tuple(stages))
 
 
 def _job_line(hardware: HardwareSpec, tensor: int, devices: int, replicas: int) -> str:

@@ -34,7 +34,9 @@ the whole forward in the backward. The weight gradient needs only the four linea
 inputs (6sh + 2sf at t = 1), kept from the input-gradient pass to W.
 
 Pipeline messages: each of the t ranks sends its 1/t of a block's output (Megatron-LM's
-scatter/gather optimization; the receiver's all-gather over the node's links is not counted).
+scatter/gather optimization; the receiving ranks' all-gather of it is added to the receiving
+stage by :func:`pipesim.costs.model_on_hardware.with_gathered_messages`; with sequence
+parallelism the output is the sequence's 1/t already and nothing is gathered).
 
 Tensor parallelism splits heads, the MLP's inner width and the vocabulary t ways; each block
 all-reduces its activations twice in the forward pass and twice in the input-gradient backward

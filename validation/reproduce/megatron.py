@@ -56,6 +56,9 @@ class Run:
         return self.batch // (self.data * self.microbatch_size)
 
     def simulate(self) -> SimulationResult:
+        """The run as Megatron-LM ran it then: its pipeline messages blocking (until
+        November 2022 every send and receive waited for completion and a device-wide
+        synchronize, ``megatron/p2p_communication.py``; the 2021 and 2022 runs both)."""
         name = "1f1b" if self.chunks == 1 else "interleaved-1f1b"
         schedule = build(name, self.pipeline, self.microbatches, self.chunks)
         parallelism = Parallelism(
@@ -74,6 +77,7 @@ class Run:
             blocks_partition(self.model, self.pipeline * self.chunks),
             placement=schedule.placement,
             parallelism=parallelism,
+            blocking_p2p=True,
         )
         return simulate(schedule, costs)
 
