@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
 
-from cli import (
-    bench_cmd,
-    catalogue_cmd,
-    partition_cmd,
-    plan_cmd,
-    plot_cmd,
-    reproduce_cmd,
-    schedule_cmd,
-    simulate_cmd,
-    sweep_cmd,
-    validate_cmd,
-)
 from pipesim import __version__
 from pipesim.common.command_line import (
     EXIT_BAD_INPUT,
@@ -30,7 +23,21 @@ from pipesim.errors import Interrupted, PipesimError, RunFailed, short_values
 
 
 def build_parser() -> ArgumentParser:
-    """The full ``pipesim`` argument parser."""
+    """The full ``pipesim`` argument parser (importing every sub-command's module: numpy and
+    the schedules come with them, so the console script's own import stays light)."""
+    from cli import (
+        bench_cmd,
+        catalogue_cmd,
+        partition_cmd,
+        plan_cmd,
+        plot_cmd,
+        reproduce_cmd,
+        schedule_cmd,
+        simulate_cmd,
+        sweep_cmd,
+        validate_cmd,
+    )
+
     parser = ArgumentParser(
         prog="pipesim",
         description=(
@@ -61,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 bad input, 130 interrupted. Every failure is one line on stderr (a schedule error adds
     its marked grid on the lines after the first), never a traceback."""
     try:
-        parser = build_parser()
+        with _stop_signals_end_the_process():
+            parser = build_parser()
         args = parser.parse_args(argv)
         check_environment()
         with terminate_as_interrupt():
@@ -87,6 +95,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_CHECK_FAILED
     return status
+
+
+_STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
+
+
+@contextlib.contextmanager
+def _stop_signals_end_the_process() -> Iterator[None]:
+    """While the sub-commands' modules load, a stop signal ends the process at once with the
+    usual last line and status 130: an interrupt inside an extension module's import (numpy's)
+    would otherwise surface as an ImportError with a traceback. Nothing has been computed or
+    written yet, so nothing is lost. Signals that are ignored (``nohup``) stay ignored; outside
+    the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        os.write(2, f"pipesim: interrupted ({_STOP_SIGNALS.get(name, name)})\n".encode())
+        os._exit(EXIT_INTERRUPTED)
+
+    previous = {}
+    for name in _STOP_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None or signal.getsignal(number) is signal.SIG_IGN:
+            continue
+        previous[number] = signal.signal(number, stop)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover
