@@ -242,8 +242,9 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="OBJECTIVE|N,N,...",
         help="layers per stage (the embedding and the output layer count as layers), or "
         "balanced (least slowest stage, transfers counted), memory-aware (fastest that fits the "
-        "schedule's peak memory), even (by FLOPs, the default) or blocks (Megatron-LM's: equal "
-        "transformer blocks per stage, embedding first, output layer last)",
+        "schedule's peak memory), even (by FLOPs, the default) or blocks (Megatron-LM's: the "
+        "transformer blocks split evenly, the first stages taking one more where they do not "
+        "divide, embedding first, output layer last)",
     )
     spec.add_argument(
         "--optimizer",

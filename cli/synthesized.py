@@ -86,6 +86,11 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
         )
     if args.remat:
         raise PipesimError(f"--remat: --schedule {SYNTH_NAME} splits backwards into I and W")
+    if getattr(args, "recompute", None) is not None:
+        from pipesim.parallel.config import Recompute
+        from pipesim.request.cost_request import check_split_backward_recompute
+
+        check_split_backward_recompute(SYNTH_NAME, Recompute.parse(args.recompute))
     if getattr(args, "update_rule", None) is not None:
         raise PipesimError(
             f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "

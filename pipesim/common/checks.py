@@ -57,6 +57,15 @@ def non_negative(field: str, value: object) -> float:
     return number
 
 
+def slack(field: str, value: object) -> float:
+    """``value`` as a float in [0, 1): a share added on top of something (an allocator's
+    fragmentation), never as large as the thing itself."""
+    number = _number(value)
+    if number is None or not 0 <= number < 1:
+        raise SpecError(f"{field} must be a number in [0, 1), got {shown(value)}")
+    return number
+
+
 def fraction(field: str, value: object) -> float:
     """``value`` as a float in (0, 1]."""
     number = _number(value)

@@ -21,7 +21,9 @@ def format_bytes(value: float) -> str:
         return "unlimited"
     for exponent, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
         if abs(value) >= 2**exponent:
-            return f"{value / 2**exponent:.3g} {unit}"
+            scaled = value / 2**exponent
+            # three significant digits, but never 1e+03: 1000 to 1023 of a unit in full
+            return f"{scaled:.0f} {unit}" if abs(scaled) >= 999.5 else f"{scaled:.3g} {unit}"
     return f"{value:.0f} B"
 
 

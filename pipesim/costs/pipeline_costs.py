@@ -185,7 +185,7 @@ class PipelineCosts:
             raise SpecError("pipeline costs need at least one stage")
         checks.positive_or_inf("memory_capacity_bytes", self.memory_capacity_bytes)
         checks.non_negative("runtime_reserve_bytes", self.runtime_reserve_bytes)
-        checks.non_negative("fragmentation_fraction", self.fragmentation_fraction)
+        checks.slack("fragmentation_fraction", self.fragmentation_fraction)
         if self.samples_per_microbatch is not None:
             checks.positive("samples_per_microbatch", self.samples_per_microbatch)
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim.common import checks
+from pipesim.common.checks import SpecError
 from pipesim.costs.kernel_time import pass_time_s
 from pipesim.costs.pipeline_costs import FlopsAccount, PipelineCosts, StageCosts, merge_layers
 from pipesim.hardware.accelerator import Accelerator
@@ -32,6 +33,7 @@ from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.sharding import ShardedLayers, sharded_layers
 from pipesim.workload.stage_layers import check_partition, even_partition
+from pipesim.workload.transformer import is_block
 from pipesim.workload.work import PassWork
 
 
@@ -152,6 +154,8 @@ def costs_from_model(
         if partition is None
         else check_partition(model, list(partition), stages)
     )
+    if sharded.recompute_first is not None:
+        check_recompute_layers(sharded, ranges)
     accelerator = cluster.accelerator
     stage_costs = []
     hardware_flops = 0.0
@@ -236,3 +240,15 @@ def _weight_grad_s(layer: Layer, model: Model, accelerator: Accelerator, b: floa
         + b * layer.weight_grad_activation_bytes
     )
     return accelerator.compute_time_s(layer.weight_grad_flops * b, traffic, model.dtype)
+
+
+def check_recompute_layers(sharded: ShardedLayers, ranges: Sequence[range]) -> None:
+    """Refuse ``--recompute N`` beyond the blocks of every stage: N layers per stage are
+    recomputed, so an N no stage holds asks for something else (``--recompute full``)."""
+    wanted = sharded.recompute_first or 0
+    most = max(sum(is_block(sharded.layers[i]) for i in r) for r in ranges)
+    if wanted > most:
+        raise SpecError(
+            f"--recompute {wanted}: no stage holds more than {most} transformer blocks here; "
+            f"give at most {most} (the first N blocks of each stage), or --recompute full"
+        )

@@ -82,7 +82,7 @@ class Accelerator:
         object.__setattr__(self, "matmul_efficiency", _curve(self.matmul_efficiency))
         checks.fraction("accelerator.memory_bandwidth_efficiency", self.memory_bandwidth_efficiency)
         checks.non_negative("accelerator.runtime_reserve_bytes", self.runtime_reserve_bytes)
-        checks.non_negative("accelerator.fragmentation_fraction", self.fragmentation_fraction)
+        checks.slack("accelerator.fragmentation_fraction", self.fragmentation_fraction)
 
     @property
     def kernel_level(self) -> bool:

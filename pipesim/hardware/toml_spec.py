@@ -78,7 +78,7 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         matmul_efficiency=acc.take("matmul_efficiency", _curve_points, ()),
         memory_bandwidth_efficiency=acc.take("memory_bandwidth_efficiency", checks.fraction, 1.0),
         runtime_reserve_bytes=acc.take("runtime_reserve_bytes", checks.non_negative, 0.0),
-        fragmentation_fraction=acc.take("fragmentation_fraction", checks.non_negative, 0.0),
+        fragmentation_fraction=acc.take("fragmentation_fraction", checks.slack, 0.0),
     )
     acc.done()
     net = root.table("network")

@@ -290,7 +290,8 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
                     f"--recompute {mode}: model {model.name!r} is given as layers, with none to "
                     "recompute; its stages can re-materialize (remat is searched)"
                 )
-        recompute = tuple(Recompute.parse(mode).label for mode in settings.recompute)
+        # each mode once, in the order given (--recompute full,full is one mode)
+        recompute = tuple(dict.fromkeys(Recompute.parse(mode).label for mode in settings.recompute))
     else:
         recompute = DEFAULT_RECOMPUTE if arch is not None else ("none",)
     for stage in settings.zero:
@@ -300,8 +301,9 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         len(model.layers),
         sizes,
         recompute,
-        tuple(settings.zero),
-        tuple(settings.sequence_parallel) if arch is not None else (False,),
+        tuple(dict.fromkeys(settings.zero)),
+        tuple(dict.fromkeys(settings.sequence_parallel)) if arch is not None else (False,),
+        tuple(t for t in sizes if arch is not None and arch.seq % t == 0),
     )
 
 

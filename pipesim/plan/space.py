@@ -129,6 +129,8 @@ class SpaceLimits:
         recompute: the layer-level recomputation modes to try.
         zero: the optimizer sharding stages to try (where D > 1).
         sequence_parallel: the sequence-parallel settings to try (where T > 1).
+        sequence_splits: the tensor-parallel sizes that split the sequence evenly (sequence
+            parallelism is tried with these only); None: every size.
     """
 
     layers: int
@@ -136,6 +138,7 @@ class SpaceLimits:
     recompute: tuple[str, ...] = ("none",)
     zero: tuple[int, ...] = (0,)
     sequence_parallel: tuple[bool, ...] = (False,)
+    sequence_splits: tuple[int, ...] | None = None
 
 
 def candidates(
@@ -203,6 +206,8 @@ def _schedules(
                         continue  # W would need the recomputed inputs
                     for zero in limits.zero if dp > 1 else (0,):
                         for sp in limits.sequence_parallel if tensor > 1 else (False,):
+                            if sp and tensor not in (limits.sequence_splits or (tensor,)):
+                                continue  # the sequence does not split T ways
                             yield Candidate(
                                 k, dp, name, v, m, b, remat, None, tensor, sp, recompute, zero
                             )

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipesim.common.checks import SpecError, non_negative, positive_int
+from pipesim.common.checks import SpecError, non_negative, positive_int, slack
 from pipesim.common.limits import Limit, check
 from pipesim.costs.model_on_hardware import check_tensor_placement, model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
@@ -22,7 +22,7 @@ from pipesim.costs.spec_derived import TensorGroup
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
-from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
+from pipesim.parallel.config import IDENTITY, Parallelism, Recompute, RecomputeMode
 from pipesim.partition.from_model import choose_partition, objective
 from pipesim.workload import resolve_model
 from pipesim.workload.optimizer import with_optimizer
@@ -204,7 +204,7 @@ def with_allowances(
     if reserve_bytes is not None:
         non_negative("--memory-reserve", reserve_bytes)
     if fragmentation is not None:
-        non_negative("--fragmentation", fragmentation)
+        slack("--fragmentation", fragmentation)
     accelerator = hardware.accelerator
     return dataclasses.replace(
         hardware,
@@ -244,9 +244,17 @@ def check_schedule_pairing(schedule: Schedule, parallelism: Parallelism) -> None
             f"--recompute {parallelism.recompute.label} and --remat both recompute: "
             "--remat re-runs each stage's forward, --recompute each layer's; choose one"
         )
-    if mode is RecomputeMode.FULL and schedule.uses_split_backward():
+    if schedule.uses_split_backward():
+        check_split_backward_recompute(schedule.name, parallelism.recompute)
+
+
+def check_split_backward_recompute(schedule_name: str, recompute: Recompute) -> None:
+    """Refuse full recomputation for a schedule whose backward is split into I and W (a
+    zero-bubble schedule, or a synthesised one): W needs the layers' inputs that full
+    recomputation frees."""
+    if recompute.mode is RecomputeMode.FULL:
         raise SpecError(
-            f"--recompute {parallelism.recompute.label} with {schedule.name}, whose backward "
+            f"--recompute {recompute.label} with {schedule_name}, whose backward "
             "is split into I and W: W needs the recomputed layers' inputs, which full "
             "recomputation frees; use --recompute selective or a schedule with a full backward"
         )

@@ -21,7 +21,12 @@ from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import Limit, cap_jobs, check
 from pipesim.errors import LimitError, PipesimError
 from pipesim.files.strict_json import overflow_checked, result_problem
-from pipesim.request.cost_request import CostRequest, ModelRequest, resolved_model
+from pipesim.request.cost_request import (
+    CostRequest,
+    ModelRequest,
+    check_split_backward_recompute,
+    resolved_model,
+)
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.placement import looped
 from pipesim.schedules.registry import check_size
@@ -185,6 +190,12 @@ def run_point(
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
     if limit is not None:
+        parallelism = getattr(costs, "parallelism", None)
+        if parallelism is not None:
+            try:
+                check_split_backward_recompute(SYNTH_NAME, parallelism.recompute)
+            except PipesimError as error:
+                return {**_identity(point), "error": str(error)}
         placement = looped(point.devices, point.chunks)
         schedule = synthesize(pipeline, point.microbatches, limit, placement=placement).schedule
     with overflow_checked():  # a non-finite result becomes an error row just below

@@ -561,6 +561,11 @@ def transformer_layers(
     sequence parallelism and recomputation only: a planner asking for the same ones under
     other data-parallel settings gets the same (immutable) layers back from a cache."""
     check_tensor_parallel(arch, parallelism.tensor)
+    if parallelism.sequence_parallel and arch.seq % parallelism.tensor:
+        raise SpecError(
+            f"--sequence-parallel with --tensor-parallel {parallelism.tensor}: the sequence "
+            f"({arch.seq:,} tokens) must split evenly over the tensor-parallel ranks"
+        )
     rank = dataclasses.replace(
         IDENTITY,
         tensor=parallelism.tensor,

@@ -5,6 +5,7 @@ line (exit 2)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,7 +115,12 @@ def test_a_flat_fabric_says_it_is_one(capsys: pytest.CaptureFixture[str]) -> Non
             "--partition memory-aware with --recompute 2: the partitioner does not weigh",
         ),
         (("--hardware", "a100", "--zero", "2"), "--zero must be 0 or 1, got 2"),
-        (("--hardware", "a100", "--fragmentation", "-1"), "--fragmentation must be a number >= 0"),
+        (("--hardware", "a100", "--fragmentation", "-1"), "--fragmentation must be a number in"),
+        (("--hardware", "a100", "--fragmentation", "1.5"), "--fragmentation must be a number in"),
+        (
+            ("--hardware", "a100", "--tensor-parallel", "8", "--recompute", "13"),
+            "--recompute 13: no stage holds more than 12 transformer blocks here",
+        ),
         (("--hardware", "a100", "--recompute", "most"), "--recompute must be none, selective"),
         (("--hardware", "a100", "--microbatch-size", "0"), "--microbatch-size must be an integer"),
     ],
@@ -174,6 +180,49 @@ def test_full_recomputation_is_refused_with_a_split_backward(
     )
     assert status == 2
     assert "--recompute full with zb-h1, whose backward is split into I and W" in err
+
+
+@pytest.mark.parametrize("command", ["simulate", "export"])
+def test_a_synthesised_schedule_refuses_full_recomputation(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A synthesised order splits backwards into I and W, as zb-h1 does: refused alike."""
+    head = ("simulate",) if command == "simulate" else ("schedule", "export")
+    status, _, err = run(
+        capsys,
+        *head,
+        *("--schedule", "synth", "--memory-limit", "4", "-K", "4", "-M", "8"),
+        *("--model", "gpt-1.3b", "--hardware", "a100", "--batch", "32", "--recompute", "full"),
+    )
+    assert status == 2 and err.count("\n") == 1
+    assert "--recompute full with synth, whose backward is split into I and W" in err
+
+
+def test_sequence_parallelism_needs_a_sequence_that_splits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """1,023 tokens do not split over 2 ranks: refused by simulate; the planner tries
+    sequence parallelism only with the sizes that split the sequence."""
+    path = tmp_path / "odd.toml"
+    path.write_text(
+        'dtype = "bf16"\ndefault_batch = 8\n[transformer]\nlayers = 4\nhidden = 256\n'
+        "heads = 4\nseq = 1023\nvocab = 1024\n"
+    )
+    status, _, err = run(
+        capsys,
+        *("simulate", "--schedule", "1f1b", "-K", "2", "-M", "2", "--model", str(path)),
+        *("--hardware", "a100", "--tensor-parallel", "2", "--sequence-parallel"),
+    )
+    assert status == 2
+    assert "the sequence (1,023 tokens) must split evenly over the tensor-parallel ranks" in err
+    status, out, _ = run(
+        capsys,
+        *("plan", "--model", str(path), "--hardware", "a100", "--devices", "4", "--batch", "8"),
+        *("--sequence-parallel", "both", "--json"),
+    )
+    assert status == 0
+    evaluated = json.loads(out)["plans"]
+    assert evaluated and not any(p["sequence_parallel"] for p in evaluated)
 
 
 def test_blocks_is_megatrons_layout(capsys: pytest.CaptureFixture[str]) -> None:

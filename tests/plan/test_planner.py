@@ -353,3 +353,22 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
 def test_synth_alone_is_refused() -> None:
     with pytest.raises(SpecError, match=r"^--schedules synth: a synthesised schedule is offered"):
         plan(PlanSettings("uniform-8", "a100", 4, 16, schedules=("synth",)), show_progress=False)
+
+
+def test_repeated_search_values_count_once() -> None:
+    """--recompute full,full, --zero 0,1,1 and --tensor-parallel 2,2 each search a value
+    once (the plans are not listed twice)."""
+    settings = PlanSettings(
+        "gpt-1.3b",
+        "a100",
+        16,
+        64,
+        recompute=("full", "full", "selective", "full"),
+        zero=(0, 1, 1),
+        tensor_sizes=(2, 2),
+    )
+    limits = space_limits(resolve_model("gpt-1.3b"), resolve_hardware("a100"), settings)
+    assert limits.recompute == ("full", "selective")
+    assert limits.tensor_sizes == (2,)
+    space = list(candidates(16, 64, limits, ("1f1b",), (2,)))
+    assert len(space) == len(set(space))
