@@ -465,15 +465,21 @@ def summary(result: Any) -> str:
     for d in result.per_device:
         flag = "  OUT OF MEMORY" if d.oom else ""
         memory = d.memory
-        transient = (
-            f" + transient {format_bytes(memory.transient_at_peak_bytes)}"
-            if memory.transient_at_peak_bytes
-            else ""
+        # the terms on top of static memory and activations, where there are any: the line
+        # adds up to the peak it shows
+        extra = "".join(
+            f" + {name} {format_bytes(value)}"
+            for name, value in (
+                ("transient", memory.transient_at_peak_bytes),
+                ("fragmentation", memory.fragmentation_bytes),
+                ("reserve", memory.runtime_reserve_bytes),
+            )
+            if value
         )
         lines.append(
             f"    device {d.device:<3} {format_bytes(d.peak_memory_bytes):>10}  (static "
             f"{format_bytes(memory.static_bytes)} + activations "
-            f"{format_bytes(memory.activations_at_peak_bytes)}{transient}){flag}"
+            f"{format_bytes(memory.activations_at_peak_bytes)}{extra}){flag}"
         )
     heaviest = result.heaviest_device()
     where = result.peak_action(heaviest)

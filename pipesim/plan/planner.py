@@ -269,7 +269,7 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
                 check_tensor_parallel(arch, tensor)
                 if node % tensor:
                     raise SpecError(
-                        f"--tensor-parallel {tensor} must divide the {node} devices of a "
+                        f"--tensor-parallel {tensor} must divide the {node} devices of one "
                         f"{hardware.name} node: the planner keeps tensor parallelism in a node"
                     )
         sizes = tuple(sorted(set(settings.tensor_sizes)))
