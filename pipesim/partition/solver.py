@@ -98,11 +98,13 @@ def device_peaks(
     )
 
 
-def balanced(problem: PartitionProblem) -> Partition:
-    """The partition with the least slowest-stage time (exact)."""
+def balanced(problem: PartitionProblem, matrices: list[np.ndarray] | None = None) -> Partition:
+    """The partition with the least slowest-stage time (exact); ``matrices`` are the
+    problem's stage-time tables when the caller has them already."""
     if problem.stages == 1:  # one stage holds every layer: no table to fill
         return Partition((len(problem.layers),), stage_times(problem, (len(problem.layers),)))
-    matrices = _time_matrices(problem)
+    if matrices is None:
+        matrices = _time_matrices(problem)
     counts = _solve(matrices, len(problem.layers))
     if counts is None:  # pragma: no cover - every shape with S <= L has a partition
         raise SpecError("no partition: more stages than layers")
@@ -110,23 +112,30 @@ def balanced(problem: PartitionProblem) -> Partition:
 
 
 def memory_aware(
-    problem: PartitionProblem, forms: Sequence[MemoryForm], budget_nodes: int | None = None
+    problem: PartitionProblem,
+    forms: Sequence[MemoryForm],
+    budget_nodes: int | None = None,
+    first: Partition | None = None,
 ) -> Partition:
     """The partition with the least slowest-stage time among those whose every device's peak
     fits its memory; :class:`NoPartitionFits` names the overflowing device when none does.
     ``budget_nodes`` caps the search with several stages per device (default
-    :data:`NODE_BUDGET`)."""
+    :data:`NODE_BUDGET`); ``first`` is the problem's balanced partition when the caller has
+    it already."""
     if len(forms) != problem.devices:
         raise SpecError(
             f"memory forms describe {len(forms)} device(s) but the placement uses {problem.devices}"
         )
-    first = balanced(problem)
+    matrices = _time_matrices(problem) if problem.stages > 1 and first is None else None
+    if first is None:
+        first = balanced(problem, matrices)
     if _fits(problem, forms, first.counts):
         return first
     if problem.stages == 1:
         raise _no_fit(problem, forms, first.counts)
-    if all(len(form.stages) == 1 for form in forms):
+    if matrices is None:
         matrices = _time_matrices(problem)
+    if all(len(form.stages) == 1 for form in forms):
         memory = [
             np.where(np.isfinite(t), mem, np.inf)
             for t, mem in zip(matrices, _memory_matrices(problem, forms), strict=True)
@@ -137,7 +146,7 @@ def memory_aware(
             least = _solve(memory, len(problem.layers))
             raise _no_fit(problem, forms, least if least is not None else first.counts)
         return Partition(counts, stage_times(problem, counts))
-    return _search(problem, forms, first, budget_nodes)
+    return _search(problem, forms, first, budget_nodes, matrices)
 
 
 def certainly_overflows(problem: PartitionProblem, forms: Sequence[MemoryForm]) -> bool:
@@ -445,9 +454,9 @@ def _search(
     problem: PartitionProblem,
     forms: Sequence[MemoryForm],
     first: Partition,
-    budget_nodes: int | None = None,
+    budget_nodes: int | None,
+    matrices: list[np.ndarray],
 ) -> Partition:
-    matrices = _time_matrices(problem)
     layers, stages = len(problem.layers), problem.stages
     candidates = np.unique(np.concatenate([m[np.isfinite(m)] for m in matrices]))
     candidates = candidates[candidates >= first.bottleneck_s * (1 - _TOLERANCE)]

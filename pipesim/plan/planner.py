@@ -566,7 +566,7 @@ class PlanContext:
             if not search:
                 return None
             try:
-                chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET)
+                chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET, first=chosen)
                 objective = "memory-aware"
                 stage_costs = self.stage_costs(c, problem, chosen.counts)
                 peaks = _peaks(problem, forms, stage_costs)
