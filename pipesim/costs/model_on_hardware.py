@@ -21,7 +21,6 @@ from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.spec_derived import TensorGroup, costs_from_model
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
-from pipesim.hardware.network import Network
 from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.schedules.placement import looped
 from pipesim.workload.model import Model
@@ -56,6 +55,7 @@ def model_on_hardware(
     tensor, replicas = parallelism.tensor, parallelism.data
     check_tensor_placement(hardware, tensor)
     job = hardware.network(tensor * devices * replicas)
+    group = TensorGroup.first(job, tensor)
     costs = costs_from_model(
         model,
         hardware.cluster(devices, rank_stride=tensor),
@@ -64,7 +64,7 @@ def model_on_hardware(
         partition,
         optimizer=optimizer,
         parallelism=parallelism,
-        tensor_group=TensorGroup(job, tuple(range(tensor))) if tensor > 1 else None,
+        tensor_group=group,
         sharded=sharded,
     )
     costs = dataclasses.replace(
@@ -73,13 +73,13 @@ def model_on_hardware(
         transfers_use_compute=costs.transfers_use_compute or blocking_p2p,
     )
     where = looped(devices, chunks) if placement is None else tuple(placement)
-    if tensor > 1 and not parallelism.sequence_parallel:
-        costs = with_gathered_messages(costs, where, job, tuple(range(tensor)))
+    if group is not None and not parallelism.sequence_parallel:
+        costs = with_gathered_messages(costs, where, group)
     return with_data_parallel(costs, where, job, parallelism)
 
 
 def with_gathered_messages(
-    costs: PipelineCosts, placement: Sequence[int], job: Network, group: Sequence[int]
+    costs: PipelineCosts, placement: Sequence[int], group: TensorGroup
 ) -> PipelineCosts:
     """Megatron-LM's scatter/gather of pipeline messages under tensor parallelism without
     sequence parallelism: each of the T ranks sends 1/T of a stage's output (the stages'
@@ -89,17 +89,21 @@ def with_gathered_messages(
     gradient of its output before its input-gradient pass, where the neighbour sits on
     another device. With sequence parallelism the message is the sequence's 1/T already and
     nothing is gathered."""
-    tensor = len(group)
+    tensor = len(group.ranks)
     stages = list(costs.stages)
     last = len(stages) - 1
     for index, stage in enumerate(stages):
         extra_forward = extra_backward = 0.0
         if index > 0 and placement[index - 1] != placement[index]:
             size = stage.input_bytes * tensor
-            extra_forward = collective_time_s(job, group, Collective.ALL_GATHER, size)
+            extra_forward = collective_time_s(
+                group.network, group.ranks, Collective.ALL_GATHER, size
+            )
         if index < last and placement[index + 1] != placement[index]:
             size = stage.output_bytes * tensor
-            extra_backward = collective_time_s(job, group, Collective.ALL_GATHER, size)
+            extra_backward = collective_time_s(
+                group.network, group.ranks, Collective.ALL_GATHER, size
+            )
         if extra_forward or extra_backward:
             full = stage.full_backward_s
             stages[index] = dataclasses.replace(

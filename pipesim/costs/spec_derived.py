@@ -44,6 +44,12 @@ class TensorGroup:
     network: Network
     ranks: tuple[int, ...]
 
+    @classmethod
+    def first(cls, network: Network, tensor: int) -> TensorGroup | None:
+        """The job's first T ranks (every group is alike: T consecutive ranks in a node), or
+        None without tensor parallelism."""
+        return None if tensor == 1 else cls(network, tuple(range(tensor)))
+
 
 def layer_costs(
     layer: Layer,

@@ -105,21 +105,9 @@ class DeviceMemory:
         return ((0.0, self.static_bytes), *zip(self.change_times_s.tolist(), totals, strict=True))
 
 
-def static_bytes_by_device(schedule: Schedule, costs: PipelineCosts) -> list[float]:
-    """:func:`static_bytes` of every device."""
-    return [static_bytes(schedule, costs, device) for device in range(schedule.devices)]
-
-
-def static_bytes(schedule: Schedule, costs: PipelineCosts, device: int) -> float:
-    """Weights x versions, gradients, optimizer state and master weights of the stages on
-    ``device`` (:func:`pipesim.memory.rules.static_bytes`)."""
-    return rules.static_bytes(
-        costs.stages, schedule.stages_on(device), rules.weight_versions(schedule, device)
-    )
-
-
 def static_breakdown(schedule: Schedule, costs: PipelineCosts, device: int) -> rules.StaticMemory:
-    """:func:`static_bytes` term by term."""
+    """Weights x versions, gradients, optimizer state and master weights of the stages on
+    ``device``, term by term (:func:`pipesim.memory.rules.static_breakdown`)."""
     return rules.static_breakdown(
         costs.stages, schedule.stages_on(device), rules.weight_versions(schedule, device)
     )

@@ -219,13 +219,9 @@ def static_breakdown(
 
 
 def static_bytes(stage_costs: Sequence[StageCosts], stages: Iterable[int], versions: int) -> float:
-    """The static memory of a device that holds ``stages``."""
-    held = tuple(stages)
-    total = sum(stage_static_bytes(stage_costs[s], versions) for s in held)
-    duplicate = shared_copy_share(stage_costs, held)
-    if duplicate:
-        total -= duplicate * stage_static_bytes(stage_costs[-1], versions)
-    return total
+    """The static memory of a device that holds ``stages`` (its :func:`static_breakdown`'s
+    total, so the closed form and the engines add the same terms in the same order)."""
+    return static_breakdown(stage_costs, stages, versions).total
 
 
 def optimizer_transient_bytes(stage_costs: Sequence[StageCosts], stages: Iterable[int]) -> float:

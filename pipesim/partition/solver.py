@@ -91,11 +91,16 @@ def device_peaks(
     problem: PartitionProblem, forms: Sequence[MemoryForm], counts: Sequence[int]
 ) -> tuple[float, ...]:
     """Each device's peak memory for ``counts`` (the simulator's figure)."""
-    costs = partition_stage_costs(problem, counts)
-    return tuple(
-        form.peak_bytes(costs, problem.runtime_reserve_bytes, problem.fragmentation_fraction)
-        for form in forms
-    )
+    return stage_peaks(problem, forms, partition_stage_costs(problem, counts))
+
+
+def stage_peaks(
+    problem: PartitionProblem, forms: Sequence[MemoryForm], stages: Sequence[StageCosts]
+) -> tuple[float, ...]:
+    """Each device's peak memory for these stages' costs, with the problem's runtime reserve
+    and fragmentation allowance (the simulator's figure)."""
+    reserve, fragmentation = problem.runtime_reserve_bytes, problem.fragmentation_fraction
+    return tuple(form.peak_bytes(stages, reserve, fragmentation) for form in forms)
 
 
 def balanced(problem: PartitionProblem, matrices: list[np.ndarray] | None = None) -> Partition:

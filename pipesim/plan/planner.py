@@ -46,7 +46,7 @@ from pipesim.partition import (
     memory_forms,
 )
 from pipesim.partition.from_model import layer_costs, model_problem
-from pipesim.partition.solver import Partition, certainly_overflows
+from pipesim.partition.solver import Partition, certainly_overflows, stage_peaks
 from pipesim.plan.bounds import iteration_lower_bound_s
 from pipesim.plan.space import (
     DEFAULT_RECOMPUTE,
@@ -192,40 +192,22 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     examined: list[Evaluated] = []
     finished: list[Evaluated] = []
     limit = math.inf
-    # Candidates whose balanced partition overflows wait for a second pass: their
-    # memory-aware search is the costliest step, and the plans of the first pass often prove
-    # them slower than the top plans (a bound above the limit) before it is run. The limit only
-    # falls, so a candidate skipped for it could never have been among the top plans.
-    deferred: list[tuple[float, Candidate]] = []
     with progress(len(space), "plan: configurations", enabled=show_progress) as bar:
-
-        def consider(item: Evaluated) -> None:
-            nonlocal limit
+        for position, (quick, _, candidate) in enumerate(ordered):
+            if quick * (1 - 1e-9) > limit:
+                bar.update(len(ordered) - position)  # the rest: slower than the top plans
+                break
+            item = context.evaluate(candidate)
             examined.append(item)
             bar.update()
             if item.oom or item.bound_s * (1 - 1e-9) > limit:
-                return
+                continue
             finished.append(context.simulate(item))
             times = sorted(e.iteration_time_s or math.inf for e in finished if not e.simulated_oom)
             if len(times) >= settings.top:
                 limit = times[settings.top - 1]
             if times:
                 bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
-
-        for position, (quick, _, candidate) in enumerate(ordered):
-            if quick * (1 - 1e-9) > limit:
-                bar.update(len(ordered) - position - len(deferred))  # slower than the top plans
-                break
-            item = context.evaluate_unless_searching(candidate, search=False)
-            if item is None:
-                deferred.append((quick, candidate))
-            else:
-                consider(item)
-        for quick, candidate in deferred:
-            if quick * (1 - 1e-9) > limit:
-                bar.update()
-                continue
-            consider(context.evaluate(candidate))
     if SYNTH_NAME in settings.schedules:
         finished += context.synthesized(finished, settings.top)
     ranked = sorted(
@@ -371,7 +353,7 @@ class PlanContext:
 
     def tensor_group(self, tensor: int) -> TensorGroup | None:
         """Where the tensor-parallel collectives run: the first T ranks of the job."""
-        return None if tensor == 1 else TensorGroup(self.job, tuple(range(tensor)))
+        return TensorGroup.first(self.job, tensor)
 
     def layer_costs(self, c: Candidate) -> tuple[StageCosts, ...]:
         """One rank's per-layer costs for ``c`` (cached per :data:`LayerKey`)."""
@@ -528,15 +510,6 @@ class PlanContext:
     def evaluate(self, c: Candidate) -> Evaluated:
         """``c`` partitioned (balanced, or memory-aware where the balanced partition
         overflows), checked for memory and bounded."""
-        item = self.evaluate_unless_searching(c, search=True)
-        assert item is not None
-        return item
-
-    def evaluate_unless_searching(self, c: Candidate, *, search: bool) -> Evaluated | None:
-        """:meth:`evaluate`, or None when ``search`` is False and ``c`` needs the
-        memory-aware search (its balanced partition overflows, and no proof says that every
-        partition does): the planner defers those, the costliest to partition, until the
-        plans found so far may make them unnecessary."""
         key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
         if key not in self.forms:
             schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
@@ -552,7 +525,7 @@ class PlanContext:
         chosen, objective, oom_reason = self.balanced[shape], "balanced", None
         capacity = self.hardware.accelerator.memory_bytes
         stage_costs = self.stage_costs(c, problem, chosen.counts)
-        peaks = _peaks(problem, forms, stage_costs)
+        peaks = stage_peaks(problem, forms, stage_costs)
         if max(peaks) > capacity and certainly_overflows(problem, forms):
             device = max(range(len(peaks)), key=lambda d: peaks[d])
             over = peaks[device] - capacity
@@ -563,13 +536,11 @@ class PlanContext:
                 "micro-batches their schedule keeps in flight under any partition"
             )
         elif max(peaks) > capacity:
-            if not search:
-                return None
             try:
                 chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET, first=chosen)
                 objective = "memory-aware"
                 stage_costs = self.stage_costs(c, problem, chosen.counts)
-                peaks = _peaks(problem, forms, stage_costs)
+                peaks = stage_peaks(problem, forms, stage_costs)
             except NoPartitionFits as error:
                 oom_reason = str(error)
         sync = sync_times_s(
@@ -656,24 +627,25 @@ class PlanContext:
                 ):
                     break  # less memory now costs time: keep the smallest limit as fast
                 chosen = (limit, result, peaks)
-            # The search keeps the pairs in flight, not the bytes: where the searched order of
-            # the limit chosen no longer fits memory, the next smaller limit's is tried.
+            # The limit offered is searched: from the one chosen on the greedy portfolio down,
+            # the first whose searched order fits memory (the search keeps the pairs in
+            # flight, not the bytes), then the smallest below it still fitting and as fast.
+            searched_choice: tuple[int, Any, tuple[float, ...]] | None = None
             for limit in range(chosen[0], 0, -1) if chosen is not None else ():
                 searched = synthesize(costs, shape.microbatches, limit).result
                 peaks = tuple(d.peak_memory_bytes for d in searched.per_device)
-                chosen = (limit, searched, peaks) if max(peaks) <= base.capacity_bytes else None
-                if chosen is not None:
+                fits = max(peaks) <= base.capacity_bytes
+                if searched_choice is None:
+                    if fits:
+                        searched_choice = (limit, searched, peaks)
+                    continue
+                slower = searched.iteration_time_s > searched_choice[1].iteration_time_s * (
+                    1 + 1e-9
+                )
+                if not fits or slower:
                     break
-            # The search may make a smaller limit as fast as the one chosen on the greedy
-            # portfolio: the smallest searched limit as fast is offered.
-            while chosen is not None and chosen[0] > 1:
-                searched = synthesize(costs, shape.microbatches, chosen[0] - 1).result
-                peaks = tuple(d.peak_memory_bytes for d in searched.per_device)
-                if max(peaks) > base.capacity_bytes or searched.iteration_time_s > chosen[
-                    1
-                ].iteration_time_s * (1 + 1e-9):
-                    break
-                chosen = (chosen[0] - 1, searched, peaks)
+                searched_choice = (limit, searched, peaks)
+            chosen = searched_choice
             if chosen is None or chosen[1].iteration_time_s >= fastest[key] * (1 - 1e-9):
                 continue  # nothing fits, or no faster than a fixed schedule of this shape
             limit, result, peaks = chosen
@@ -716,14 +688,6 @@ class PlanContext:
             mfu=result.model_flops_utilization,
             hfu=result.hardware_flops_utilization,
         )
-
-
-def _peaks(
-    problem: PartitionProblem, forms: tuple[MemoryForm, ...], stages: list[StageCosts]
-) -> tuple[float, ...]:
-    """Each device's peak memory for these stages (the simulator's figure)."""
-    reserve, fragmentation = problem.runtime_reserve_bytes, problem.fragmentation_fraction
-    return tuple(form.peak_bytes(stages, reserve, fragmentation) for form in forms)
 
 
 def _shape_key(c: Candidate) -> tuple[object, ...]:

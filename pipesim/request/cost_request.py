@@ -226,10 +226,7 @@ def tensor_group_of(
     """Where the first pipeline device's tensor-parallel collectives run (every group is
     alike: :func:`~pipesim.costs.model_on_hardware.check_tensor_placement`)."""
     tensor = parallelism.tensor
-    if tensor == 1:
-        return None
-    job = hardware.network(tensor * devices * parallelism.data)
-    return TensorGroup(job, tuple(range(tensor)))
+    return TensorGroup.first(hardware.network(tensor * devices * parallelism.data), tensor)
 
 
 def check_schedule_pairing(schedule: Schedule, parallelism: Parallelism) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from pipesim.costs.model_on_hardware import model_on_hardware, with_gathered_messages
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
+from pipesim.costs.spec_derived import TensorGroup
 from pipesim.hardware import hardware
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Link, Network, Topology
@@ -22,7 +23,7 @@ def test_received_messages_are_gathered_over_the_tensor_group() -> None:
     stage = StageCosts(1.0, 2.0, 1.0, input_bytes=1e9, output_bytes=1e9, full_backward_s=3.5)
     costs = PipelineCosts((stage, stage, stage), Network(2, Topology.ALL_TO_ALL, Link("l", 1, 0)))
     job = Network(8, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
-    gathered = with_gathered_messages(costs, (0, 1, 1), job, (0, 1, 2, 3))
+    gathered = with_gathered_messages(costs, (0, 1, 1), TensorGroup(job, (0, 1, 2, 3)))
     first, middle, last = gathered.stages
     assert first.forward_s == 1.0 and first.input_grad_s == pytest.approx(5.0)
     assert first.full_backward_s == pytest.approx(6.5)

@@ -167,29 +167,13 @@ def gpt3_rows() -> list[Row]:
     run = Run(gpt3_2021(), 8, 16, 1, 1, 1536, 1024)
     result = run.simulate()
     label = f"{run.label()}, 1024 GPUs"
+    compared = (
+        ("seconds per step", 32.0, result.iteration_time_s),
+        ("teraFLOP/s per GPU", 138.0, paper_tflops(run, result.iteration_time_s)),
+    )
     return [
-        Row(
-            GPT3_NAME,
-            "gpt3-175b",
-            HARDWARE,
-            16,
-            run.microbatches,
-            "seconds per step",
-            32.0,
-            result.iteration_time_s,
-            label,
-        ),
-        Row(
-            GPT3_NAME,
-            "gpt3-175b",
-            HARDWARE,
-            16,
-            run.microbatches,
-            "teraFLOP/s per GPU",
-            138.0,
-            paper_tflops(run, result.iteration_time_s),
-            label,
-        ),
+        Row(GPT3_NAME, "gpt3-175b", HARDWARE, 16, run.microbatches, q, paper, sim, label)
+        for q, paper, sim in compared
     ]
 
 
