@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from pipesim.errors import PipesimError
 from pipesim.schedules import Schedule, UpdateRule, build, read_csv
@@ -74,7 +73,7 @@ def load_schedule(args: argparse.Namespace) -> Schedule:
                 )
         schedule = read_csv(args.schedule_file, update_rule=update_rule(args))
         if args.remat:
-            schedule = dataclasses.replace(schedule, rematerialize=True)
+            schedule = schedule.replace(rematerialize=True)
         return schedule
     if getattr(args, "update_rule", None) is not None:
         raise PipesimError(

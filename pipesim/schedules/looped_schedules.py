@@ -3,14 +3,16 @@
 handcrafted schedules.
 
 Every generator here is one call of
-:func:`~pipesim.schedules.phases.merge_one_forward_one_backward` per device; they differ only in
+:func:`~pipesim.schedules.phases.merge_one_forward_one_backward` per device, on integer arrays
+(no :class:`~pipesim.schedules.action.Action` is made until someone reads the actions); they
+differ only in
 the placement, the order of micro-batches over chunks, the warm-up length, the I/W split and the
 weight-update rule.
 """
 
 from __future__ import annotations
 
-from pipesim.schedules.action import Kind
+from pipesim.schedules.encoded import ActionArrays
 from pipesim.schedules.phases import chunk_sequence, merge_one_forward_one_backward
 from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule, UpdateRule
@@ -37,18 +39,18 @@ def _family(
     rows = []
     for device in range(devices):
         stages = tuple(range(device, devices * chunks, devices))
-        forwards = chunk_sequence(stages, microbatches, Kind.F, microbatches_per_round)
+        forwards = chunk_sequence(stages, microbatches, microbatches_per_round)
         backwards = chunk_sequence(
             stages,
             microbatches,
-            Kind.B,
             microbatches_per_round,
             reverse_chunks=True,
             reverse_microbatches=breadth_first_backward,
         )
         lag = None if weight_lag is None else weight_lag[device]
         rows.append(merge_one_forward_one_backward(forwards, backwards, warmup[device], lag))
-    return Schedule(name, microbatches, placement, tuple(map(tuple, rows)), update_rule)
+    arrays = ActionArrays.from_device_lists(rows)
+    return Schedule(name, microbatches, placement, arrays, update_rule)
 
 
 def looped_bfs(devices: int, microbatches: int, chunks: int) -> Schedule:

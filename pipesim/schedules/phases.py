@@ -12,67 +12,95 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from pipesim.schedules.action import Action, Kind
+from pipesim.schedules.encoded import B, F, I, W
+
+IntArray = npt.NDArray[np.int64]
 
 
 def chunk_sequence(
     stages: Sequence[int],
     microbatches: int,
-    kind: Kind,
     microbatches_per_round: int,
     *,
     reverse_chunks: bool = False,
     reverse_microbatches: bool = False,
-) -> list[Action]:
-    """The order in which one device visits its ``stages`` (one per chunk) for one ``kind``.
+) -> tuple[IntArray, IntArray]:
+    """The order in which one device visits its ``stages`` (one per chunk) for one kind of
+    pass, as (stage, micro-batch) arrays.
 
     Micro-batches go in rounds of ``microbatches_per_round``: within a round the device runs
     the round's micro-batches through its first chunk, then its second, and so on (Megatron's
     depth-first interleaving); a round as large as ``microbatches`` is breadth-first (looped
     BFS). ``reverse_chunks`` visits the chunks last to first, as backward passes do.
     """
-    chunk_order = list(reversed(stages)) if reverse_chunks else list(stages)
-    rounds = [
-        range(start, min(start + microbatches_per_round, microbatches))
-        for start in range(0, microbatches, microbatches_per_round)
-    ]
+    chunk_order = np.array(stages[::-1] if reverse_chunks else stages, dtype=np.int64)
+    starts = range(0, microbatches, microbatches_per_round)
+    rounds = [np.arange(a, min(a + microbatches_per_round, microbatches)) for a in starts]
     if reverse_microbatches:
-        rounds = [range(r.stop - 1, r.start - 1, -1) for r in reversed(rounds)]
-    return [Action(stage, kind, mb) for batch in rounds for stage in chunk_order for mb in batch]
+        rounds = [r[::-1] for r in reversed(rounds)]
+    chunks = len(chunk_order)
+    stage_parts = [np.repeat(chunk_order, len(r)) for r in rounds]
+    microbatch_parts = [np.tile(r, chunks) for r in rounds]
+    return np.concatenate(stage_parts), np.concatenate(microbatch_parts).astype(np.int64)
 
 
 def merge_one_forward_one_backward(
-    forwards: Sequence[Action],
-    backwards: Sequence[Action],
+    forwards: tuple[IntArray, IntArray],
+    backwards: tuple[IntArray, IntArray],
     warmup: int,
     weight_lag: int | None = None,
-) -> list[Action]:
-    """Merge a device's forward and backward sequences 1F1B-style.
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Merge a device's forward and backward sequences (stage, micro-batch arrays) 1F1B-style
+    into its list: (stage, kind code, micro-batch) arrays.
 
     Runs ``min(warmup, len(forwards))`` forwards, then for each backward in order: the backward,
     then (with ``weight_lag`` set) the W of the backward ``weight_lag`` positions earlier, then
     the next forward if any remain. Leftover W passes close the list in order.
 
-    ``backwards`` are B actions; with ``weight_lag`` not None each becomes an I whose W is
+    The backwards are full backwards (B); with ``weight_lag`` not None each is an I whose W is
     deferred. ``warmup`` counts the forwards run before the first backward.
     """
+    forward_stage, forward_mb = forwards
+    backward_stage, backward_mb = backwards
     split = weight_lag is not None
     lag = weight_lag if weight_lag is not None else 0
-    first = [Action(b.stage, Kind.I, b.microbatch) for b in backwards] if split else backwards
-    weights = [Action(b.stage, Kind.W, b.microbatch) for b in backwards] if split else []
-    started = min(warmup, len(forwards))
-    merged = list(forwards[:started])
-    next_forward, next_weight = started, 0
-    for index, backward in enumerate(first):
-        merged.append(backward)
-        if split and index >= lag:
-            merged.append(weights[next_weight])
-            next_weight += 1
-        if next_forward < len(forwards):
-            merged.append(forwards[next_forward])
-            next_forward += 1
-    merged.extend(weights[next_weight:])
-    return merged
+    started = min(warmup, len(forward_stage))
+    count = len(backward_stage)
+    # Row j of the steady part: backward j, then W of backward j - lag, then forward started+j.
+    index = np.arange(count)
+    weight = index - lag
+    later = started + index
+    slots_stage = np.stack(
+        [backward_stage, backward_stage[np.maximum(weight, 0)], _at(forward_stage, later)], axis=1
+    )
+    slots_mb = np.stack(
+        [backward_mb, backward_mb[np.maximum(weight, 0)], _at(forward_mb, later)], axis=1
+    )
+    slots_kind = np.empty((count, 3), dtype=np.int64)
+    slots_kind[:] = (I if split else B, W, F)
+    present = np.stack(
+        [np.ones(count, dtype=bool), split & (weight >= 0), later < len(forward_stage)], axis=1
+    )
+    leftover = np.arange(max(0, count - lag), count) if split else np.arange(0)
+    stage = np.concatenate(
+        [forward_stage[:started], slots_stage[present], backward_stage[leftover]]
+    )
+    kind = np.concatenate(
+        [np.full(started, F), slots_kind[present], np.full(len(leftover), W)]
+    ).astype(np.int64)
+    microbatch = np.concatenate([forward_mb[:started], slots_mb[present], backward_mb[leftover]])
+    return stage, kind, microbatch
+
+
+def _at(values: IntArray, index: IntArray) -> IntArray:
+    """``values[index]`` where the index is in range, 0 elsewhere (a slot left empty)."""
+    if not len(values):
+        return np.zeros(len(index), dtype=np.int64)
+    return values[np.minimum(index, len(values) - 1)]
 
 
 class PhaseBuilder:

@@ -9,7 +9,6 @@ and the role it plays when validation calibrates a machine.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -351,8 +350,8 @@ def _generate(
 ) -> Schedule:
     schedule = info.generate(devices, microbatches, chunks)
     if remat:
-        schedule = dataclasses.replace(schedule, rematerialize=True)
-    object.__setattr__(schedule, "_generator", info.name)
+        schedule = schedule.replace(rematerialize=True)
+    schedule._set_generator(info.name)
     return schedule
 
 
@@ -387,7 +386,7 @@ def registered_info(schedule: Schedule) -> ScheduleInfo | None:
         reference = build(info.name, k, m, v, remat=schedule.rematerialize)
         if (
             reference.placement == schedule.placement
-            and reference.device_actions == schedule.device_actions
+            and reference.action_arrays.same_as(schedule.action_arrays)
             and reference.update_rule is schedule.update_rule
         ):
             return info

@@ -9,14 +9,15 @@ exists is complete, correctly placed and free of deadlock.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar, cast
 
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind, UpdateRule
-from pipesim.schedules.encoded import KINDS, EncodedSchedule
+from pipesim.schedules.encoded import KINDS, ActionArrays, EncodedSchedule
 from pipesim.schedules.encoded import I as I_CODE
 from pipesim.schedules.validator import Checked, validate
 
@@ -33,7 +34,6 @@ class _Tables:
     consumers: dict[Action, tuple[Action, ...]]
 
 
-@dataclass(frozen=True)
 class Schedule:
     """One training step of a pipeline schedule.
 
@@ -41,49 +41,161 @@ class Schedule:
         name: what produced it (a generator name, or a file).
         microbatches: M, the micro-batches of one step (one optimizer update).
         placement: ``placement[stage]`` is the device that holds ``stage``; S = len(placement).
-        device_actions: ``device_actions[device]`` is the ordered tuple that device runs.
+        device_actions: ``device_actions[device]`` is the ordered tuple that device runs
+            (made from :attr:`action_arrays` on first read).
+        action_arrays: the same lists as integer arrays, the form the schedule keeps
+            (:class:`~pipesim.schedules.encoded.ActionArrays`).
         update_rule: the weight-update semantics.
         rematerialize: stash only each stage's input per micro-batch and re-run the stage's
             forward inside its backward (GPipe's re-materialization).
         generator: the registered generator that built this very schedule, set by
             :func:`~pipesim.schedules.registry.build` only; None for a schedule made by hand or
             loaded from a file, whatever its name (see :attr:`generator`).
+
+    ``device_actions`` may be given as lists of :class:`Action` or as an
+    :class:`~pipesim.schedules.encoded.ActionArrays` (what the generators build: a large
+    schedule is then never a tuple of objects unless someone asks for one). Instances are
+    immutable; two are equal when every field and every list is.
     """
 
     name: str
     microbatches: int
     placement: tuple[int, ...]
-    device_actions: tuple[tuple[Action, ...], ...]
-    update_rule: UpdateRule = UpdateRule.FLUSH
-    rematerialize: bool = False
-    _checked: Checked | None = field(init=False, repr=False, compare=False, default=None)
-    _flat: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
-    _order: tuple[Action, ...] = field(init=False, repr=False, compare=False, default=())
-    _lookup: _Tables | None = field(init=False, repr=False, compare=False, default=None)
-    _generator: str | None = field(init=False, repr=False, compare=False, default=None)
-    _derived: dict[Hashable, object] = field(
-        init=False, repr=False, compare=False, default_factory=dict
-    )
+    update_rule: UpdateRule
+    rematerialize: bool
+    _rows: tuple[tuple[Action, ...], ...] | None
+    _arrays: ActionArrays | None
+    _checked: Checked | None
+    _flat: tuple[Action, ...]
+    _order: tuple[Action, ...]
+    _lookup: _Tables | None
+    _generator: str | None
+    _derived: dict[Hashable, object]
 
-    def __post_init__(self) -> None:
-        # Accept any sequences; store tuples so the schedule is immutable and hashable-equal.
-        object.__setattr__(self, "placement", _as_tuple(self.placement, "placement"))
-        rows = _as_tuple(self.device_actions, "device_actions")
-        object.__setattr__(
-            self, "device_actions", tuple(_as_tuple(row, "device_actions row") for row in rows)
+    def __init__(
+        self,
+        name: str,
+        microbatches: int,
+        placement: Sequence[int],
+        device_actions: Sequence[Sequence[Action]] | ActionArrays,
+        update_rule: UpdateRule = UpdateRule.FLUSH,
+        rematerialize: bool = False,
+    ) -> None:
+        # Accept any sequences; store tuples so the schedule is immutable.
+        fields: dict[str, object] = {
+            "name": name,
+            "microbatches": microbatches,
+            "placement": _as_tuple(placement, "placement"),
+            "update_rule": update_rule,
+            "rematerialize": rematerialize,
+            "_rows": None,
+            "_arrays": None,
+            "_checked": None,
+            "_flat": (),
+            "_order": (),
+            "_lookup": None,
+            "_generator": None,
+            "_derived": {},
+        }
+        if isinstance(device_actions, ActionArrays):
+            fields["_arrays"] = device_actions
+        else:
+            rows = _as_tuple(device_actions, "device_actions")
+            fields["_rows"] = tuple(_as_tuple(row, "device_actions row") for row in rows)
+        self.__dict__.update(fields)
+        checked = validate(self)
+        self.__dict__["_checked"] = checked
+        if self._arrays is None:  # the encoding holds the lists' arrays: keep one copy
+            encoded = checked.encoded
+            self.__dict__["_arrays"] = ActionArrays(
+                encoded.row_starts, encoded.stage, encoded.kind, encoded.microbatch
+            )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Schedule is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Schedule is immutable: cannot delete {name!r}")
+
+    def replace(self, **changes: object) -> Schedule:
+        """A new schedule with ``changes`` to its fields (``name``, ``microbatches``,
+        ``placement``, ``device_actions``, ``update_rule``, ``rematerialize``), validated."""
+        fields: dict[str, object] = {
+            "name": self.name,
+            "microbatches": self.microbatches,
+            "placement": self.placement,
+            "device_actions": self.action_arrays,
+            "update_rule": self.update_rule,
+            "rematerialize": self.rematerialize,
+        }
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"Schedule has no field(s) {', '.join(sorted(unknown))}")
+        fields.update(changes)
+        return Schedule(**fields)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return (
+            self.name == other.name
+            and self.microbatches == other.microbatches
+            and self.placement == other.placement
+            and self.update_rule is other.update_rule
+            and self.rematerialize == other.rematerialize
+            and self.action_arrays.same_as(other.action_arrays)
         )
-        object.__setattr__(self, "_checked", validate(self))
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.microbatches, self.placement, self.action_arrays.actions))
+
+    def __repr__(self) -> str:
+        return (
+            f"Schedule(name={self.name!r}, devices={self.devices}, "
+            f"microbatches={self.microbatches}, chunks={self.chunks}, "
+            f"actions={self.action_arrays.actions}, update_rule={self.update_rule.value}, "
+            f"rematerialize={self.rematerialize})"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickle the arrays and fields only (a worker process rebuilds and revalidates; the
+        # caches stay behind), and keep the generator's name.
+        return (
+            _restore,
+            (
+                self.name,
+                self.microbatches,
+                self.placement,
+                self.action_arrays,
+                self.update_rule,
+                self.rematerialize,
+                self._generator,
+            ),
+        )
+
+    @property
+    def device_actions(self) -> tuple[tuple[Action, ...], ...]:
+        """Per device, the ordered actions it runs (made from the arrays on first read)."""
+        rows = self.__dict__["_rows"]
+        if rows is None:
+            rows = self.__dict__["_rows"] = self.action_arrays.rows()
+        return rows  # type: ignore[no-any-return]
+
+    @property
+    def action_arrays(self) -> ActionArrays:
+        """The per-device lists as integer arrays (what the validator and engines read)."""
+        return self.__dict__["_arrays"]  # type: ignore[no-any-return]
 
     @property
     def encoded(self) -> EncodedSchedule:
         """The schedule as integer arrays, as the validator encoded it (for engines)."""
-        assert self._checked is not None  # set by __post_init__
-        return self._checked.encoded
+        checked: Checked = self.__dict__["_checked"]
+        return checked.encoded
 
     def _flat_actions(self) -> tuple[Action, ...]:
         """Every action, device by device (the encoding's flat order); built once."""
         if not self._flat:
-            object.__setattr__(self, "_flat", self.actions())
+            self.__dict__["_flat"] = self.actions()
         return self._flat
 
     def derived(self, key: Hashable, make: Callable[[], _T]) -> _T:
@@ -101,12 +213,16 @@ class Schedule:
         """The registered generator that built this schedule, or None (made by hand, loaded)."""
         return self._generator
 
+    def _set_generator(self, name: str) -> None:
+        """Record the registered generator that built this schedule (the registry's call)."""
+        self.__dict__["_generator"] = name
+
     # -- shape -----------------------------------------------------------------------------
 
     @property
     def devices(self) -> int:
         """K, the pipeline devices."""
-        return len(self.device_actions)
+        return self.action_arrays.devices
 
     @property
     def stages(self) -> int:
@@ -156,9 +272,9 @@ class Schedule:
             consumers = {a: tuple(c) for a, c in feeds.items()}
             # One reference swap of a complete pair: threads that race here both build the
             # same tables, and none ever reads a half-built one.
-            object.__setattr__(self, "_lookup", _Tables(needs, consumers))
-        assert self._lookup is not None
-        return self._lookup
+            self.__dict__["_lookup"] = _Tables(needs, consumers)
+        tables: _Tables = self.__dict__["_lookup"]
+        return tables
 
     def dependency_map(self) -> Mapping[Action, tuple[Action, ...]]:
         """Every action's :meth:`dependencies` at once (one lookup table, built once)."""
@@ -200,12 +316,12 @@ class Schedule:
         """
         if not self._order:
             flat = self._flat_actions()
-            object.__setattr__(self, "_order", tuple(flat[i] for i in self.encoded.order.tolist()))
+            self.__dict__["_order"] = tuple(flat[i] for i in self.encoded.order.tolist())
         return self._order
 
     def actions(self) -> tuple[Action, ...]:
         """Every action of the step, device by device."""
-        return tuple(a for row in self.device_actions for a in row)
+        return tuple(itertools.chain.from_iterable(self.device_actions))
 
     def uses_split_backward(self) -> bool:
         """True when some (stage, micro-batch) splits its backward into I and W."""
@@ -233,3 +349,19 @@ def _as_tuple(value: Sequence[object] | object, what: str) -> tuple:  # type: ig
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise ScheduleError(f"{what} must be a sequence, got {value!r}")
     return tuple(value)
+
+
+def _restore(
+    name: str,
+    microbatches: int,
+    placement: tuple[int, ...],
+    arrays: ActionArrays,
+    update_rule: UpdateRule,
+    rematerialize: bool,
+    generator: str | None,
+) -> Schedule:
+    """A pickled schedule, rebuilt (and so revalidated) from its arrays."""
+    schedule = Schedule(name, microbatches, placement, arrays, update_rule, rematerialize)
+    if generator is not None:
+        schedule._set_generator(generator)
+    return schedule

@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Protocol
 
 import numpy as np
@@ -34,14 +33,18 @@ from pipesim.errors import ScheduleError, few
 from pipesim.schedules.action import Action, Kind, UpdateRule
 from pipesim.schedules.dependencies import dependency_arrays
 from pipesim.schedules.dry_run import DryRun, dry_run
-from pipesim.schedules.encoded import KIND_CODES, B, EncodedSchedule, F, I, W
+from pipesim.schedules.encoded import ActionArrays, B, EncodedSchedule, F, I, W
 from pipesim.schedules.render import render_grid
 
 
 class ScheduleFields(Protocol):
     """The fields the validator checks: those of :class:`pipesim.schedules.schedule.Schedule`
     (which validates itself on creation, so this module names no schedule class) or of any
-    object that carries them, such as a schedule read from a file before it is built."""
+    object that carries them, such as a schedule read from a file before it is built.
+
+    An object that also has ``action_arrays`` (an :class:`ActionArrays`, as a schedule built
+    by a generator has) is checked on those arrays, and its ``device_actions`` are read only
+    to report a fault."""
 
     @property
     def name(self) -> str: ...
@@ -76,8 +79,11 @@ class Checked:
 
 def validate(schedule: ScheduleFields) -> Checked:
     """Check ``schedule``; return what was learned, or raise :class:`ScheduleError`."""
-    _check_shape(schedule)
-    encoded = encode(schedule)
+    arrays = _arrays_of(schedule)
+    _check_shape(schedule, arrays.devices)
+    encoded = encode_arrays(
+        arrays, schedule.placement, schedule.microbatches, schedule.rematerialize
+    )
     if isinstance(encoded, Deadlock):
         raise deadlock_error(schedule, encoded)
     if encoded is None:
@@ -105,28 +111,56 @@ class Deadlock:
     walk: DryRun
 
 
+def _arrays_of(schedule: ScheduleFields) -> ActionArrays:
+    """The schedule's lists as arrays: its own, or made from its actions once they are
+    proven to be actions."""
+    arrays = getattr(schedule, "action_arrays", None)
+    if isinstance(arrays, ActionArrays):
+        return arrays
+    rows = schedule.device_actions
+    kinds_of_item = set(map(type, itertools.chain.from_iterable(rows)))
+    if not kinds_of_item <= {Action}:  # something else (or a subclass): look closer
+        for device, row in enumerate(rows):
+            for step, action in enumerate(row):
+                if not isinstance(action, Action):
+                    raise ScheduleError(f"device {device} step {step}: {action!r} is not an Action")
+    return ActionArrays.from_rows(rows)
+
+
 def encode(schedule: ScheduleFields) -> EncodedSchedule | Deadlock | None:
     """The integer encoding of a valid schedule; None when one of checks 2 to 4 fails; the dry
     run's state when only the dry run fails."""
-    rows = schedule.device_actions
-    devices, stages, microbatches = len(rows), len(schedule.placement), schedule.microbatches
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=devices)
-    row_starts = np.zeros(devices + 1, dtype=np.int64)
-    np.cumsum(lengths, out=row_starts[1:])
-    count = int(row_starts[-1])
-    flat = list(itertools.chain.from_iterable(rows))
-    if not flat:
-        return None
-    stage = np.fromiter(map(itemgetter(0), flat), dtype=np.int64, count=count)
-    kind = np.fromiter(
-        map(KIND_CODES.__getitem__, map(itemgetter(1), flat)), dtype=np.int64, count=count
+    return encode_arrays(
+        _arrays_of(schedule), schedule.placement, schedule.microbatches, schedule.rematerialize
     )
-    microbatch = np.fromiter(map(itemgetter(2), flat), dtype=np.int64, count=count)
-    device = np.repeat(np.arange(devices, dtype=np.int64), lengths)
-    if stage.max() >= stages or microbatch.max() >= microbatches:
+
+
+def encode_arrays(
+    arrays: ActionArrays, placement: Sequence[int], microbatches: int, rematerialize: bool
+) -> EncodedSchedule | Deadlock | None:
+    """:func:`encode` on a schedule's arrays and fields."""
+    devices, stages = arrays.devices, len(placement)
+    row_starts, stage, kind, microbatch = (
+        arrays.row_starts,
+        arrays.stage,
+        arrays.kind,
+        arrays.microbatch,
+    )
+    count = arrays.actions
+    if not count:
         return None
-    placement = np.array(schedule.placement, dtype=np.int64)
-    if (placement[stage] != device).any():
+    if (
+        stage.min() < 0
+        or microbatch.min() < 0
+        or kind.min() < 0
+        or kind.max() > W
+        or stage.max() >= stages
+        or microbatch.max() >= microbatches
+    ):
+        return None
+    device = np.repeat(np.arange(devices, dtype=np.int64), np.diff(row_starts))
+    owner = np.array(placement, dtype=np.int64)
+    if (owner[stage] != device).any():
         return None
     code = (stage * microbatches + microbatch) * 4 + kind
     if np.bincount(code, minlength=stages * microbatches * 4).max() > 1:
@@ -140,7 +174,7 @@ def encode(schedule: ScheduleFields) -> EncodedSchedule | Deadlock | None:
     split = ~present[:, :, B] & present[:, :, I] & present[:, :, W]
     if not present[:, :, F].all() or not (full | split).all():
         return None
-    if schedule.rematerialize and split.any():
+    if rematerialize and split.any():
         return None
     backward_kind = np.where(split, I, B).astype(np.int64)
     dependencies, upstream = dependency_arrays(stage, kind, microbatch, flat_index, backward_kind)
@@ -177,13 +211,12 @@ def fail(
     return ScheduleError(f"{message}\n{grid}")
 
 
-def _check_shape(schedule: ScheduleFields) -> None:
+def _check_shape(schedule: ScheduleFields, devices: int) -> None:
     if not isinstance(schedule.name, str) or not schedule.name:
         raise ScheduleError(f"schedule name must be a non-empty string, got {schedule.name!r}")
     m = schedule.microbatches
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ScheduleError(f"microbatches must be an integer >= 1, got {m!r}")
-    devices = len(schedule.device_actions)
     if devices < 1:
         raise ScheduleError("a schedule needs at least one device, got 0 rows of actions")
     if not schedule.placement:
@@ -202,13 +235,6 @@ def _check_shape(schedule: ScheduleFields) -> None:
         raise ScheduleError(
             f"placement: every device must hold the same number of stages, got {detail}"
         )
-    kinds_of_item = set(map(type, itertools.chain.from_iterable(schedule.device_actions)))
-    if not kinds_of_item <= {Action}:  # something else (or a subclass): look closer
-        for device, row in enumerate(schedule.device_actions):
-            for step, action in enumerate(row):
-                if not isinstance(action, Action):
-                    raise ScheduleError(f"device {device} step {step}: {action!r} is not an Action")
-
     if not isinstance(schedule.update_rule, UpdateRule):
         raise ScheduleError(
             f"update_rule must be an UpdateRule (flush, 2bw, async), got {schedule.update_rule!r}"

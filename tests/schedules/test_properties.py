@@ -149,9 +149,7 @@ def test_every_schedule_builds_validates_and_exports_over_the_whole_grid() -> No
 
 
 def schedule_with_name(schedule: Schedule, name: str) -> Schedule:
-    import dataclasses
-
-    return dataclasses.replace(schedule, name=name)
+    return schedule.replace(name=name)
 
 
 def test_actions_for_a_stage_sit_on_its_device() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from pipesim.errors import ScheduleError
@@ -134,7 +132,7 @@ def test_rematerialization_needs_full_backwards() -> None:
         "micro-batch 0 splits its backward into 0I0 and 0W0"
     )
     with pytest.raises(ScheduleError):
-        dataclasses.replace(build("zb-h1", 2, 2), rematerialize=True)
+        build("zb-h1", 2, 2).replace(rematerialize=True)
 
 
 def test_dependencies_follow_the_ir_rule() -> None:
