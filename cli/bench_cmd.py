@@ -34,6 +34,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="leave the SimPy engine out (it takes most of the time)",
     )
+    parser.add_argument(
+        "--no-cluster",
+        action="store_true",
+        help="leave out the sweep on a local Dask cluster (it starts one: a few seconds)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON to FILE")
     parser.set_defaults(handler=_bench)
@@ -46,7 +51,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.out is not None:
         output_path(args.out, "--out")
     memory = bench.peak_memory_bytes()
+    _, simulate_rss = bench.peak_rss_bytes(bench.SIMULATE_131K)
+    plan_s, plan_rss = bench.peak_rss_bytes(bench.PLAN_16K)
+    command = bench.command_end_to_end()
     # Interpreted first: nothing has loaded numba yet, so the fast engine runs in Python.
+    end_to_end = {"interpreted": bench.end_to_end_s()}
+    clustered = [] if args.no_cluster else bench.cluster_sweep(args.configs)
     sweeps = [
         bench.sweep_benchmark(args.configs, engine="fast", label="fast, interpreted"),
         bench.sweep_benchmark(
@@ -63,6 +73,7 @@ def _bench(args: argparse.Namespace) -> int:
         sweeps.append(bench.table_2_benchmark("simpy"))
     warm_up = bench.warm_up_s()
     if warm_up is not None:
+        end_to_end["numba"] = bench.end_to_end_s()
         compiled = bench.engine_rates(engines=("numba",))
         for rate, more in zip(rates, compiled, strict=True):
             rate.simulate_s.update(more.simulate_s)
@@ -74,11 +85,19 @@ def _bench(args: argparse.Namespace) -> int:
             ),
         )
         sweeps.insert(5, bench.table_2_benchmark("fast", label="fast, numba"))
+    paths = bench.path_rates()
     report = {
         **bench.machine(),
         "engines": [r.to_json() for r in rates],
-        "sweeps": [s.to_json() for s in sweeps],
+        "longest_paths": [p.to_json() for p in paths],
+        "end_to_end_131k_s": {**end_to_end, **command},
+        "sweeps": [s.to_json() for s in sweeps + clustered],
+        "plan_16384_gpus_s": plan_s,
         "peak_memory_bytes": {"1f1b K=64 M=1024 (build, validate, simulate, JSON)": memory},
+        "peak_rss_bytes": {
+            "pipesim simulate 1f1b K=64 M=1024 --json": simulate_rss,
+            "pipesim plan megatron-1t on 16,384 a100": plan_rss,
+        },
         "numba_warm_up_s": warm_up,
     }
     if args.out is not None:
@@ -103,6 +122,21 @@ def _table(report: dict[str, Any]) -> str:
             f"  {r['case']:<32}{r['actions']:>9,}{r['build_validate_actions_per_s']:>16,.0f}"
             + cells
         )
+    lines.append("longest path on the same schedule, items per second (loops only):")
+    for p in report["longest_paths"]:
+        cells = ", ".join(f"{n} {r:,.0f}" for n, r in p["items_per_s"].items())
+        same = "equal" if p["makespan_s"] == p["engine_makespan_s"] else "DIFFERENT"
+        lines.append(f"  {p['case']:<32}{p['items']:>9,}  {cells}; makespans {same}")
+    e = report["end_to_end_131k_s"]
+    inside = ", ".join(f"{k} {e[k] * 1e3:.0f} ms" for k in ("interpreted", "numba") if k in e)
+    lines.append(
+        f"131,072-action 1F1B end to end: in one process {inside}; as a command "
+        f"{e['command_s'] * 1e3:.0f} ms of which start-up {e['startup_s'] * 1e3:.0f} ms "
+        f"(pipesim simulate --help), so {e['after_startup_s'] * 1e3:.0f} ms after it"
+    )
+    lines.append(
+        f"plan, megatron-1t on 16,384 a100 (a new process): {report['plan_16384_gpus_s']:.1f} s"
+    )
     lines.append("sweeps:")
     for s in report["sweeps"]:
         lines.append(
@@ -111,7 +145,9 @@ def _table(report: dict[str, Any]) -> str:
             f"(median {s['median_ms']:.2f} ms, p95 {s['p95_ms']:.2f} ms)"
         )
     for what, size in report["peak_memory_bytes"].items():
-        lines.append(f"peak memory, {what}: {size / 1e6:.0f} MB")
+        lines.append(f"peak memory, {what}: {size / 1e6:.0f} MB traced")
+    for what, size in report["peak_rss_bytes"].items():
+        lines.append(f"peak resident memory, {what}: {size / 1e6:.0f} MB")
     warm = report["numba_warm_up_s"]
     lines.append(
         "numba: not installed (pip install 'pipesim[fast]')"

@@ -6,7 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK, positive_ints
+from pipesim.common.command_line import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    add_cluster_argument,
+    positive_ints,
+)
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
@@ -95,6 +100,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--plot", metavar="FIGURE", help="throughput against peak memory, Pareto front (.png/.svg)"
     )
+    add_cluster_argument(parser, "partitioning and simulation of candidates")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_plan)
 
@@ -123,6 +129,7 @@ def _zero_stages(text: str) -> tuple[int, ...]:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from pipesim.common.workers import check_cluster_address
     from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, plan
     from pipesim.plan.report import report_json, report_table
     from pipesim.workload import resolve_model
@@ -164,7 +171,9 @@ def _plan(args: argparse.Namespace) -> int:
         args.attention,
         args.overlap_grad_reduce,
     )
-    report = plan(settings, show_progress=not args.json)
+    if args.cluster is not None:
+        check_cluster_address(args.cluster)
+    report = plan(settings, show_progress=not args.json, cluster=args.cluster)
     if args.plot is not None:
         from plots.plan_figures import plan_figure
         from plots.style import save

@@ -13,7 +13,7 @@ from cli.simulate_cmd import (
     add_steps_argument,
     cost_request,
 )
-from pipesim.common.command_line import EXIT_OK, positive_ints
+from pipesim.common.command_line import EXIT_OK, add_cluster_argument, positive_ints
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import Interrupted, PipesimError, shown
@@ -68,8 +68,10 @@ def register(subparsers: Any) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="worker processes (default 1; never more than the CPUs or the points)",
+        help="worker processes (default 1; never more than the CPUs or the points); with "
+        "--cluster local, the local cluster's workers (at least 2)",
     )
+    add_cluster_argument(parser, "points")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--out",
@@ -85,12 +87,15 @@ def register(subparsers: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from pipesim.common.workers import check_cluster_address
     from pipesim.sweep.grid import preflight, run_point, run_sweep, sweep_points
 
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
     if args.jobs < 1:
         raise PipesimError(f"--jobs must be an integer >= 1, got {args.jobs}")
+    if args.cluster is not None:
+        check_cluster_address(args.cluster)
     if args.resume and args.out is None:
         raise PipesimError("--resume needs --out FILE: the file of the sweep to finish")
     chunks = None if args.chunks is None else _int_list("-v/--chunks", args.chunks)
@@ -131,7 +136,7 @@ def _sweep(args: argparse.Namespace) -> int:
     with progress(len(todo), "sweep", enabled=not args.json) as bar:
         try:
             with contextlib.closing(
-                run_sweep(todo, request, args.steps, args.jobs, args.engine)
+                run_sweep(todo, request, args.steps, args.jobs, args.engine, args.cluster)
             ) as results:
                 for result in results:
                     fresh.append(result)

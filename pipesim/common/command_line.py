@@ -45,3 +45,14 @@ def positive_ints(text: str) -> tuple[int, ...] | None:
     except ValueError:
         return None
     return values if values and all(v >= 1 for v in values) else None
+
+
+def add_cluster_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--cluster ADDRESS: run the command's ``what`` on a Dask cluster (sweep and plan)."""
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help=f"run the {what} on a Dask cluster: 'local' starts one here (--jobs workers, at "
+        "least 2), dask://HOST:PORT joins a running scheduler; the same results in the same "
+        "order as without it (needs pip install 'pipesim[cluster]')",
+    )

@@ -143,19 +143,16 @@ def _levels(schedule: Schedule, device: int, work: Sequence[Work]) -> list[_Coun
 
 
 def _maximal(levels: list[_Counts]) -> tuple[_Counts, ...]:
-    """Drop count vectors that another dominates (sizes are never negative): in decreasing
-    lexicographic order a vector can only be dominated by one before it, so each is kept
-    unless some kept vector is at least as large everywhere."""
-    unique = sorted(set(levels), reverse=True)
-    if not unique:
+    """Drop count vectors that another dominates (sizes are never negative). In decreasing
+    lexicographic order a vector can only be dominated by one before it, so the first vector
+    left is maximal: keep it, drop every later vector it dominates (all at once), repeat. The
+    loop runs once per maximal vector (a handful), not once per level."""
+    if not levels:
         return ()
-    width = len(unique[0])
-    kept = np.empty((len(unique), width), dtype=np.int64)
-    count = 0
-    for counts in unique:
-        row = np.array(counts, dtype=np.int64)
-        if count and bool((kept[:count] >= row).all(axis=1).any()):
-            continue
-        kept[count] = row
-        count += 1
-    return tuple(tuple(int(x) for x in row) for row in kept[:count])
+    rows = np.array(sorted(set(levels), reverse=True), dtype=np.int64)
+    kept = []
+    while len(rows):
+        top, rows = rows[0], rows[1:]
+        kept.append(tuple(int(x) for x in top))
+        rows = rows[~(rows <= top).all(axis=1)]
+    return tuple(kept)

@@ -17,9 +17,11 @@ optimizer sharding and sequence parallelism, with T x K x D = N.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,7 @@ from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes
+from pipesim.common.workers import InProcess, Workers, open_workers, ordered_map
 from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import StageCosts
@@ -145,8 +148,13 @@ class PlanReport:
     cluster: str = ""
 
 
-def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
-    """Search ``settings``' space; see the module docstring."""
+def plan(
+    settings: PlanSettings, *, show_progress: bool = True, cluster: str | None = None
+) -> PlanReport:
+    """Search ``settings``' space; see the module docstring. ``cluster`` (``local`` or a Dask
+    scheduler's address, :mod:`pipesim.common.workers`) partitions and simulates candidates on
+    a cluster, ahead of the search; the search keeps only what it would have computed itself,
+    so the report is the same as without it."""
     started = time.perf_counter()
     if settings.devices < 1 or settings.batch < 1 or settings.top < 1:
         raise SpecError(
@@ -192,17 +200,22 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
     examined: list[Evaluated] = []
     finished: list[Evaluated] = []
     limit = math.inf
-    with progress(len(space), "plan: configurations", enabled=show_progress) as bar:
+    with (
+        progress(len(space), "plan: configurations", enabled=show_progress) as bar,
+        open_workers(1, cluster) as workers,
+        contextlib.closing(_evaluations(context, [c for _, _, c in ordered], workers)) as results,
+    ):
         for position, (quick, _, candidate) in enumerate(ordered):
             if quick * (1 - 1e-9) > limit:
                 bar.update(len(ordered) - position)  # the rest: slower than the top plans
                 break
-            item = context.evaluate(candidate)
+            item, simulated = next(results)
+            assert item.candidate == candidate  # in order, whatever ran them
             examined.append(item)
             bar.update()
             if item.oom or item.bound_s * (1 - 1e-9) > limit:
                 continue
-            finished.append(context.simulate(item))
+            finished.append(simulated if simulated is not None else context.simulate(item))
             times = sorted(e.iteration_time_s or math.inf for e in finished if not e.simulated_oom)
             if len(times) >= settings.top:
                 limit = times[settings.top - 1]
@@ -228,6 +241,28 @@ def plan(settings: PlanSettings, *, show_progress: bool = True) -> PlanReport:
         len(space),
         hardware.describe(settings.devices),
     )
+
+
+def _evaluations(
+    context: PlanContext, ordered: list[Candidate], workers: Workers
+) -> Generator[tuple[Evaluated, Evaluated | None], None, None]:
+    """Each candidate evaluated, in order: here, one at a time as the search asks (and
+    simulated by the search when it needs it); on a cluster, several ahead, each one that fits
+    in memory simulated too (the search discards what it would not have computed)."""
+    if isinstance(workers, InProcess):
+        for candidate in ordered:
+            yield context.evaluate(candidate), None
+        return
+    shared = workers.share(context)
+    yield from ordered_map(workers, _evaluate_and_simulate, ordered, shared)
+
+
+def _evaluate_and_simulate(
+    candidate: Candidate, context: PlanContext
+) -> tuple[Evaluated, Evaluated | None]:
+    """A cluster worker's task: the candidate evaluated, and simulated when it fits."""
+    item = context.evaluate(candidate)
+    return item, None if item.oom else context.simulate(item)
 
 
 def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -> SpaceLimits:

@@ -28,7 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pipesim.common.jit import numba_available
+import numpy as np
+
+from pipesim.common.jit import kernel, numba_available
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
@@ -281,3 +283,222 @@ def warm_up_s() -> float | None:
     began = time.perf_counter()
     warm_up()
     return time.perf_counter() - began
+
+
+@kernel
+def longest_path(
+    order: Any, device: Any, duration: Any, source: Any, transfer: Any, devices: int, end: Any
+) -> float:
+    """A plain longest path, for comparison: items in ``order``, each starting once its device
+    is free and its source's result has arrived (``transfer`` after the source ends); no
+    channel is booked. Fills ``end``; returns the makespan."""
+    device_free = [0.0] * devices
+    makespan = 0.0
+    for item in order:
+        ready = device_free[device[item]]
+        producer = source[item]
+        if producer >= 0:
+            came = end[producer] + transfer[producer]
+            if came > ready:
+                ready = came
+        finish = ready + duration[item]
+        end[item] = finish
+        device_free[device[item]] = finish
+        if finish > makespan:
+            makespan = finish
+    return makespan
+
+
+@dataclass(frozen=True)
+class PathRate:
+    """One schedule's longest path by a plain loop (Python and compiled) beside the fast
+    engine's in-order walk (compiled) on the same arrays: loops only, inputs made before."""
+
+    case: str
+    items: int
+    python_s: float
+    compiled_s: float | None
+    walk_compiled_s: float | None
+    makespan_s: float
+    engine_makespan_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Seconds and items per second per loop."""
+        rate = {"plain longest path (python)": self.items / self.python_s}
+        if self.compiled_s:
+            rate["plain longest path (compiled)"] = self.items / self.compiled_s
+        if self.walk_compiled_s:
+            rate["engine walk (compiled)"] = self.items / self.walk_compiled_s
+        return {
+            "case": self.case,
+            "items": self.items,
+            "python_s": self.python_s,
+            "compiled_s": self.compiled_s,
+            "walk_compiled_s": self.walk_compiled_s,
+            "items_per_s": rate,
+            "makespan_s": self.makespan_s,
+            "engine_makespan_s": self.engine_makespan_s,
+        }
+
+
+def path_rates(
+    cases: tuple[tuple[str, int, int, int], ...] = ENGINE_CASES, repeats: int = 3
+) -> list[PathRate]:
+    """The plain longest path and the engine's walk on each case (synthetic costs F=1, B=2,
+    transfers 0.1, links not shared: the walk needs no replay). The makespans are reported
+    side by side: the plain path is an independent check of the engine's."""
+    from pipesim.engine.fast import _durations, _transfers
+    from pipesim.engine.kernels import play_in_order
+    from pipesim.engine.run_layout import run_layout
+
+    out = []
+    for name, k, m, v in cases:
+        schedule = build(name, k, m, v)
+        costs = synthetic_costs(k, v, 1.0, 2.0, comm_s=0.1)
+        layout = run_layout(schedule, 1)
+        items = layout.items
+        duration = _durations(schedule, costs, layout.stage, layout.kind, items.device)
+        route, occupancy, transfer, starts, channels, names, _ = _transfers(
+            costs, items, layout.stage, layout.source, layout.consumer
+        )
+        arrays = (layout.order, items.device, duration, layout.source, transfer)
+        lists = [a.tolist() for a in arrays]
+        count = len(items.device)
+        end_list = [0.0] * count
+        python_s = best_of(
+            repeats,
+            lambda: longest_path.python(*lists, k, end_list),  # noqa: B023
+        )
+        makespan = longest_path.python(*lists, k, end_list)
+        compiled_s = walk_s = None
+        if numba_available():
+            end = np.zeros(count)
+            compiled = longest_path.compiled()
+            compiled(*arrays, k, end)
+            compiled_s = best_of(repeats, lambda: compiled(*arrays, k, end))  # noqa: B023
+            walk = play_in_order.compiled()
+            walk_arrays = (
+                layout.order,
+                items.device,
+                duration,
+                layout.source,
+                route,
+                occupancy,
+                transfer,
+                starts,
+                channels,
+            )
+            spare = [np.zeros(count) for _ in range(3)]
+
+            def play() -> None:
+                walk(*walk_arrays, len(names), k, bool(costs.transfers_use_compute), *spare)  # noqa: B023
+
+            play()
+            walk_s = best_of(repeats, play)
+        engine = simulate(schedule, costs, engine="fast").makespan_s
+        out.append(
+            PathRate(
+                f"{name} K={k} v={v} M={m}", count, python_s, compiled_s, walk_s, makespan, engine
+            )
+        )
+    return out
+
+
+END_TO_END = ("1f1b", 64, 1024)
+
+
+def end_to_end_s(repeats: int = 3) -> float:
+    """In this process, what ``pipesim simulate --schedule 1f1b -K 64 -M 1024 --costs 1,2
+    --json`` does after start-up: build and validate (no memo), simulate, the JSON text."""
+    from pipesim.files.strict_json import json_text
+
+    name, k, m = END_TO_END
+
+    def once() -> None:
+        clear_build_memo()
+        schedule = build(name, k, m)
+        json_text(simulate(schedule, synthetic_costs(k, 1, 1.0, 2.0)).to_json())
+
+    once()
+    return best_of(repeats, once)
+
+
+def command_s(arguments: list[str], repeats: int = 3) -> tuple[float, int]:
+    """The best wall time of ``pipesim ARGUMENTS`` in a new process, and its peak resident
+    memory (bytes) over the runs."""
+    import resource
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "cli", *arguments]
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - began)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return min(times), peak_kib * 1024
+
+
+def command_end_to_end() -> dict[str, float]:
+    """``pipesim simulate`` of the 131,072-action 1F1B from a shell, with the start-up
+    (``pipesim simulate --help``: the interpreter, the imports, the parser) measured apart."""
+    name, k, m = END_TO_END
+    startup, _ = command_s(["simulate", "--help"])
+    whole, _ = command_s(
+        ["simulate", "--schedule", name, "-K", str(k), "-M", str(m), "--costs", "1,2", "--json"]
+    )
+    return {"command_s": whole, "startup_s": startup, "after_startup_s": whole - startup}
+
+
+def peak_rss_bytes(arguments: list[str]) -> tuple[float, int]:
+    """Wall time and peak resident memory (bytes) of ``pipesim ARGUMENTS`` in a new process
+    (one run; the interpreter and its imports included)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, runpy, sys; sys.argv = ['pipesim', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('cli', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
+    )
+    began = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    took = time.perf_counter() - began
+    return took, int(done.stderr.strip().splitlines()[-1]) * 1024
+
+
+SIMULATE_131K = ["simulate", "--schedule", "1f1b", "-K", "64", "-M", "1024", "--costs", "1,2"]
+SIMULATE_131K += ["--json"]
+PLAN_16K = ["plan", "--model", "megatron-1t", "--hardware", "a100"]
+PLAN_16K += ["--devices", "16384", "--batch", "4096", "--json"]
+
+
+def cluster_sweep(configs: int = 1000) -> list[SweepRate]:
+    """The same synthetic sweep run one point after another here, on a local pool of two
+    processes, and on a local Dask cluster of two workers (``--cluster local``; its start-up
+    counted). Empty without the ``cluster`` extra."""
+    from pipesim.common.workers import dask_available
+    from pipesim.sweep.grid import run_sweep
+
+    points, _ = sweep_points(list(schedule_names()), [2, 4, 8], [4, 8, 16, 32])
+    work = list(itertools.islice(itertools.cycle(points), configs))
+    request = SyntheticRequest(1.0, 2.0, 0.5, comm_s=0.05)
+    ways: list[tuple[str, dict[str, Any]]] = [("one process", {}), ("pool of 2", {"jobs": 2})]
+    if dask_available():
+        ways.append(("dask --cluster local, 2 workers", {"jobs": 2, "cluster": "local"}))
+    out = []
+    for label, options in ways:
+        start, cpu_start = time.perf_counter(), time.process_time()
+        rows = list(run_sweep(work, request, **options))
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        per_row_ms = [total * 1e3 / len(rows)]
+        out.append(SweepRate(f"synthetic sweep, {label}", len(rows), total, per_row_ms, 0, cpu))
+    return out

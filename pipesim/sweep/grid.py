@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import itertools
 import signal
-from collections import deque
 from collections.abc import Generator, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pipesim.common import checks
 from pipesim.common.lifetime import end_with_parent
-from pipesim.common.limits import Limit, cap_jobs, check
+from pipesim.common.limits import Limit, check
+from pipesim.common.workers import open_workers, ordered_map
 from pipesim.errors import LimitError, PipesimError
 from pipesim.files.strict_json import overflow_checked, result_problem
 from pipesim.request.cost_request import (
@@ -230,30 +229,16 @@ def run_sweep(
     steps: int = 1,
     jobs: int = 1,
     engine: str = "auto",
+    cluster: str | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Results in the order of ``points``, each yielded as soon as it and those before it are
     done. ``jobs`` > 1 uses worker processes, capped at the CPU count and the number of
-    points (:func:`pipesim.common.limits.cap_jobs`); closing the iterator early (Ctrl-C in the
-    caller) cancels the points not started and waits only for those running."""
+    points (:func:`pipesim.common.limits.cap_jobs`); ``cluster`` runs the points on a Dask
+    cluster instead (:mod:`pipesim.common.workers`: ``local`` or a scheduler's address), with
+    the same rows in the same order. Closing the iterator early (Ctrl-C in the caller) cancels
+    the points not started and waits only for those running."""
     steps = checks.positive_int("steps", steps)
     jobs = checks.positive_int("jobs", jobs)
     work = list(points)
-    workers = cap_jobs(jobs, len(work))
-    if workers == 1:
-        for point in work:
-            yield run_point(point, costs, steps, engine)
-        return
-    window = 4 * workers  # points in flight: enough to keep workers busy, few to cancel
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker)
-    try:
-        pending: deque[Future[dict[str, Any]]] = deque()
-        queue = iter(work)
-        for point in itertools.islice(queue, window):
-            pending.append(pool.submit(run_point, point, costs, steps, engine))
-        while pending:
-            result = pending.popleft().result()
-            for point in itertools.islice(queue, 1):
-                pending.append(pool.submit(run_point, point, costs, steps, engine))
-            yield result
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    with open_workers(jobs, cluster, initializer=_start_worker, work_items=len(work)) as workers:
+        yield from ordered_map(workers, run_point, work, costs, steps, engine)

@@ -68,3 +68,30 @@ def test_bench_command_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
     assert sweep.configs == 5 and sweep.to_json()["configs_per_s"] > 0
     reused = bench.sweep_benchmark(5, engine="fast", reuse_schedules=True)
     assert reused.actions == sweep.actions and "built once per shape" in reused.name
+
+
+def test_the_plain_longest_path_agrees_with_the_engine_on_small_cases() -> None:
+    """The bench's independent longest path (no channel booking) gives the engine's makespan
+    where no link is contended, so the two loops it times compute the same thing."""
+    from pipesim.sweep import bench
+
+    cases = (
+        ("gpipe", 3, 4, 1),
+        ("1f1b", 4, 8, 1),
+        ("interleaved-1f1b", 2, 4, 2),
+        ("zb-h1", 3, 6, 1),
+    )
+    for rate in bench.path_rates(cases, repeats=1):
+        assert rate.makespan_s == rate.engine_makespan_s > 0
+        assert rate.to_json()["items_per_s"]["plain longest path (python)"] > 0
+
+
+@pytest.mark.bench
+def test_end_to_end_and_cluster_sweep() -> None:
+    from pipesim.sweep import bench
+
+    print(f"131,072-action 1F1B end to end in one process: {bench.end_to_end_s():.3f} s")
+    print(json.dumps(bench.command_end_to_end(), indent=2))
+    for rate in bench.cluster_sweep(200):
+        assert rate.configs == 200
+        print(json.dumps(rate.to_json(), indent=2))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import pipesim.common.workers
 import pipesim.sweep.grid
 from pipesim.sweep.grid import run_point
 from tests.processes import children, running, seconds_until_gone
@@ -134,8 +135,8 @@ def test_jobs_are_capped_at_the_cpus_and_the_points(
         started.append(max_workers)
         return real(max_workers=max_workers, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(pipesim.sweep.grid, "ProcessPoolExecutor", pool)
-    monkeypatch.setattr(pipesim.sweep.grid, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
+    monkeypatch.setattr(pipesim.common.workers, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(pipesim.common.workers, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
     status, _, _ = run(capsys, "sweep", *GRID, "--jobs", "100000")
     assert status == 0 and started == [2]
     status, _, _ = run(
