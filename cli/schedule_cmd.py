@@ -185,6 +185,6 @@ def _check(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"{args.file}: valid: K={schedule.devices} devices, M={schedule.microbatches} "
             f"micro-batches, v={schedule.chunks} chunk(s) per device, "
-            f"{len(schedule.actions())} actions, no deadlock\n"
+            f"{schedule.action_arrays.actions} actions, no deadlock\n"
         )
     return EXIT_OK

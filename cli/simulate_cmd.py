@@ -409,8 +409,8 @@ def _simulate(args: argparse.Namespace) -> int:
 def check_steps(schedule: Any, steps: int) -> None:
     """Refuse ``steps`` that would simulate more actions than :mod:`pipesim.common.limits`
     allows."""
-    actions = len(schedule.actions()) * steps
-    check(Limit.ACTIONS, actions, f"--steps {steps:,} x {len(schedule.actions()):,} actions")
+    actions = schedule.action_arrays.actions * steps
+    check(Limit.ACTIONS, actions, f"--steps {steps:,} x {schedule.action_arrays.actions:,} actions")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, place: RankPlace | None) -> int:
     device_kind = DeviceKind(args.device)
     devices = place.world_size if place else args.devices
     schedule = build(args.schedule, devices, args.microbatches, args.chunks)
-    actions = len(schedule.actions())
+    actions = schedule.action_arrays.actions
     check(Limit.ACTIONS, args.steps * actions, f"--steps {args.steps:,} x {actions:,} actions")
     if args.trace and rank == 0:
         output_path(args.trace, "--trace")

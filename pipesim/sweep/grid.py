@@ -17,7 +17,7 @@ from typing import Any
 from pipesim.common import checks
 from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import Limit, check
-from pipesim.common.workers import open_workers, ordered_map
+from pipesim.common.workers import chunk_size, open_workers, ordered_map
 from pipesim.errors import LimitError, PipesimError
 from pipesim.files.strict_json import overflow_checked, result_problem
 from pipesim.request.cost_request import (
@@ -241,4 +241,5 @@ def run_sweep(
     jobs = checks.positive_int("jobs", jobs)
     work = list(points)
     with open_workers(jobs, cluster, initializer=_start_worker, work_items=len(work)) as workers:
-        yield from ordered_map(workers, run_point, work, costs, steps, engine)
+        chunk = chunk_size(len(work), workers.width)
+        yield from ordered_map(workers, run_point, work, costs, steps, engine, chunk=chunk)
