@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -176,15 +177,22 @@ def _dask_client(address: str, local_workers: int) -> Iterator[tuple[Any, int]]:
 
     from distributed import Client, LocalCluster
 
-    logging.getLogger("distributed").setLevel(logging.ERROR)  # its start-up chatter
+    # its start-up chatter, and a stopping worker's complaints that the scheduler left first
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
     if address == "local":
-        cluster = LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=local_workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        )
+        # Started with SIGINT ignored, its processes keep ignoring it: Ctrl-C (which a terminal
+        # sends to the whole process group) is the parent's to handle, as for a pool's workers.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=local_workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.CRITICAL,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)
         try:
             with Client(cluster) as client:  # type: ignore[no-untyped-call]
                 yield client, local_workers

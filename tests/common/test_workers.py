@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,3 +148,31 @@ def test_a_cluster_plan_is_the_plan_of_one_process(
     assert {k: v for k, v in first.items() if k not in timing} == {
         k: v for k, v in second.items() if k not in timing
     }
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals")
+def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_exit_130_and_keeps_the_rows(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C from a terminal reaches the whole process group, the cluster's processes too:
+    they ignore it, the parent saves the finished rows and says so in one line."""
+    out = tmp_path / "s.csv"
+    grid = ["--schedules", "1f1b,zb-h1,zbv,gpipe,interleaved-1f1b,looped-bfs"]
+    grid += ["-K", "8,16,32,64", "-M", "256,512,1024", "--costs", "1,2,1"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipesim", "sweep", *grid, "--cluster", "local", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PIPESIM_PROGRESS": "0"},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (out.exists() and out.read_text().count("\n") >= 3):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert err.startswith("pipesim: interrupted: ") and err.count("\n") == 1, err
+    assert len(out.read_text().splitlines()) >= 3
