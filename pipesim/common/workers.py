@@ -26,6 +26,7 @@ import contextlib
 import importlib.util
 import itertools
 import signal
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -184,6 +185,8 @@ def _dask_client(address: str, local_workers: int) -> Iterator[tuple[Any, int]]:
         # sends to the whole process group) is the parent's to handle, as for a pool's workers.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            # its HTTP server moves off a busy port with a warning: nothing the user asked for
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
             cluster = LocalCluster(  # type: ignore[no-untyped-call]
                 n_workers=local_workers,
                 threads_per_worker=1,
