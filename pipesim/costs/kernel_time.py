@@ -5,8 +5,10 @@
   smaller and slower per FLOP), or at its own memory traffic (its
   inputs and output, once) over the achievable bandwidth when that is slower: the roofline of
   one kernel, plus the launch overhead.
-* Memory-bound kernels (norms, softmax, dropout, activation functions, residual adds, gradient
-  accumulation) move their bytes at the achievable bandwidth, each paying the launch overhead.
+* Memory-bound kernels move their bytes at the achievable bandwidth, each paying the launch
+  overhead: elementwise ones (activation functions, residual adds, gradient accumulation) at
+  the triad's, row reductions (softmax, norms, the loss) at ``reduction_bandwidth_fraction``
+  of it, random-number kernels (dropout) at ``random_bandwidth_fraction`` of it.
 * Tensor-parallel collectives run on the tensor-parallel group's links
   (:func:`pipesim.hardware.collectives.collective_time_s`), blocking, as Megatron-LM runs them.
 
@@ -58,7 +60,12 @@ def pass_time_s(
     total = sum(
         matmul_time_s(accelerator, matmul, b, dtype, work.element_bytes) for matmul in work.matmuls
     )
-    moved = work.memory_bytes * b + work.fixed_memory_bytes
+    moved = (
+        work.memory_bytes * b
+        + work.fixed_memory_bytes
+        + work.reduction_bytes * b / accelerator.reduction_bandwidth_fraction
+        + work.random_bytes * b / accelerator.random_bandwidth_fraction
+    )
     if moved > 0:
         total += moved / _bandwidth(accelerator)
     total += work.kernels * accelerator.kernel_overhead_s

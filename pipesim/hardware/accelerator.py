@@ -38,7 +38,11 @@ class Accelerator:
             interpolated in log(FLOPs) and held flat beyond the ends; empty: no curve, every
             layer timed by the per-pass roofline at ``efficiency``.
         memory_bandwidth_efficiency: the fraction of ``memory_bandwidth_bytes_per_s`` that
-            memory-bound kernels reach (STREAM-like measurements), in the kernel-level model.
+            elementwise memory-bound kernels reach (STREAM-like measurements), in the
+            kernel-level model.
+        reduction_bandwidth_fraction: the fraction of that achievable bandwidth that kernels
+            reducing along rows reach (softmax, norms and their backwards, the loss).
+        random_bandwidth_fraction: the same for kernels that draw random numbers (dropout).
         runtime_reserve_bytes: memory the runtime holds before the model (CUDA context,
             communication buffers); added to every device's peak.
         fragmentation_fraction: the allocator's slack, as a fraction of the model's peak
@@ -57,6 +61,8 @@ class Accelerator:
     memory_bandwidth_efficiency: float = 1.0
     runtime_reserve_bytes: float = 0.0
     fragmentation_fraction: float = 0.0
+    reduction_bandwidth_fraction: float = 1.0
+    random_bandwidth_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         checks.name("accelerator.name", self.name)
@@ -81,6 +87,10 @@ class Accelerator:
             )
         object.__setattr__(self, "matmul_efficiency", _curve(self.matmul_efficiency))
         checks.fraction("accelerator.memory_bandwidth_efficiency", self.memory_bandwidth_efficiency)
+        checks.fraction(
+            "accelerator.reduction_bandwidth_fraction", self.reduction_bandwidth_fraction
+        )
+        checks.fraction("accelerator.random_bandwidth_fraction", self.random_bandwidth_fraction)
         checks.non_negative("accelerator.runtime_reserve_bytes", self.runtime_reserve_bytes)
         checks.slack("accelerator.fragmentation_fraction", self.fragmentation_fraction)
 

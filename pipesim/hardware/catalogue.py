@@ -189,6 +189,21 @@ _V100_16GB = dataclasses.replace(
 #   ms for 10.5 to 28.3 MB); against the message size its intercept is 0.25 ms, the cost of a
 #   message besides its bytes (send and receive calls, their synchronisation). Taken for the
 #   H100 and H200 as well (the same software).
+# * measured here, on one H200 SXM (torch 2.11.0+cu130, driver 580.159, 26 Nov 2026) with
+#   ``python -m validation.layer_timing`` (docs/accuracy.md, "A CUDA measurement"):
+#   - the H200's bf16 matmul curve, square products m = n = k from 1024 to 16384 (torch.mm,
+#     CUDA events, after a 2 s warm-up): 179.8, 603.3, 639.7, 665.2, 728.0, 740.0, 696.5,
+#     664.9 TFLOP/s at 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384 (the largest fall
+#     back under the 700 W power limit; a run without the warm-up read 750, 792, 693 at the
+#     three largest);
+#   - its triad (a = b + 3c on 2 GiB fp32 arrays): 4.33 TB/s, 0.90 of the datasheet's 4.8;
+#   - the memory-bound kernels of a transformer block alone on 2^30 bf16 elements, as
+#     fractions of that triad: elementwise ones reach it (add 0.99, GELU 0.84 forward and
+#     0.96 backward, dropout's backward 1.00); row reductions reach half of it (softmax 0.43,
+#     its backward 0.51, layer norm 0.55, its backward 0.44: median 0.48); dropout's forward,
+#     which draws a random number per element, 0.70. These fractions are PyTorch's kernels'
+#     and are taken for the A100 and H100 as well (the same kernels on each GPU, an
+#     assumption: no A100 or H100 was measured).
 _A100_MATMUL = (
     (2 * 1024.0**3, 119.4 / 312),
     (2 * 2048.0**3, 221.8 / 312),
@@ -206,6 +221,21 @@ _H100_MATMUL = tuple(
         (16384.0, 1377.3),
     )
 )
+_H200_MATMUL = tuple(
+    (2 * n**3, tflops / 989)
+    for n, tflops in (
+        (1024.0, 179.8),
+        (2048.0, 603.3),
+        (3072.0, 639.7),
+        (4096.0, 665.2),
+        (6144.0, 728.0),
+        (8192.0, 740.0),
+        (12288.0, 696.5),
+        (16384.0, 664.9),
+    )
+)
+REDUCTION_BANDWIDTH_FRACTION = 0.48
+RANDOM_BANDWIDTH_FRACTION = 0.70
 P2P_MESSAGE_OVERHEAD_S = 0.25e-3
 GPUS_PER_NODE = 8
 _IB_HDR = Link("ib-hdr", 25 * GB, 10e-6, collective_bandwidth_bytes_per_s=24 * GB)
@@ -229,6 +259,8 @@ _A100 = HardwareSpec(
         source="NVIDIA A100 datasheet; kernel-level figures cited above",
         matmul_efficiency=_A100_MATMUL,
         memory_bandwidth_efficiency=1.70 / 2.039,
+        reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
+        random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
     ),
     Topology.HIERARCHICAL,
     Link(
@@ -266,6 +298,8 @@ _H100 = HardwareSpec(
         source="NVIDIA H100 datasheet; kernel-level figures cited above",
         matmul_efficiency=_H100_MATMUL,
         memory_bandwidth_efficiency=2.97 / 3.35,
+        reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
+        random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
     ),
     Topology.HIERARCHICAL,
     Link(
@@ -292,9 +326,11 @@ _H200 = HardwareSpec(
         memory_bytes=141 * GB,
         memory_bandwidth_bytes_per_s=4800 * GB,
         kernel_overhead_s=4e-6,
-        source="NVIDIA H200 datasheet; kernel-level figures cited above",
-        matmul_efficiency=_H100_MATMUL,
-        memory_bandwidth_efficiency=4.15 / 4.8,
+        source="NVIDIA H200 datasheet; kernel-level figures measured on an H200 (above)",
+        matmul_efficiency=_H200_MATMUL,
+        memory_bandwidth_efficiency=4.33 / 4.8,
+        reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
+        random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
     ),
     Topology.HIERARCHICAL,
     Link(

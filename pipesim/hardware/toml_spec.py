@@ -14,6 +14,8 @@ Example::
     # optional, the kernel-level time model of transformer layers (see Accelerator):
     matmul_efficiency = [[2.1e9, 0.2], [1.1e12, 0.8]]   # [FLOPs of one multiply, fraction]
     memory_bandwidth_efficiency = 0.83                   # default 1
+    reduction_bandwidth_fraction = 0.47                  # of that, softmax and norms; default 1
+    random_bandwidth_fraction = 0.7                      # of that, dropout; default 1
     runtime_reserve_bytes = 2e9                          # default 0
     fragmentation_fraction = 0.05                        # default 0
 
@@ -77,6 +79,8 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         source=str(path),
         matmul_efficiency=acc.take("matmul_efficiency", _curve_points, ()),
         memory_bandwidth_efficiency=acc.take("memory_bandwidth_efficiency", checks.fraction, 1.0),
+        reduction_bandwidth_fraction=acc.take("reduction_bandwidth_fraction", checks.fraction, 1.0),
+        random_bandwidth_fraction=acc.take("random_bandwidth_fraction", checks.fraction, 1.0),
         runtime_reserve_bytes=acc.take("runtime_reserve_bytes", checks.non_negative, 0.0),
         fragmentation_fraction=acc.take("fragmentation_fraction", checks.slack, 0.0),
     )
@@ -166,6 +170,8 @@ def hardware_toml(spec: HardwareSpec) -> str:
         lines.append(f"matmul_efficiency = [{points}]")
     lines += [
         f"memory_bandwidth_efficiency = {number(acc.memory_bandwidth_efficiency)}",
+        f"reduction_bandwidth_fraction = {number(acc.reduction_bandwidth_fraction)}",
+        f"random_bandwidth_fraction = {number(acc.random_bandwidth_fraction)}",
         f"runtime_reserve_bytes = {number(acc.runtime_reserve_bytes)}",
         f"fragmentation_fraction = {number(acc.fragmentation_fraction)}",
         "",

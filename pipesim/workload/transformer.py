@@ -188,16 +188,19 @@ def _block_forward(z: _Sizes) -> PassWork:
     a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
     d = a.head_dim
     matmuls = [Matmul("qkv", s, z.qkv_width, h)]
-    memory = 2 * 2 * e * z.hidden_local  # two norms: read and write
-    memory += 2 * (3 * e + z.mask) * z.hidden_local  # two bias-dropout-adds
+    reduction = 2 * 2 * e * z.hidden_local  # two norms: read and write
+    memory = 0.0
+    bias_dropout_add = 2 * (3 * e + z.mask) * z.hidden_local  # two bias-dropout-adds
+    random = bias_dropout_add if a.dropout else 0.0
+    memory += 0.0 if a.dropout else bias_dropout_add
     kernels = 4
     if a.attention is Attention.EAGER:
         matmuls.append(Matmul("scores", s, s, d, z.heads_local, Scaled.BATCH))
         matmuls.append(Matmul("values", s, d, s, z.heads_local, Scaled.BATCH))
-        memory += 2 * e * z.scores  # fused scale-mask-softmax
+        reduction += 2 * e * z.scores  # fused scale-mask-softmax
         kernels += 1
         if a.dropout:
-            memory += (2 * e + z.mask) * z.scores
+            random += (2 * e + z.mask) * z.scores
             kernels += 1
         if a.key_value_heads < a.heads:  # keys and values expanded to every head
             memory += e * s * (2 * a.kv_width + 2 * h) / z.t
@@ -222,6 +225,8 @@ def _block_forward(z: _Sizes) -> PassWork:
         collectives=z.block_collectives(),
         transient_bytes=max(transients),
         element_bytes=e,
+        reduction_bytes=reduction,
+        random_bytes=random,
     )
 
 
@@ -236,8 +241,13 @@ def _block_core_forward(z: _Sizes) -> PassWork:
     if a.attention is Attention.FLASH:
         memory = e * s * (2 * a.hidden + 2 * a.kv_width) / z.t + 4 * z.heads_local * s
         return PassWork(matmuls, memory_bytes=memory, kernels=0, element_bytes=e)
-    memory = 2 * e * z.scores + ((2 * e + z.mask) * z.scores if a.dropout else 0.0)
-    return PassWork(matmuls, memory_bytes=memory, kernels=2 if a.dropout else 1, element_bytes=e)
+    return PassWork(
+        matmuls,
+        kernels=2 if a.dropout else 1,
+        element_bytes=e,
+        reduction_bytes=2 * e * z.scores,  # the softmax
+        random_bytes=(2 * e + z.mask) * z.scores if a.dropout else 0.0,
+    )
 
 
 def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> PassWork:
@@ -259,8 +269,8 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
         Matmul("fc1 dgrad", s, h, z.fc1_width),
         Matmul("proj dgrad", s, h / z.t, h),
     ]
-    memory = 2 * 3 * e * z.hidden_local  # two norm backwards: read x and dy, write dx
-    memory += 2 * (5 * e + z.mask if a.dropout else 3 * e) * z.hidden_local  # dropout, residual
+    reduction = 2 * 3 * e * z.hidden_local  # two norm backwards: read x and dy, write dx
+    memory = 2 * (5 * e + z.mask if a.dropout else 3 * e) * z.hidden_local  # dropout, residual
     memory += (5 if a.mlp is Mlp.SWIGLU else 3) * e * s * a.ffn / z.t  # activation backward
     kernels = 5
     if a.attention is Attention.EAGER:
@@ -270,7 +280,7 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
             Matmul("query dgrad", s, d, s, z.heads_local, Scaled.BATCH),
             Matmul("key dgrad", s, d, s, z.heads_local, Scaled.BATCH),
         ]
-        memory += 3 * e * z.scores  # softmax backward
+        reduction += 3 * e * z.scores  # softmax backward
         kernels += 1
         if a.dropout:
             memory += (2 * e + z.mask) * z.scores
@@ -319,6 +329,7 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
         collectives=collectives,
         transient_bytes=max(0.0, *transients),
         element_bytes=e,
+        reduction_bytes=reduction,
     )
 
 
@@ -334,7 +345,8 @@ def _block_weight_grad(
     )
     memory = 0.0
     kernels = 0
-    if a.linear_bias:  # bias gradients: reductions of the output gradients over the tokens
+    if a.linear_bias:  # bias gradients: sums of the output gradients over the tokens (a sum
+        # down the columns streams at nearly the triad's bandwidth: 0.89 of it on an H200)
         memory += e * s * (z.qkv_width + h + z.fc1_width + h)
         kernels += 4
     # With sequence parallelism W needs the QKV and fc1 inputs gathered again; Megatron-LM
@@ -442,9 +454,8 @@ def embedding_layer(
         kind = Collective.REDUCE_SCATTER if parallelism.sequence_parallel else Collective.ALL_REDUCE
         collectives = (CollectiveCall(kind, e * s * h),)
     forward = PassWork(
-        memory_bytes=e * s * h
-        + (3 * e * z.hidden_local if positions else 0.0)
-        + ((2 * e + mask) * z.hidden_local if mask else 0.0),
+        memory_bytes=e * s * h + (3 * e * z.hidden_local if positions else 0.0),
+        random_bytes=(2 * e + mask) * z.hidden_local if mask else 0.0,
         kernels=1 + (1 if positions else 0) + (1 if mask else 0),
         collectives=collectives,
         transient_bytes=e * s * h if t > 1 else 0.0,
@@ -505,7 +516,7 @@ def output_layer(
         gather = (CollectiveCall(Collective.ALL_GATHER, e * s * h),)
     forward = PassWork(
         (Matmul("logits", s, columns, h),),
-        memory_bytes=2 * e * z.hidden_local + (e + 4 * 7) * logits,
+        reduction_bytes=2 * e * z.hidden_local + (e + 4 * 7) * logits,  # the norm, the loss
         kernels=6,
         collectives=gather + ((statistics,) if t > 1 else ()),
         transient_bytes=max(4.0, e) * logits,
@@ -517,7 +528,7 @@ def output_layer(
         backward_collectives = (CollectiveCall(kind, e * s * h),)
     input_grad = PassWork(
         (Matmul("logits dgrad", s, h, columns),),
-        memory_bytes=(4 * 2 + 4 + e) * logits + 3 * e * z.hidden_local,
+        reduction_bytes=(4 * 2 + 4 + e) * logits + 3 * e * z.hidden_local,
         kernels=3,
         collectives=backward_collectives,
         transient_bytes=max(8.0, e) * logits,

@@ -82,10 +82,17 @@ class PassWork:
 
     Attributes:
         matmuls: its matrix multiplies.
-        memory_bytes: bytes the memory-bound kernels (norms, softmax, dropout, activation
-            functions, residual adds, gradient accumulation) read and write, per sample.
+        memory_bytes: bytes the elementwise memory-bound kernels (activation functions and
+            their gradients, residual adds, dropout's backward, bias gradients summed over the
+            tokens, gradient accumulation, a fused attention kernel's reads and writes) read
+            and write, per sample.
         fixed_memory_bytes: such bytes independent of b (a weight gradient added into the
             gradient buffer).
+        reduction_bytes: bytes of the kernels that reduce along rows (softmax, layer and RMS
+            norms and their backwards, the loss), per sample: they reach a smaller fraction of
+            the memory bandwidth (``Accelerator.reduction_bandwidth_fraction``).
+        random_bytes: bytes of the kernels that draw random numbers (dropout's forward, a fused
+            bias-dropout-add), per sample (``Accelerator.random_bandwidth_fraction``).
         kernels: kernels launched besides the matmuls (each pays the launch overhead).
         collectives: tensor-parallel collectives it waits for (blocking, as Megatron runs
             them).
@@ -102,6 +109,8 @@ class PassWork:
     transient_bytes: float = 0.0
     fixed_transient_bytes: float = 0.0
     element_bytes: float = 2.0
+    reduction_bytes: float = 0.0
+    random_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "matmuls", tuple(self.matmuls))
@@ -112,6 +121,8 @@ class PassWork:
             "fixed_memory_bytes",
             "transient_bytes",
             "fixed_transient_bytes",
+            "reduction_bytes",
+            "random_bytes",
         ):
             checks.non_negative(f"pass {attribute}", getattr(self, attribute))
         checks.non_negative_int("pass kernels", self.kernels)
@@ -133,6 +144,8 @@ class PassWork:
             max(self.transient_bytes, other.transient_bytes),
             max(self.fixed_transient_bytes, other.fixed_transient_bytes),
             self.element_bytes,
+            self.reduction_bytes + other.reduction_bytes,
+            self.random_bytes + other.random_bytes,
         )
 
 

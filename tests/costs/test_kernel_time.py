@@ -78,6 +78,31 @@ def test_a_pass_adds_matmuls_memory_kernels_and_collectives() -> None:
     )
 
 
+def test_reductions_and_random_kernels_run_at_their_fractions_of_the_bandwidth() -> None:
+    """1 MB elementwise, 1 MB of row reductions at 0.5 and 1 MB of dropout at 0.25 of the
+    achievable 0.5 TB/s, per sample at b = 2: 4 us + 8 us + 16 us."""
+    acc = _accelerator(reduction_bandwidth_fraction=0.5, random_bandwidth_fraction=0.25)
+    work = PassWork(memory_bytes=1e6, reduction_bytes=1e6, random_bytes=1e6)
+    assert pass_time_s(acc, work, 2, "bf16") == pytest.approx(4e-6 + 8e-6 + 16e-6)
+    # at fractions of 1 the three classes are one stream of bytes, as before they were split
+    assert pass_time_s(_accelerator(), work, 2, "bf16") == pytest.approx(12e-6)
+
+
+def test_a_pass_followed_by_another_adds_every_class_of_bytes() -> None:
+    first = PassWork(memory_bytes=1.0, reduction_bytes=2.0, random_bytes=3.0, transient_bytes=5)
+    second = PassWork(memory_bytes=10.0, reduction_bytes=20.0, random_bytes=30.0)
+    both = first.plus(second)
+    assert (both.memory_bytes, both.reduction_bytes, both.random_bytes) == (11.0, 22.0, 33.0)
+    assert both.transient_bytes == 5
+
+
+@pytest.mark.parametrize("field", ["reduction_bandwidth_fraction", "random_bandwidth_fraction"])
+@pytest.mark.parametrize("value", [0.0, 1.5, -0.1])
+def test_a_bandwidth_fraction_outside_0_to_1_is_refused(field: str, value: float) -> None:
+    with pytest.raises(SpecError, match=rf"accelerator.{field} must be a number in \(0, 1\]"):
+        _accelerator(**{field: value})
+
+
 @pytest.mark.parametrize(
     ("curve", "message"),
     [

@@ -215,6 +215,8 @@ KERNEL_LEVEL = (
         "memory_bandwidth_bytes_per_s = 2.0e12\n"
         "matmul_efficiency = [[1e9, 0.25], [1e12, 0.75]]\n"
         "memory_bandwidth_efficiency = 0.8\n"
+        "reduction_bandwidth_fraction = 0.5\n"
+        "random_bandwidth_fraction = 0.7\n"
         "runtime_reserve_bytes = 3e9\n"
         "fragmentation_fraction = 0.1\n",
     )
@@ -233,6 +235,7 @@ def test_toml_hardware_takes_the_kernel_level_fields(tmp_path: Path) -> None:
     assert acc.matmul_fraction(math.sqrt(1e9 * 1e12)) == pytest.approx(0.5)
     assert (acc.memory_bandwidth_efficiency, acc.runtime_reserve_bytes) == (0.8, 3e9)
     assert acc.fragmentation_fraction == 0.1
+    assert (acc.reduction_bandwidth_fraction, acc.random_bandwidth_fraction) == (0.5, 0.7)
     assert spec.link.bus_bandwidth_bytes_per_s == 2.3e11
     assert spec.inter_node_link is not None
     assert spec.inter_node_link.bus_bandwidth_bytes_per_s == 2.4e10
@@ -268,6 +271,16 @@ def test_toml_hardware_takes_the_kernel_level_fields(tmp_path: Path) -> None:
             "memory_bandwidth_efficiency = 0.8",
             "memory_bandwidth_efficiency = 0",
             "accelerator.memory_bandwidth_efficiency must be a number in (0, 1], got 0",
+        ),
+        (
+            "reduction_bandwidth_fraction = 0.5",
+            "reduction_bandwidth_fraction = 2",
+            "accelerator.reduction_bandwidth_fraction must be a number in (0, 1], got 2",
+        ),
+        (
+            "random_bandwidth_fraction = 0.7",
+            "random_bandwidth_fraction = 0",
+            "accelerator.random_bandwidth_fraction must be a number in (0, 1], got 0",
         ),
         (
             "runtime_reserve_bytes = 3e9",

@@ -103,19 +103,49 @@ def test_zero_bubble_table_5_on_its_profiled_times(tmp_path: Path) -> None:
 
 def test_zero_bubble_profiled_times_against_the_time_model() -> None:
     """Table 9's per-stage times beside pipesim's on an A100, four models: the backward's
-    split is right (the input gradient within 7% below, W within 15% above: one efficiency
-    for every pass made W 1.5x too slow), the forward short by 10% to 25% (the note says
-    what may be missing), every row named and in milliseconds."""
+    split is right (the input gradient within 10%, W within 15% above: one efficiency for
+    every pass made W 1.5x too slow), the forward within 15% below (it was 13% to 20% short
+    while softmax, norms and dropout were timed at the triad's bandwidth), every row named and
+    in milliseconds."""
     from validation.reproduce.zero_bubble import profiled_time_rows
 
     rows = profiled_time_rows()
     assert len(rows) == 16 and {r.model for r in rows} == {"1.5B", "6.2B", "14.6B", "28.3B"}
     ratio = {(r.model, r.quantity): r.ratio or math.nan for r in rows}
     for model in ("1.5B", "6.2B", "14.6B", "28.3B"):
-        assert 0.93 <= ratio[model, "T_B (input gradient)"] <= 1.0
+        assert 0.95 <= ratio[model, "T_B (input gradient)"] <= 1.1
         assert 1.0 <= ratio[model, "T_W"] <= 1.15
-        assert 0.75 <= ratio[model, "T_F"] <= 0.9
+        assert 0.85 <= ratio[model, "T_F"] <= 1.0
         assert 0.5 <= ratio[model, "T_comm"] <= 0.8
+
+
+def test_megatron_table_1_within_the_issues_bounds() -> None:
+    """2104.04473 Table 1, every row stated and simulated on the a100 entry: the median
+    error on achieved teraFLOP/s per GPU under 5% and no row above 10% (issue 20's bound);
+    the 2022 measurements of Korthikanti et al. (Tables 4 and 5) within 15%. Nothing in the
+    model is fitted to these rows: a change of the time model that breaks this must say so."""
+    from validation.reproduce.megatron import table_1_rows, table_4_rows, table_5_rows
+
+    rows = table_1_rows()
+    assert [r.model for r in rows] == [
+        f"megatron-{size}"
+        for size in (
+            "1.7b",
+            "3.6b",
+            "7.5b",
+            "18.4b",
+            "39.1b",
+            "76.1b",
+            "145.6b",
+            "310.1b",
+            "529.6b",
+            "1t",
+        )
+    ]
+    errors = sorted(abs((r.ratio or math.nan) - 1) for r in rows)
+    assert (errors[4] + errors[5]) / 2 < 0.05 and errors[-1] < 0.10, errors
+    for row in table_4_rows() + table_5_rows():
+        assert 0.85 <= (row.ratio or math.nan) <= 1.15, (row.model, row.quantity, row.ratio)
 
 
 def test_the_controllable_memory_v_schedules(tmp_path: Path) -> None:

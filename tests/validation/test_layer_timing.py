@@ -135,3 +135,18 @@ def test_a_report_of_an_unreadable_record_is_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
     assert line.startswith(f"python -m validation.layer_timing: error: --report {path}: cannot")
 
+
+def test_the_stored_h200_record_reports_the_model_within_10_percent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/measurements/h200-layers.json, measured on an H200: pipesim's h200 entry predicts
+    each fused block's step within 10% and its stash within 1% (the record is data: this
+    holds the model to it on a machine without a GPU)."""
+    stored = Path(__file__).parents[2] / "docs" / "measurements" / "h200-layers.json"
+    assert main(["--report", str(stored)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "| megatron-" in line]
+    assert len(rows) == 20
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        step, stash = float(cells[4]), float(cells[6])
+        assert 0.9 <= step <= 1.1 and 0.99 <= stash <= 1.01, row

@@ -219,3 +219,33 @@ def test_recomputation_never_stashes_more(attention: Attention) -> None:
     stashes = [_stash(8, True, mode, arch) for mode in ("none", "selective", "full")]
     assert stashes == sorted(stashes, reverse=True)
     assert stashes[0] > stashes[2]
+
+
+def test_memory_bound_bytes_by_kernel_class_literally() -> None:
+    """The 22B block at t = 1, per sample (e = 2, 1-byte masks, a·s² = 64·2048² scores): the
+    forward's two norms (2·2e·sh) and softmax (2e per score) reduce along rows; its two
+    bias-dropout-adds ((3e + 1)·sh each) and the attention dropout ((2e + 1) per score) draw
+    random numbers; the GELU (2e·s·4h) streams. The backward's norms (2·3e·sh) and softmax
+    (3e per score) reduce; dropout's backward, the residuals and the GELU's backward stream."""
+    scores = A * S * S
+    layer = transformer_block("b", GPT)
+    assert layer.work is not None
+    forward, backward, weight = layer.work.passes()
+    assert forward.reduction_bytes == pytest.approx(2 * 2 * 2 * SBH + 2 * 2 * scores)
+    assert forward.random_bytes == pytest.approx(2 * 7 * SBH + 5 * scores)
+    assert forward.memory_bytes == pytest.approx(2 * 2 * S * 4 * H)
+    assert backward.reduction_bytes == pytest.approx(2 * 3 * 2 * SBH + 3 * 2 * scores)
+    assert backward.random_bytes == 0
+    assert backward.memory_bytes == pytest.approx(2 * 11 * SBH + 3 * 2 * S * 4 * H + 5 * scores)
+    # the bias gradients are sums down the columns: they stream (0.89 of the triad, measured)
+    assert weight.reduction_bytes == 0
+    assert weight.memory_bytes == pytest.approx(2 * S * (3 * H + H + 4 * H + H))
+
+
+def test_without_dropout_nothing_draws_random_numbers() -> None:
+    layers = transformer_layers(
+        dataclasses.replace(GPT, layers=2, dropout=False, embedding_dropout=False)
+    )
+    for layer in layers:
+        assert layer.work is not None
+        assert all(p.random_bytes == 0 for p in layer.work.passes())
