@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from types import FrameType
 
 from pipesim import __version__
@@ -17,7 +16,12 @@ from pipesim.common.command_line import (
     EXIT_INTERRUPTED,
     ArgumentParser,
 )
-from pipesim.common.lifetime import interrupt_reason, terminate_as_interrupt
+from pipesim.common.lifetime import (
+    STOP_SIGNALS,
+    interrupt_reason,
+    signals_handled,
+    terminate_as_interrupt,
+)
 from pipesim.common.limits import check_environment
 from pipesim.errors import Interrupted, PipesimError, RunFailed, short_values
 
@@ -97,36 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-_STOP_SIGNALS = {"SIGINT": "Ctrl-C", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
-
-
-@contextlib.contextmanager
-def _stop_signals_end_the_process() -> Iterator[None]:
+def _stop_signals_end_the_process() -> AbstractContextManager[None]:
     """While the sub-commands' modules load, a stop signal ends the process at once with the
     usual last line and status 130: an interrupt inside an extension module's import (numpy's)
     would otherwise surface as an ImportError with a traceback. Nothing has been computed or
-    written yet, so nothing is lost. Signals that are ignored (``nohup``) stay ignored; outside
-    the main thread this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    written yet, so nothing is lost. Ignored signals stay ignored (:func:`signals_handled`)."""
+    return signals_handled(_end_the_process, (signal.SIGINT, *STOP_SIGNALS))
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        os.write(2, f"pipesim: interrupted ({_STOP_SIGNALS.get(name, name)})\n".encode())
-        os._exit(EXIT_INTERRUPTED)
 
-    previous = {}
-    for name in _STOP_SIGNALS:
-        number = getattr(signal, name, None)
-        if number is None or signal.getsignal(number) is signal.SIG_IGN:
-            continue
-        previous[number] = signal.signal(number, stop)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+def _end_the_process(signum: int, frame: FrameType | None) -> None:
+    reason = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    os.write(2, f"pipesim: interrupted ({reason})\n".encode())
+    os._exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":  # pragma: no cover

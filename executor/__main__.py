@@ -32,6 +32,7 @@ from pipesim.common.lifetime import (
     StopSignal,
     end_with_parent,
     interrupt_reason,
+    signals_handled,
 )
 from pipesim.errors import PipesimError, RunFailed, short_values
 from pipesim.files.outputs import write_text_atomically
@@ -104,11 +105,6 @@ def _interrupts_that_stick() -> Iterator[None]:
     ):
         yield
         return
-    numbers = [
-        number
-        for number in (signal.SIGINT, *STOP_SIGNALS)
-        if signal.getsignal(number) is not signal.SIG_IGN
-    ]
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
         stop: KeyboardInterrupt = (
@@ -130,17 +126,15 @@ def _interrupts_that_stick() -> Iterator[None]:
         if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
             previous_hook(unraisable)  # a dropped interrupt is raised again: not reported
 
-    previous = {number: signal.signal(number, interrupted) for number in numbers}
-    previous_alarm = signal.getsignal(signal.SIGALRM)
-    sys.unraisablehook = quiet
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        signal.signal(signal.SIGALRM, previous_alarm)
-        sys.unraisablehook = previous_hook
+    with signals_handled(interrupted, (signal.SIGINT, *STOP_SIGNALS)):
+        previous_alarm = signal.getsignal(signal.SIGALRM)
+        sys.unraisablehook = quiet
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous_alarm)
+            sys.unraisablehook = previous_hook
 
 
 def _fail(kind: str, message: str, status: int) -> int:

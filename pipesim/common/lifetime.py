@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 
 # The signals that ask a process to stop, besides Ctrl-C's SIGINT.
@@ -44,27 +44,37 @@ def interrupt_reason(interrupt: KeyboardInterrupt) -> str:
 
 
 @contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """Inside the block, SIGTERM and SIGHUP raise :class:`StopSignal` (a
-    ``KeyboardInterrupt``) in the main thread; a signal that is ignored (as under ``nohup``)
-    stays ignored, and the previous handlers come back afterwards. Outside the main thread
-    this does nothing (Python delivers signals to the main thread only)."""
+def signals_handled(
+    handler: Callable[[int, FrameType | None], object], signals: Iterable[int]
+) -> Iterator[None]:
+    """Inside the block, ``handler`` takes each of ``signals`` that is not ignored (an ignored
+    one, as under ``nohup``, stays ignored); the previous handlers come back afterwards.
+    Outside the main thread this does nothing (Python delivers signals to the main thread
+    only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {}
+    for number in signals:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            previous[number] = signal.signal(number, handler)
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP raise :class:`StopSignal` (a
+    ``KeyboardInterrupt``) in the main thread (see :func:`signals_handled`)."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise StopSignal(signal.Signals(signum).name)
 
-    previous = {}
-    for number in STOP_SIGNALS:
-        if signal.getsignal(number) is not signal.SIG_IGN:
-            previous[number] = signal.signal(number, interrupt)
-    try:
+    with signals_handled(interrupt, STOP_SIGNALS):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def end_with_parent(

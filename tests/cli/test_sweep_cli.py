@@ -19,7 +19,7 @@ import pytest
 import pipesim.common.workers
 import pipesim.sweep.grid
 from pipesim.sweep.grid import run_point
-from tests.processes import children, running, seconds_until_gone
+from tests.processes import children, running, seconds_until_gone, sweep_under_way
 
 from .test_schedule_cli import run
 
@@ -251,18 +251,7 @@ def _parallel_sweep_under_way(out: Path) -> subprocess.Popen[str]:
         "--schedules", "gpipe,1f1b,zb-h1,zbv,interleaved-1f1b,zb-h2,looped-bfs",
         "-K", "2,4,8,16", "-M", "8,16,32,64,128,256", "--costs", "1,2,1", "--steps", "4",
     ]  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipesim", "sweep", *grid, "--jobs", "2", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PIPESIM_PROGRESS": "0"},
-    )
-    deadline = time.monotonic() + 120
-    while not (out.exists() and out.read_text().count("\n") >= 3):
-        assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
-    return process
+    return sweep_under_way(out, [*grid, "--jobs", "2"])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals, /proc")

@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from pipesim.common.workers import InProcess, check_cluster_address, open_worker
 from pipesim.errors import PipesimError
 from pipesim.request.cost_request import SyntheticRequest
 from pipesim.sweep.grid import run_sweep, sweep_points
+from tests.processes import sweep_under_way
 
 from ..cli.test_schedule_cli import run
 
@@ -159,18 +158,7 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_exit_130_and_keeps_the_rows
     out = tmp_path / "s.csv"
     grid = ["--schedules", "1f1b,zb-h1,zbv,gpipe,interleaved-1f1b,looped-bfs"]
     grid += ["-K", "8,16,32,64", "-M", "256,512,1024", "--costs", "1,2,1"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pipesim", "sweep", *grid, "--cluster", "local", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PIPESIM_PROGRESS": "0"},
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not (out.exists() and out.read_text().count("\n") >= 3):
-        assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+    process = sweep_under_way(out, [*grid, "--cluster", "local"], start_new_session=True)
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130
