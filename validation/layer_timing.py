@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from pipesim.costs.kernel_time import pass_time_s
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.parallel.config import Parallelism
 from pipesim.workload.architecture import Attention, TransformerArchitecture
+from pipesim.workload.model import Layer
 from pipesim.workload.transformer import transformer_block
 from pipesim.workload.work import Matmul, PassWork
 
@@ -224,6 +225,18 @@ def warm_up(device: torch.device, seconds: float = 2.0) -> None:
         torch.cuda.synchronize(device)
 
 
+def _block_and_inputs(
+    case: LayerCase, device: torch.device, dtype: torch.dtype, fused: bool
+) -> tuple[BlockShard, torch.Tensor, torch.Tensor]:
+    """The block on ``device``, an input of the case's micro-batch and a gradient for its
+    output, all seeded alike."""
+    torch.manual_seed(0)
+    block = BlockShard(case, fused, dtype).to(device)
+    s, b, h = case.arch.seq, case.microbatch_size, case.arch.hidden
+    x = torch.randn(s, b, h, dtype=dtype, device=device, requires_grad=True)
+    return block, x, torch.randn(s, b, h, dtype=dtype, device=device)
+
+
 def measure_block(
     case: LayerCase, device: torch.device, dtype: torch.dtype, fused: bool, repeats: int
 ) -> dict[str, float]:
@@ -231,11 +244,7 @@ def measure_block(
     the bytes it stashes (allocated by the forward, less its output, plus its input, which
     the first norm holds) and the peaks of each pass above what was allocated when it
     began."""
-    torch.manual_seed(0)
-    block = BlockShard(case, fused, dtype).to(device)
-    s, b, h = case.arch.seq, case.microbatch_size, case.arch.hidden
-    x = torch.randn(s, b, h, dtype=dtype, device=device, requires_grad=True)
-    grad = torch.randn(s, b, h, dtype=dtype, device=device)
+    block, x, grad = _block_and_inputs(case, device, dtype, fused)
     timer = _Timer(device)
     holder: dict[str, torch.Tensor] = {}
 
@@ -400,11 +409,7 @@ def kernel_profile(
     kernel name, summed over one pass): where the time goes."""
     from torch.profiler import ProfilerActivity, profile
 
-    torch.manual_seed(0)
-    block = BlockShard(case, fused, dtype).to(device)
-    s, b, h = case.arch.seq, case.microbatch_size, case.arch.hidden
-    x = torch.randn(s, b, h, dtype=dtype, device=device, requires_grad=True)
-    grad = torch.randn(s, b, h, dtype=dtype, device=device)
+    block, x, grad = _block_and_inputs(case, device, dtype, fused)
     for _ in range(3):
         block(x).backward(grad)
     result = {}
@@ -455,17 +460,22 @@ def bandwidth(device: torch.device, size_bytes: int, repeats: int) -> dict[str, 
     return {"copy_bytes_per_s": 2 * 4 * n / copy, "triad_bytes_per_s": 3 * 4 * n / triad}
 
 
+def _layer(case: LayerCase) -> Layer:
+    """pipesim's block on one rank of the case's tensor-parallel group."""
+    return transformer_block("block", case.arch, Parallelism(tensor=case.tensor))
+
+
 def passes(case: LayerCase) -> dict[str, PassWork]:
     """pipesim's description of the block on one rank: its F, I and W passes."""
-    layer = transformer_block("block", case.arch, Parallelism(tensor=case.tensor))
-    assert layer.work is not None
-    return dict(zip("FIW", layer.work.passes(), strict=True))
+    work = _layer(case).work
+    assert work is not None
+    return dict(zip("FIW", work.passes(), strict=True))
 
 
 def predict(case: LayerCase, accelerator: Accelerator, dtype: str) -> dict[str, float]:
     """pipesim's forward and backward (I + W) seconds on one rank, collectives left out,
-    and the bytes it stashes and allocates on top while the backward runs."""
-    layer = transformer_block("block", case.arch, Parallelism(tensor=case.tensor))
+    and the bytes it stashes."""
+    layer = _layer(case)
     assert layer.work is not None
     f, i, w = layer.work.passes()
     b = case.microbatch_size
@@ -638,7 +648,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required to measure (or --report FILE to print one)")
-    device = torch.device(args.device)
+    from pipesim.errors import PipesimError
+    from pipesim.files.outputs import output_path, write_text_atomically
+
+    try:
+        output_path(args.out, "--out", (".json",))  # refused before minutes of measuring
+        device = torch.device(args.device)
+    except (PipesimError, RuntimeError) as error:
+        parser.error(str(error).splitlines()[0])
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here; use --device cpu")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be an integer >= 1, got {args.repeats}")
     if args.cases == "small" or args.quick:
         cases = [_small_case()]
     elif args.cases == "both":
@@ -646,8 +667,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         flash = args.cases == "table-1-flash"
         cases = table_1_cases(Attention.FLASH if flash else Attention.EAGER)
-    record = measure(cases, device, args.repeats, args.quick, args.profile)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    try:
+        record = measure(cases, device, args.repeats, args.quick, args.profile)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{parser.prog}: interrupted (Ctrl-C); nothing written\n")
+        return 130
+    write_text_atomically(args.out, json.dumps(record, indent=1) + "\n", field="--out")
     _progress(f"wrote {args.out}")
     return 0
 
@@ -656,4 +681,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["BlockShard", "LayerCase", "asdict", "measure", "predict", "table_1_cases"]
+__all__ = ["BlockShard", "LayerCase", "measure", "predict", "table_1_cases"]

@@ -189,10 +189,9 @@ def _block_forward(z: _Sizes) -> PassWork:
     d = a.head_dim
     matmuls = [Matmul("qkv", s, z.qkv_width, h)]
     reduction = 2 * 2 * e * z.hidden_local  # two norms: read and write
-    memory = 0.0
     bias_dropout_add = 2 * (3 * e + z.mask) * z.hidden_local  # two bias-dropout-adds
-    random = bias_dropout_add if a.dropout else 0.0
-    memory += 0.0 if a.dropout else bias_dropout_add
+    random = bias_dropout_add if a.dropout else 0.0  # with dropout, they draw random numbers
+    memory = 0.0 if a.dropout else bias_dropout_add
     kernels = 4
     if a.attention is Attention.EAGER:
         matmuls.append(Matmul("scores", s, s, d, z.heads_local, Scaled.BATCH))

@@ -150,3 +150,44 @@ def test_the_stored_h200_record_reports_the_model_within_10_percent(
         cells = [c.strip() for c in row.strip("|").split("|")]
         step, stash = float(cells[4]), float(cells[6])
         assert 0.9 <= step <= 1.1 and 0.99 <= stash <= 1.01, row
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--out", "/nonexistent-folder/x.json"],
+            "--out: directory '/nonexistent-folder' does not exist",
+        ),
+        (["--out", "OUT.txt"], "--out 'OUT.txt' must end in .json, got '.txt'"),
+        (["--out", "OUT.json", "--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_measurement_options_are_one_line_before_anything_runs(
+    arguments: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main([*arguments, "--device", "cpu"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"python -m validation.layer_timing: error: {message}"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_measurement_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("validation.layer_timing.measure", interrupted)
+    out = tmp_path / "layers.json"
+    assert main(["--quick", "--device", "cpu", "--out", str(out)]) == 130
+    assert not out.exists()
+    assert capsys.readouterr().err.endswith("interrupted (Ctrl-C); nothing written\n")
