@@ -1,4 +1,5 @@
-"""Runs pipesim schedules for real on PyTorch (CPU/gloo, CUDA/NCCL) and times every action.
+"""Runs pipesim schedules for real on PyTorch (CPU/gloo, CUDA/NCCL, or K lanes of one machine)
+and times every action.
 
 >>> import torch
 >>> from torch import nn
@@ -34,6 +35,7 @@ from executor.errors import (
 )
 
 if TYPE_CHECKING:
+    from executor.lanes import cpu_lanes, cuda_lanes
     from executor.runtime import StepResult, StepState
     from executor.split import split_microbatches, split_model
     from executor.step import run_step
@@ -43,6 +45,8 @@ _LAZY = {
     "PipelineTrainer": "executor.trainer",
     "StepResult": "executor.runtime",
     "StepState": "executor.runtime",
+    "cpu_lanes": "executor.lanes",
+    "cuda_lanes": "executor.lanes",
     "run_step": "executor.step",
     "split_microbatches": "executor.split",
     "split_model": "executor.split",
@@ -61,6 +65,8 @@ __all__ = [
     "StageError",
     "StepResult",
     "StepState",
+    "cpu_lanes",
+    "cuda_lanes",
     "run_step",
     "split_microbatches",
     "split_model",

@@ -2,7 +2,9 @@
 validation can name them before torch is loaded).
 
 * :class:`Backend`: how the devices of one step are driven: ``local`` (every device in this
-  process, the fast path for tests) or ``distributed`` (one torch.distributed rank per device).
+  process, one action at a time: the fast path for tests), ``concurrent`` (every device a lane
+  of this machine, all running at once: threads on CPU, green-context streams on one GPU; see
+  :mod:`executor.concurrent`) or ``distributed`` (one torch.distributed rank per device).
 * :class:`DeviceKind`: what the stages run on: ``cpu`` (gloo between ranks) or ``cuda`` (NCCL).
 
 Both are ``StrEnum``: their values are the strings the command lines and the JSON files use,
@@ -20,6 +22,7 @@ class Backend(StrEnum):
     """How one step's devices are driven."""
 
     LOCAL = "local"
+    CONCURRENT = "concurrent"
     DISTRIBUTED = "distributed"
 
 

@@ -1,4 +1,4 @@
-"""What both backends share: a step's result and state across steps, the stage runners of a
+"""What the backends share: a step's result and state across steps, the stage runners of a
 device, the in-process transport, and the measured timeline.
 
 :mod:`executor.step` dispatches to :mod:`executor.local` or :mod:`executor.distributed`; both
@@ -33,13 +33,17 @@ class StepResult:
             step started).
         peak_stash_bytes: per device, the most activation bytes stashed at once.
         peak_allocated_bytes: per device, ``torch.cuda.max_memory_allocated`` on CUDA (None
-            on CPU).
+            on CPU, and for the lanes of the concurrent backend, which share one allocator).
+        device_peak_allocated_bytes: the concurrent backend on CUDA: the one GPU's
+            ``torch.cuda.max_memory_allocated`` over the step, every lane together (None
+            elsewhere).
     """
 
     loss: float
     timeline: Timeline
     peak_stash_bytes: tuple[int, ...]
     peak_allocated_bytes: tuple[int | None, ...] = field(default=())
+    device_peak_allocated_bytes: int | None = None
 
 
 @dataclass

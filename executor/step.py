@@ -1,6 +1,7 @@
 """``run_step``: one training step of a schedule, dispatched to a backend.
 
-The backends live in :mod:`executor.local` and :mod:`executor.distributed`; what they share
+The backends live in :mod:`executor.local`, :mod:`executor.concurrent` and
+:mod:`executor.distributed`; what they share
 (the result, the state kept across steps, the stage runners) in :mod:`executor.runtime`.
 """
 
@@ -12,7 +13,10 @@ import torch
 from torch import nn
 
 from executor.backends import Backend, parse_backend
+from executor.concurrent import run_concurrent_step
 from executor.distributed import run_distributed_step
+from executor.errors import BackendError
+from executor.lanes import Lanes
 from executor.local import run_local_step
 from executor.runtime import StepResult, StepState, check_stages
 from executor.split import split_microbatches
@@ -33,6 +37,7 @@ def run_step(
     timeout_s: float = 60.0,
     state: StepState | None = None,
     check_finite: bool = False,
+    lanes: Lanes | None = None,
 ) -> StepResult:
     """One training step of ``schedule`` over ``stages`` (one module per stage).
 
@@ -40,9 +45,12 @@ def run_step(
     stage parameter's ``.grad`` holds the gradient of ``(1/M)·Σ_m loss_fn(model(x_m), y_m)``
     (added to what was there). ``Backend.LOCAL`` runs every device in this process, in an
     order that respects each device's list and every dependency (stages may sit on different
-    CUDA devices); ``Backend.DISTRIBUTED`` runs this process's device (its torch.distributed
-    rank) and exchanges tensors with the other ranks point to point. The backend may also be
-    given by its name (``"local"``, ``"distributed"``).
+    CUDA devices); ``Backend.CONCURRENT`` runs every device as a lane of this machine, all at
+    once (threads on CPU, green-context streams on one GPU: ``lanes``, see
+    :mod:`executor.lanes`; by default an equal share of the machine per lane);
+    ``Backend.DISTRIBUTED`` runs this process's device (its torch.distributed rank) and
+    exchanges tensors with the other ranks point to point. The backend may also be given by
+    its name (``"local"``, ``"concurrent"``, ``"distributed"``).
 
     ``weights`` maps a stage to the tensors it computes with instead of its parameters (the
     gradients then land on those tensors). ``timeout_s`` bounds each wait for a peer.
@@ -68,6 +76,21 @@ def run_step(
             book=None if state is None else state.shapes,
             check_finite=check_finite,
         )
+    if chosen is Backend.CONCURRENT:
+        return run_concurrent_step(
+            schedule,
+            stages,
+            xs,
+            ys,
+            loss_fn,
+            lanes=lanes,
+            weights=weights,
+            step=step,
+            timeout_s=timeout_s,
+            check_finite=check_finite,
+        )
+    if lanes is not None:
+        raise BackendError(f"lanes go with the concurrent backend, not with {chosen.value}")
     return run_local_step(
         schedule, stages, xs, ys, loss_fn, weights=weights, step=step, check_finite=check_finite
     )
