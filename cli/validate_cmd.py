@@ -39,9 +39,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=["cpu", "cuda"],
+        choices=["cpu", "cuda", "cpu-partitioned", "cuda-partitioned"],
         default="cpu",
-        help="gloo processes on CPU cores, or NCCL on GPUs (default cpu)",
+        help="cpu: a gloo process per device on CPU cores; cuda: an NCCL process per GPU; "
+        "cuda-partitioned: one GPU cut into 4 lanes (green contexts of equal SM shares) running "
+        "K = 1, 2, 4 pipeline devices at once; cpu-partitioned: its CPU twin, lanes as threads "
+        "with equal thread budgets (default cpu)",
     )
     parser.add_argument(
         "--out",
@@ -169,7 +172,7 @@ def _validate_memory(args: argparse.Namespace) -> int:
         ("--reuse", args.reuse),
         ("--resume", args.resume),
         ("--repeat-until-stable", args.repeat_until_stable is not None),
-        ("--backend cuda", args.backend == "cuda"),
+        (f"--backend {args.backend}", args.backend != "cpu"),
     ):
         if given:
             raise PipesimError(

@@ -193,6 +193,12 @@ def profile_link(
             if round_ >= 2:
                 one_way.append((time.perf_counter_ns() - began) / 2e9)
         samples.append((buffer.numel() * 4, statistic(one_way)))
+    return fit_link(samples)
+
+
+def fit_link(samples: Sequence[tuple[int, float]]) -> LinkProfile:
+    """The link of ``(bytes, one-way seconds)`` samples: the least-squares line's intercept
+    as latency (at least 0) and its slope's inverse as bandwidth."""
     latency, per_byte = _fit_line(samples)
     bandwidth = 1.0 / per_byte if per_byte > 0 else float("inf")
     return LinkProfile(max(latency, 0.0), bandwidth, tuple(samples))

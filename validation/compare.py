@@ -10,7 +10,10 @@ times the whole model's F + B profiled in the same round). Memory: on CPU each r
 resident-memory rise during a step (measured by the kernel, see
 :func:`validation.session.rss_rise`) against the activations the memory model predicts, with
 the executor's own stash count beside it; on CUDA ``max_memory_allocated`` against weights,
-gradients and activations. :func:`case_series` hands the per-round values to the bootstrap
+gradients and activations. Lanes of one machine (the partitioned backends) share one memory:
+the whole machine's peak is compared with the most the simulated lanes hold at once
+(:func:`~pipesim.engine.memory_over_time.shared_peak_bytes`), each lane's stash with its
+device's activation peak. :func:`case_series` hands the per-round values to the bootstrap
 (:mod:`validation.uncertainty`) that bounds the aggregates.
 """
 
@@ -19,7 +22,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from executor.backends import DeviceKind
 from pipesim.analysis.bubble import analytic_bubble_fraction
+from pipesim.engine.memory_over_time import shared_peak_bytes
 from validation.estimate import (
     STATISTIC,
     Noise,
@@ -79,7 +84,7 @@ def compare_case(
 ) -> list[Comparison]:
     """One record per measured run: prediction, measurement and errors."""
     case = measured.case
-    cuda = case.backend == "cuda"
+    cuda = case.backend.device_kind is DeviceKind.CUDA
     if predictions is None:
         predictions = case_predictions(measured)
     records = []
@@ -99,6 +104,19 @@ def compare_case(
             for d in result.per_device
         )
         measured_memory = run.peak_allocated_bytes if cuda else run.peak_rss_bytes
+        memory_error = _memory_error(predicted_memory, measured_memory)
+        predicted_device_peak = None
+        if case.backend.partitioned:
+            # One memory for every lane: the most they hold together (static terms counted
+            # on CUDA, where the measurement includes the weights and gradients).
+            predicted_device_peak = shared_peak_bytes(
+                [d.memory for d in result.per_device], static=cuda
+            )
+            memory_error = (
+                abs(relative_error(predicted_device_peak, run.device_peak_bytes))
+                if run.device_peak_bytes
+                else None
+            )
         records.append(
             Comparison(
                 case=case.name,
@@ -121,7 +139,7 @@ def compare_case(
                 predicted_peak_memory_bytes=predicted_memory,
                 measured_peak_memory_bytes=measured_memory,
                 stash_peak_memory_bytes=run.peak_stash_bytes,
-                memory_error=_memory_error(predicted_memory, measured_memory),
+                memory_error=memory_error,
                 stash_memory_error=_memory_error(
                     [float(d.peak_activation_bytes) for d in result.per_device],
                     run.peak_stash_bytes,
@@ -129,6 +147,8 @@ def compare_case(
                 or 0.0,
                 predicted_bubble_fraction=result.bubble_fraction,
                 analytic_bubble_fraction=analytic_bubble_fraction(schedule, costs, 1),
+                predicted_device_peak_bytes=predicted_device_peak,
+                measured_device_peak_bytes=run.device_peak_bytes,
             )
         )
     return records

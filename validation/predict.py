@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from executor.backends import DeviceKind
 from executor.profile import LinkProfile, StageProfile, calibrated_costs
 from pipesim.costs import PipelineCosts
 from pipesim.engine import simulate
@@ -75,7 +76,7 @@ def _costs(
         samples_per_microbatch=case.model.microbatch_size,
         description=f"calibrated on {measured.machine.processor}",
     )
-    if case.backend == "cuda":
+    if case.backend.device_kind is DeviceKind.CUDA:
         costs = dataclasses.replace(
             costs,
             stages=tuple(

@@ -40,14 +40,17 @@ from validation.uncertainty import CaseSeries, error_intervals
 SUITES = {"quick": quick_suite, "full": full_suite}
 
 
-def suite_cases(suite: str, backend: str) -> tuple[list[Case], list[dict[str, Any]]]:
+def suite_cases(
+    suite: str, backend: str, fit_machine: bool = True
+) -> tuple[list[Case], list[dict[str, Any]]]:
     """The cases of ``suite`` this machine can run, and what it skips (with reasons); a suite
-    of which nothing can run here is refused."""
+    of which nothing can run here is refused. Without ``fit_machine``, every case of the
+    suite (to predict measurements made on another machine)."""
     try:
         build = SUITES[suite]
     except KeyError:
         raise PipesimError(f"--suite must be one of {', '.join(SUITES)}, got {suite!r}") from None
-    return build(backend)
+    return build(backend, fit_machine)
 
 
 def measured_path(out: Path, case: Case) -> Path:
@@ -112,12 +115,30 @@ def run_validation(
     takes the cases found there and measures the others. ``stability`` keeps measuring noisy
     cases (see :class:`~validation.session.Stability`).
     """
-    chosen, skipped = suite_cases(suite, backend) if cases is None else (cases, [])
+    chosen, skipped = (
+        suite_cases(suite, backend, fit_machine=not reuse) if cases is None else (cases, [])
+    )
     if reuse and not Path(out).is_dir():  # nothing to reuse: refused without making it
         raise PipesimError(
             f"--reuse: no measurements folder at {str(out)!r}; give the --out of a validation "
             "that ran"
         )
+    if reuse and cases is None:
+        # The suite's cases measured where it ran (a case the machine skipped, or one a time
+        # limit cut short, has no file: it is skipped here too, saying so).
+        measured = [case for case in chosen if measured_path(Path(out), case).is_file()]
+        if measured:
+            skipped += [
+                {
+                    "case": case.name,
+                    "schedule": "*",
+                    "microbatches": "*",
+                    "reason": f"not measured: no {measured_path(Path(out), case).name} in --out",
+                }
+                for case in chosen
+                if case not in measured
+            ]
+            chosen = measured
     # A folder made here and left empty (a case refused, Ctrl-C before any was measured) is
     # removed again; measurements written into it stay.
     with new_output_directory(out, "--out") as out:
@@ -194,7 +215,12 @@ def _measure_cases(
                     bar.set_postfix_str(f"{name}: {text}")
 
                 show("starting")
-                measured = run_case(case, stability=stability, on_progress=show)
+                if case.backend.partitioned:
+                    from validation.lane_session import run_lane_case
+
+                    measured = run_lane_case(case, stability=stability, on_progress=show)
+                else:
+                    measured = run_case(case, stability=stability, on_progress=show)
                 write_text_atomically(
                     saved, json_text(measured.to_json()), field="--out measurements"
                 )

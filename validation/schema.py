@@ -38,6 +38,8 @@ def _flat_from_json(cls: type[R], data: object, where: str) -> R:
     hints = typing.get_type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.default is not dataclasses.MISSING and isinstance(data, dict) and f.name not in data:
+            continue  # a field added later, with a default: older files read
         value = _tuples(require(data, f.name, where))
         if hints[f.name] is float and isinstance(value, int):
             value = float(value)
@@ -69,6 +71,7 @@ class Machine:
     torch: str
     threads_per_process: int
     gpu: str | None = None
+    lanes: str | None = None  # the partitioned backends' lanes, in words
 
     def to_json(self) -> dict[str, Any]:
         """Every field."""
@@ -99,6 +102,10 @@ class RunMeasurement:
         order: each device's order as action strings, for a schedule synthesised in the case
             (:mod:`validation.synthesized_runs`); empty for a registered schedule, which its
             name rebuilds.
+        device_peak_bytes: the partitioned backends, whose lanes share one memory: the whole
+            machine's peak during one extra, untimed step. On CUDA the allocator's peak less
+            what was resident before the step, plus the model's weights and gradients; on CPU
+            the process's resident-memory rise. None for the other backends.
     """
 
     schedule: str
@@ -112,6 +119,7 @@ class RunMeasurement:
     peak_rss_bytes: tuple[int | None, ...]
     timeline: tuple[tuple[int, int, str | None, float, float], ...]
     order: tuple[tuple[str, ...], ...] = ()
+    device_peak_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every field (tuples as lists)."""
@@ -339,6 +347,10 @@ class Comparison:
     the resident-memory rise of each rank) and
     ``stash_peak_memory_bytes`` is the executor's own count of stashed activations, reported
     beside it; ``memory_error`` is the prediction's largest error against the measured one.
+    Partitioned runs (lanes of one machine, one memory) have no per-device measurement: their
+    ``measured_device_peak_bytes`` is the whole machine's (see
+    :attr:`RunMeasurement.device_peak_bytes`), ``predicted_device_peak_bytes`` the simulator's
+    most held at once by every lane together, and ``memory_error`` compares the two.
     """
 
     case: str
@@ -365,6 +377,8 @@ class Comparison:
     stash_memory_error: float
     predicted_bubble_fraction: float
     analytic_bubble_fraction: float | None
+    predicted_device_peak_bytes: float | None = None
+    measured_device_peak_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every field (tuples as lists)."""

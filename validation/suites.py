@@ -11,16 +11,49 @@ which nothing can run here is refused, never reported as a pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
-from executor.backends import DeviceKind, parse_device_kind
+from executor.backends import DeviceKind
 from pipesim.common.limits import cpu_count
 from pipesim.errors import PipesimError
 from pipesim.schedules import schedule_info, schedule_names, unsupported_reason
 from pipesim.sweep.grid import synth_limit
 from validation import synthesized_runs
 from validation.fields import require
+
+
+class RunBackend(StrEnum):
+    """How a validation case runs its K pipeline devices.
+
+    ``cpu`` and ``cuda``: one process per device (gloo on CPU cores, NCCL on GPUs).
+    ``cpu-partitioned`` and ``cuda-partitioned``: one process, every device a lane of one
+    machine (:mod:`executor.lanes`: threads with equal thread budgets, or green contexts with
+    equal shares of one GPU's SMs), all running at once; one GPU is enough."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    CPU_PARTITIONED = "cpu-partitioned"
+    CUDA_PARTITIONED = "cuda-partitioned"
+
+    @property
+    def device_kind(self) -> DeviceKind:
+        """What the stages compute on."""
+        return DeviceKind.CUDA if self.value.startswith("cuda") else DeviceKind.CPU
+
+    @property
+    def partitioned(self) -> bool:
+        """True when the devices are lanes of one machine."""
+        return self.value.endswith("-partitioned")
+
+
+def parse_run_backend(value: RunBackend | str, field: str = "--backend") -> RunBackend:
+    """``value`` as a :class:`RunBackend`; anything else is a one-line error."""
+    try:
+        return RunBackend(value)
+    except ValueError:
+        choices = ", ".join(b.value for b in RunBackend)
+        raise PipesimError(f"{field} must be one of {choices}, got {value!r}") from None
 
 
 class ModelKind(Enum):
@@ -80,10 +113,14 @@ class Case:
     devices: int
     microbatches: tuple[int, ...]
     schedules: tuple[str, ...]
-    backend: DeviceKind
+    backend: RunBackend
     warmup: int = 2
     repeats: int = 5
     crosscheck: bool = True
+
+    def __post_init__(self) -> None:
+        # A device kind (``DeviceKind.CPU``) or a name is taken as the backend it names.
+        object.__setattr__(self, "backend", parse_run_backend(self.backend, "case: backend"))
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(schedule, M, chunks) of every run the case makes."""
@@ -116,7 +153,7 @@ class Case:
             int(require(data, "devices", "case")),
             tuple(int(m) for m in require(data, "microbatches", "case")),
             tuple(str(n) for n in require(data, "schedules", "case")),
-            parse_device_kind(str(require(data, "backend", "case")), "case: backend"),
+            parse_run_backend(str(require(data, "backend", "case")), "case: backend"),
             int(require(data, "warmup", "case")),
             int(require(data, "repeats", "case")),
             crosscheck=False,
@@ -158,13 +195,34 @@ QUICK_TRANSFORMER = ModelSpec(
 SYNTHESISED = ("synth N=1", "synth N=3")
 
 
+# The partitioned suites' lanes: every case cuts the machine into this many equal lanes, so that
+# K = 1, 2 and 4 are pipelines of devices of one kind and a pipeline's speedup is over one lane.
+PARTITION_LANES = 4
+PARTITIONED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
+# Sized to keep a lane busy: on CPU one lane's thread computes a block in milliseconds, and on
+# CUDA a quarter of an H100's SMs (32 of 132) takes about 2.5 ms per block forward in float32
+# (1,024 tokens of width 1,024, no TF32: about 5e10 FLOP at some 16 TFLOP/s), long beside the
+# host's time to issue a block's kernels for all four lanes (tens of microseconds each).
+PARTITIONED_MODELS = {
+    DeviceKind.CPU: ModelSpec(
+        ModelKind.TRANSFORMER, width=256, layers=8, microbatch_size=4, sequence=64, heads=4
+    ),
+    DeviceKind.CUDA: ModelSpec(
+        ModelKind.TRANSFORMER, width=1024, layers=8, microbatch_size=4, sequence=256, heads=16
+    ),
+}
+
+
 def quick_suite(
-    backend: DeviceKind | str = DeviceKind.CPU,
+    backend: RunBackend | str = RunBackend.CPU, fit_machine: bool = True
 ) -> tuple[list[Case], list[dict[str, Any]]]:
     """K=2 over one core per process: every schedule, and the schedule synthesised for the
     case's calibrated costs with at most 1 and 3 micro-batches in flight, M in 1, 2, 4, 8, on
-    the MLP and on the transformer."""
-    backend = _check_backend(backend)
+    the MLP and on the transformer. Partitioned: K in 1, 2, 4 lanes, GPipe, 1F1B, interleaved
+    1F1B and ZB-H1 at M in 4, 8 on a transformer."""
+    backend = parse_run_backend(backend)
+    if backend.partitioned:
+        return partitioned_suite(backend, (4, 8), PARTITIONED_SCHEDULES, (4, 2, 1), fit_machine)
     schedules = (*schedule_names(), *SYNTHESISED)
     cases = [
         Case("mlp-1024x8-K2", QUICK_MLP, 2, (1, 2, 4, 8), schedules, backend, repeats=15),
@@ -178,15 +236,17 @@ def quick_suite(
             repeats=15,
         ),
     ]
-    return _runnable(cases, backend)
+    return _runnable(cases, backend, fit_machine)
 
 
 def full_suite(
-    backend: DeviceKind | str = DeviceKind.CPU,
+    backend: RunBackend | str = RunBackend.CPU, fit_machine: bool = True
 ) -> tuple[list[Case], list[dict[str, Any]]]:
     """Every schedule over K in 2, 4, 8 and M in 1..32 on the MLP and the transformer, as far as
-    the machine allows."""
-    backend = _check_backend(backend)
+    the machine allows. Partitioned: every schedule over K in 1, 2, 4 lanes and M in 4..16."""
+    backend = parse_run_backend(backend)
+    if backend.partitioned:
+        return partitioned_suite(backend, (4, 8, 16), schedule_names(), (4, 2, 1), fit_machine)
     models = {
         "mlp-1024x16": ModelSpec(ModelKind.MLP, width=1024, layers=16, microbatch_size=32),
         "transformer-256x16": ModelSpec(
@@ -207,12 +267,45 @@ def full_suite(
         for devices in (2, 4, 8)
         for label, model in models.items()
     ]
-    return _runnable(cases, backend)
+    return _runnable(cases, backend, fit_machine)
 
 
-def _runnable(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], list[dict[str, Any]]]:
-    """The cases this machine can run and what it skips; none runnable is refused."""
-    runnable, skipped = _fit_machine(cases, backend)
+def partitioned_suite(
+    backend: RunBackend,
+    microbatches: tuple[int, ...],
+    schedules: tuple[str, ...],
+    devices: tuple[int, ...],
+    fit_machine: bool = True,
+) -> tuple[list[Case], list[dict[str, Any]]]:
+    """One case per K: the transformer of the backend's device kind on K of
+    :data:`PARTITION_LANES` equal lanes (no cross-check: torch.distributed.pipelining needs a
+    process per device). The deepest pipelines first: a run cut short by its time limit keeps
+    them (each case compares with its own one-lane baseline)."""
+    model = PARTITIONED_MODELS[backend.device_kind]
+    cases = [
+        Case(
+            f"transformer-{model.width}x{model.layers}-K{k}-lanes",
+            model,
+            k,
+            microbatches,
+            schedules,
+            backend,
+            warmup=2,
+            repeats=5,
+            crosscheck=False,
+        )
+        for k in devices
+    ]
+    return _runnable(cases, backend, fit_machine)
+
+
+def _runnable(
+    cases: list[Case], backend: RunBackend, fit_machine: bool = True
+) -> tuple[list[Case], list[dict[str, Any]]]:
+    """The cases this machine can run and what it skips; none runnable is refused. Without
+    ``fit_machine`` every case is kept (``--reuse`` predicts measurements made elsewhere, on
+    a GPU, say)."""
+    runnable, skipped = _fit_machine(cases, backend) if fit_machine else (cases, [])
     if not runnable:
         raise PipesimError(
             f"--backend {backend}: no case of the suite can run here ({skipped[0]['reason']})"
@@ -222,18 +315,31 @@ def _runnable(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], list[
     return runnable, skipped
 
 
-def available_workers(backend: DeviceKind) -> int:
-    """Cores (CPU: one process per core) or GPUs (CUDA) this machine offers."""
-    if backend is DeviceKind.CUDA:
+def lane_threads() -> int:
+    """Each CPU lane's threads in the partitioned suites: an equal share of the cores among
+    :data:`PARTITION_LANES` lanes (at least one)."""
+    return max(1, cpu_count() // PARTITION_LANES)
+
+
+def available_workers(backend: RunBackend | DeviceKind) -> int:
+    """Cores (CPU: one process per core), GPUs (CUDA) or lanes (partitioned) this machine
+    offers."""
+    run_backend = parse_run_backend(backend)
+    if run_backend is RunBackend.CPU_PARTITIONED:
+        return min(PARTITION_LANES, cpu_count() // lane_threads())
+    if run_backend is RunBackend.CUDA_PARTITIONED:
+        from executor.lanes import green_context_support
+
+        return 0 if green_context_support() is not None else PARTITION_LANES
+    if run_backend is RunBackend.CUDA:
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     return cpu_count()
 
 
-def _fit_machine(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], list[dict[str, Any]]]:
+def _fit_machine(cases: list[Case], backend: RunBackend) -> tuple[list[Case], list[dict[str, Any]]]:
     have = available_workers(backend)
-    unit = "GPU(s)" if backend is DeviceKind.CUDA else "core(s)"
     kept, skipped = [], []
     for case in cases:
         if case.devices <= have:
@@ -244,11 +350,25 @@ def _fit_machine(cases: list[Case], backend: DeviceKind) -> tuple[list[Case], li
                     "case": case.name,
                     "schedule": "*",
                     "microbatches": "*",
-                    "reason": f"needs {case.devices} {unit}, this machine has {have}",
+                    "reason": _shortfall(backend, case.devices, have),
                 }
             )
     return kept, skipped
 
 
-def _check_backend(backend: DeviceKind | str) -> DeviceKind:
-    return parse_device_kind(backend, "--backend")
+def _shortfall(backend: RunBackend, devices: int, have: int) -> str:
+    """Why ``devices`` devices do not fit this machine, in words."""
+    if backend is RunBackend.CUDA_PARTITIONED:
+        from executor.lanes import green_context_support
+
+        missing = green_context_support()
+        if missing is not None:
+            return f"CUDA lanes need green contexts: {missing}"
+    if backend is RunBackend.CPU_PARTITIONED:
+        threads = lane_threads()
+        return (
+            f"needs {devices} lanes of {threads} thread(s) = {devices * threads} cores, this "
+            f"machine has {cpu_count()}"
+        )
+    unit = "GPU(s)" if backend is RunBackend.CUDA else "core(s)"
+    return f"needs {devices} {unit}, this machine has {have}"

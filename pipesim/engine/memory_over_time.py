@@ -8,6 +8,7 @@ holds).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -227,3 +228,23 @@ def device_memory(
             )
         )
     return tuple(out)
+
+
+def shared_peak_bytes(memories: Sequence[DeviceMemory], *, static: bool = True) -> float:
+    """The most the devices hold at one moment when they share one memory (the lanes of one
+    GPU, :mod:`executor.lanes`): every device's static terms (with ``static``) plus the largest
+    sum over devices of their activation and transient levels at one time. At equal times,
+    frees come first. Never more than the sum of the devices' own peaks, and less where their
+    peaks fall at different times."""
+    times, deltas = [], []
+    for memory in memories:
+        levels = memory.activation_levels_bytes + memory.transient_levels_bytes
+        if len(levels):
+            times.append(memory.change_times_s)
+            deltas.append(np.diff(levels, prepend=0.0))
+    fixed = sum(m.static_bytes for m in memories) if static else 0.0
+    if not times:
+        return float(fixed)
+    at, change = np.concatenate(times), np.concatenate(deltas)
+    order = np.lexsort((change > 0, at))
+    return float(fixed + max(0.0, float(np.cumsum(change[order]).max())))

@@ -113,3 +113,35 @@ def test_out_of_memory_is_reported_not_raised() -> None:
 def test_synthetic_activation_bytes_split_over_chunks() -> None:
     costs = synthetic_costs(2, 2, 1.0, 1.0, activation_bytes=800.0)
     assert {s.activation_bytes for s in costs.stages} == {400.0}
+
+
+def test_devices_sharing_one_memory_peak_together_in_gpipe() -> None:
+    """GPipe runs every forward before the last device's first backward: devices sharing one
+    memory (lanes of one GPU) hold all K x M stashes at once, on top of every static term."""
+    from pipesim.engine.memory_over_time import shared_peak_bytes
+
+    for devices, microbatches in ((2, 2), (3, 4)):
+        result = simulate(build("gpipe", devices, microbatches), costs_with(devices, weights=7.0))
+        memories = [d.memory for d in result.per_device]
+        assert shared_peak_bytes(memories, static=False) == devices * microbatches * ACT
+        assert shared_peak_bytes(memories) == devices * microbatches * ACT + devices * 4 * 7.0
+
+
+@given(st.sampled_from(["1f1b", "zb-h1", "interleaved-1f1b", "gpipe"]), st.integers(1, 4))
+def test_a_shared_memory_peaks_between_the_largest_device_and_the_sum_of_all(
+    name: str, devices: int
+) -> None:
+    from pipesim.engine.memory_over_time import shared_peak_bytes
+
+    chunks = 2 if name == "interleaved-1f1b" else 1
+    schedule = build(name, devices, 2 * devices, chunks)
+    base = costs_with(devices)
+    stage_costs = PipelineCosts(base.stages * chunks, base.network)
+    result = simulate(schedule, stage_costs)
+    memories = [d.memory for d in result.per_device]
+    shared = shared_peak_bytes(memories, static=False)
+    own = [m.activations_at_peak_bytes + m.transient_at_peak_bytes for m in memories]
+    assert max(own) <= shared + 1e-9
+    assert shared <= sum(own) + 1e-9
+    if devices == 1:
+        assert shared == own[0]
