@@ -81,7 +81,7 @@ def test_split_model_spreads_layers_and_shares_them() -> None:
                 backend="mpi",
             ),
             BackendError,
-            "backend must be one of local, distributed, got 'mpi'",
+            "backend must be one of local, concurrent, distributed, got 'mpi'",
         ),
         (
             lambda: run_step(
