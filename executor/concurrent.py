@@ -229,31 +229,57 @@ def _run_on_threads(
         schedule, runners, transport, Clock(torch.device("cpu")), xs, ys, step, check_finite
     )
 
+    finished = [threading.Event() for _ in workers]
+
     def lane(worker: DeviceWorker) -> None:
         try:
-            worker.run_all()
+            for action in schedule.device_actions[worker.device]:
+                if transport.failed is not None:
+                    return  # another lane failed, or the step was interrupted: stop here
+                worker.run(action)
         except BaseException as error:  # every failure ends every lane, the first is raised
             transport.fail(error)
+        finally:
+            finished[worker.device].set()
 
     threads = [
-        threading.Thread(target=lane, args=(w,), name=f"pipesim-lane-{w.device}", daemon=True)
+        # Not daemons: an interpreter that exits while a lane is inside a torch operation
+        # aborts ("terminate called without an active exception"); it waits for them instead,
+        # and a lane told to stop ends after its current action.
+        threading.Thread(target=lane, args=(w,), name=f"pipesim-lane-{w.device}")
         for w in workers
     ]
     with lanes.budget():
         try:
             for thread in threads:
                 thread.start()
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(0.1)
+            # Each lane's own event, not Thread.join: a join interrupted by Ctrl-C can leave
+            # its thread marked as stopped while it still runs (CPython issue 90882).
+            for done in finished:
+                while not done.wait(0.1):
+                    pass
         except BaseException as error:  # Ctrl-C in this thread: stop the lanes, then re-raise
             transport.fail(error)
-            for thread in threads:
-                thread.join(timeout_s)
+            _wait_despite_interrupts(finished, timeout_s)
             raise
+    for thread in threads:
+        thread.join()  # each has set its event: ending now
     if transport.failed is not None:
         raise transport.failed
     return _result(schedule, runners, meters, workers, None)
+
+
+def _wait_despite_interrupts(finished: Sequence[threading.Event], timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) for lanes told to stop: each ends after the action it is
+    running. A second Ctrl-C meanwhile does not abandon them (a lane thread still inside a
+    torch operation when the interpreter exits aborts it)."""
+    deadline = time.monotonic() + timeout_s
+    for done in finished:
+        while not done.is_set() and time.monotonic() < deadline:
+            try:
+                done.wait(0.1)
+            except KeyboardInterrupt:
+                continue  # already stopping
 
 
 def _run_on_streams(

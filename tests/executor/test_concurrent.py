@@ -218,3 +218,53 @@ def test_two_cuda_lanes_compute_at_the_same_time() -> None:
         d: [(r.start_s, r.end_s) for r in result.timeline.compute if r.device == d] for d in (0, 1)
     }
     assert any(a0 < b1 and a1 < b0 for a0, b0 in spans[0] for a1, b1 in spans[1])
+
+
+INTERRUPTED_LOOP = """
+import signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)
+import torch
+from torch import nn
+from executor import run_step, split_model, cpu_lanes
+from executor.models import transformer
+from pipesim.schedules import build
+schedule = build("1f1b", 2, 8)
+stages = split_model(transformer(128, 4, 8, seed=0), schedule)
+x = torch.randn(32, 32, 128)
+lanes = cpu_lanes(2, 1)
+try:
+    while True:
+        run_step(schedule, stages, x, x, nn.MSELoss(), backend="concurrent", lanes=lanes)
+        print("stepped", flush=True)
+except KeyboardInterrupt:
+    print("lanes left:", [t.name for t in threading.enumerate() if t.name != "MainThread"])
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_twice_stops_every_lane_before_the_process_exits() -> None:
+    """A second Ctrl-C while the lanes stop must not abandon them: a lane thread inside a
+    torch operation when the interpreter exits aborts it (exit 134, "terminate called")."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_LOOP],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "stepped"  # the loop is under way
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert "terminate called" not in err
+    assert process.returncode == 130, err
+    assert "lanes left: []" in out
