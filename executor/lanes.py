@@ -127,10 +127,10 @@ def green_context_support() -> str | None:
     creator = getattr(green_contexts, "GreenContext", None)
     if creator is None:
         return f"this PyTorch ({torch.__version__}) has no GreenContext"
-    if not hasattr(creator, "Stream"):
+    if not hasattr(creator, "Stream") and not hasattr(creator, "set_context"):
         return (
-            f"this PyTorch ({torch.__version__}) makes green contexts without streams of their "
-            "own (GreenContext.Stream, PyTorch 2.10 or later)"
+            f"this PyTorch ({torch.__version__}) can neither make a green context's stream "
+            "(GreenContext.Stream) nor make the context current (set_context)"
         )
     return None
 
@@ -146,6 +146,19 @@ def _new_green_context(sms: int, device_index: int) -> Any:
     if create is not None:
         return create(num_sms=sms, device_id=device_index)
     return maker(num_sms=sms, device_id=device_index)
+
+
+def _stream_of(context: Any, device: torch.device) -> Any:
+    """A stream whose kernels run on ``context``'s SMs: its own ``Stream()`` where this
+    PyTorch has it; otherwise a stream created while the context is current (some builds
+    bind ``set_context`` and ``pop_context`` only), which belongs to it just the same."""
+    if hasattr(context, "Stream"):
+        return context.Stream()
+    context.set_context()
+    try:
+        return torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
+    finally:
+        context.pop_context()
 
 
 def cuda_lanes(count: int, sms_per_lane: int | None = None, device_index: int = 0) -> CudaLanes:
@@ -174,7 +187,7 @@ def cuda_lanes(count: int, sms_per_lane: int | None = None, device_index: int = 
     for _ in range(count):
         try:
             context = _new_green_context(share, device_index)
-            stream = context.Stream()
+            stream = _stream_of(context, torch.device("cuda", device_index))
         except (RuntimeError, TypeError, ValueError, AttributeError) as error:
             raise LaneError(
                 f"CUDA lanes: a green context of {share} SMs failed: {first_line(error)}"

@@ -268,3 +268,30 @@ def test_ctrl_c_twice_stops_every_lane_before_the_process_exits() -> None:
     assert "terminate called" not in err
     assert process.returncode == 130, err
     assert "lanes left: []" in out
+
+
+def test_a_lane_stream_comes_from_its_green_context() -> None:
+    """A green context's own Stream() where it has one; otherwise a stream made while the
+    context is current, popped again even when making it fails."""
+    from executor.lanes import _stream_of
+
+    class WithStream:
+        def Stream(self) -> str:
+            return "its own"
+
+    class ContextOnly:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def set_context(self) -> None:
+            self.calls.append("set")
+
+        def pop_context(self) -> None:
+            self.calls.append("pop")
+
+    assert _stream_of(WithStream(), torch.device("cuda", 0)) == "its own"
+    context = ContextOnly()
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError):
+            _stream_of(context, torch.device("cuda", 0))
+        assert context.calls == ["set", "pop"]
