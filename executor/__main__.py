@@ -15,24 +15,19 @@ died (``kill -9``) exits within a second instead of training on alone.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from types import FrameType
+from collections.abc import Sequence
 
+from executor.interrupts import interrupts_that_stick
 from executor.options import PROG, check_options, parser, rank_place, under_torchrun
 from pipesim.common.command_line import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 from pipesim.common.lifetime import (
-    STOP_SIGNALS,
-    StopSignal,
     end_with_parent,
     interrupt_reason,
-    signals_handled,
 )
 from pipesim.errors import PipesimError, RunFailed, short_values
 from pipesim.files.outputs import write_text_atomically
@@ -76,7 +71,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if error.name != "torch" and not (error.name or "").startswith("torch."):
                 raise
             return _fail("error", NO_TORCH, EXIT_BAD_INPUT)
-        with _interrupts_that_stick():
+        with interrupts_that_stick():
             status = run(args, place)
     except PipesimError as error:
         return _fail("error", str(error), EXIT_BAD_INPUT)
@@ -90,51 +85,6 @@ def _main(argv: Sequence[str] | None) -> int:
 
         end_rank(status, args.timeout)
     return status
-
-
-@contextlib.contextmanager
-def _interrupts_that_stick() -> Iterator[None]:
-    """Ctrl-C (and SIGTERM or SIGHUP, taken the same way) that is never lost. Python drops a
-    KeyboardInterrupt raised while a finalizer runs (torch frees memory through weakref
-    finalizers: "Exception ignored in: <finalize object>" and a traceback on stderr), and the
-    run went on. After the first signal a timer raises it again every half second until it
-    reaches :func:`_main`, and the dropped one prints nothing. An ignored signal (SIGINT in a
-    background job, SIGHUP under nohup) stays ignored."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        signal, "setitimer"
-    ):
-        yield
-        return
-
-    def interrupted(signum: int, frame: FrameType | None) -> None:
-        stop: KeyboardInterrupt = (
-            KeyboardInterrupt()
-            if signum == signal.SIGINT
-            else StopSignal(signal.Signals(signum).name)
-        )
-
-        def again(signum: int, frame: FrameType | None) -> None:
-            raise stop
-
-        signal.signal(signal.SIGALRM, again)
-        signal.setitimer(signal.ITIMER_REAL, 0.5, 0.5)
-        raise stop
-
-    previous_hook = sys.unraisablehook
-
-    def quiet(unraisable: sys.UnraisableHookArgs) -> None:
-        if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
-            previous_hook(unraisable)  # a dropped interrupt is raised again: not reported
-
-    with signals_handled(interrupted, (signal.SIGINT, *STOP_SIGNALS)):
-        previous_alarm = signal.getsignal(signal.SIGALRM)
-        sys.unraisablehook = quiet
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous_alarm)
-            sys.unraisablehook = previous_hook
 
 
 def _fail(kind: str, message: str, status: int) -> int:

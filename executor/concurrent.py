@@ -20,6 +20,7 @@ other backends; tests hold it for every schedule).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -158,6 +159,12 @@ def run_concurrent_step(
                 f"the concurrent backend runs every stage on one device: stage 0 is on "
                 f"{device}, stage {s} on {runner.device}"
             )
+    if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise ExecutorError(f"timeout_s must be seconds > 0, got {timeout_s!r}")
+    if lanes is not None and not isinstance(lanes, CpuLanes | CudaLanes):
+        raise ExecutorError(
+            f"lanes must be made by executor.cpu_lanes or executor.cuda_lanes, got {lanes!r}"
+        )
     chosen = lanes if lanes is not None else lanes_for(schedule.devices, device)
     if chosen.count < schedule.devices:
         raise ExecutorError(

@@ -104,8 +104,14 @@ Lanes = CpuLanes | CudaLanes
 def cpu_lanes(count: int, threads_per_lane: int | None = None) -> CpuLanes:
     """``count`` CPU lanes; by default each with an equal share of this machine's cores
     (at least one thread)."""
+    _check_count(count)
     threads = threads_per_lane if threads_per_lane is not None else max(1, cpu_count() // count)
     return CpuLanes(count, threads)
+
+
+def _check_count(count: object) -> None:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise LaneError(f"lanes: count must be an integer >= 1, got {count!r}")
 
 
 def green_context_support() -> str | None:
@@ -167,8 +173,7 @@ def cuda_lanes(count: int, sms_per_lane: int | None = None, device_index: int = 
 
     Raises :class:`LaneError` in one line where green contexts are missing (see
     :func:`green_context_support`) or the GPU has too few SMs."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise LaneError(f"lanes: count must be an integer >= 1, got {count!r}")
+    _check_count(count)
     missing = green_context_support()
     if missing is not None:
         raise LaneError(f"CUDA lanes need green contexts: {missing}")

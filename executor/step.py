@@ -63,6 +63,8 @@ def run_step(
     chosen = parse_backend(backend)
     xs = split_microbatches(inputs, schedule.microbatches, "inputs")
     ys = split_microbatches(targets, schedule.microbatches, "targets")
+    if lanes is not None and chosen is not Backend.CONCURRENT:
+        raise BackendError(f"lanes go with the concurrent backend, not with {chosen.value}")
     if chosen is Backend.DISTRIBUTED:
         return run_distributed_step(
             schedule,
@@ -89,8 +91,6 @@ def run_step(
             timeout_s=timeout_s,
             check_finite=check_finite,
         )
-    if lanes is not None:
-        raise BackendError(f"lanes go with the concurrent backend, not with {chosen.value}")
     return run_local_step(
         schedule, stages, xs, ys, loss_fn, weights=weights, step=step, check_finite=check_finite
     )

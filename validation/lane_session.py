@@ -36,6 +36,7 @@ from torch import nn
 
 from executor import StepResult, run_step, split_model
 from executor.concurrent import ThreadTransport
+from executor.interrupts import interrupts_that_stick
 from executor.lanes import CudaLanes, Lanes, cpu_lanes, cuda_lanes
 from executor.messages import Message
 from executor.profile import (
@@ -93,7 +94,21 @@ def run_lane_case(
     on_progress: Callable[[str], None] | None = None,
     timeout_s: float = 1800.0,
 ) -> CaseMeasurement:
-    """Measure ``case`` on lanes of this machine; everything measured, nothing predicted."""
+    """Measure ``case`` on lanes of this machine; everything measured, nothing predicted.
+
+    This process computes (unlike :func:`validation.session.run_case`, whose workers do), so a
+    Ctrl-C that lands while torch frees memory through a finalizer would be dropped: it is
+    raised again until it gets through (:func:`executor.interrupts.interrupts_that_stick`)."""
+    with interrupts_that_stick():
+        return _measure_lane_case(case, stability, on_progress, timeout_s)
+
+
+def _measure_lane_case(
+    case: Case,
+    stability: Stability | None,
+    on_progress: Callable[[str], None] | None,
+    timeout_s: float,
+) -> CaseMeasurement:
     report = on_progress or (lambda text: None)
     lanes = case_lanes(case)
     samples = [sample_host()]

@@ -286,6 +286,14 @@ def _check_runs(measured: CaseMeasurement) -> None:
                     f"{where}.{field} has {len(getattr(run, field))} values for {run.devices} "
                     "devices"
                 )
+        stages = measured.isolated_calibration.get(run.chunks)
+        if stages is None or len(stages) != run.devices * run.chunks:
+            found = "none" if stages is None else f"{len(stages)} stage(s)"
+            raise PipesimError(
+                f"measurements.isolated_calibration[{run.chunks}] has {found}; "
+                f"{run.schedule} M={run.microbatches} with v={run.chunks} needs "
+                f"{run.devices * run.chunks} stage profiles"
+            )
         _check_order(run, where)
         for position, (device, _, _, start_s, end_s) in enumerate(run.timeline):
             if device >= run.devices or end_s < start_s:

@@ -103,6 +103,8 @@ def _number(value: object, where: str, context: _Context, *, whole: bool) -> int
         raise _wrong(where, expected, value)
     if whole and not isinstance(value, int):
         raise _wrong(where, expected, value)
+    if isinstance(value, int) and abs(value) > 2**63:
+        raise _wrong(where, f"{expected} below 2^63", value)  # no measurement is that large
     if not math.isfinite(value):
         raise _wrong(where, expected, value)
     if (context.positive and value <= 0) or (not context.signed and value < 0):

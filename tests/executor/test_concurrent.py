@@ -160,6 +160,17 @@ def test_wrong_lanes_are_refused_in_one_line() -> None:
         run_step(schedule, stages, x, y, nn.MSELoss(), "local", lanes=cpu_lanes(2, 1))
     with pytest.raises(LaneError, match="threads_per_lane must be an integer >= 1, got 0"):
         CpuLanes(2, 0)
+    for count in (0, "2", None, True):
+        with pytest.raises(LaneError, match=r"lanes: count must be an integer >= 1, got"):
+            cpu_lanes(count)  # type: ignore[arg-type]
+    for bad in ("cpu", 2, object()):
+        with pytest.raises(ExecutorError, match=r"lanes must be made by executor\.cpu_lanes"):
+            run_step(schedule, stages, x, y, nn.MSELoss(), "concurrent", lanes=bad)  # type: ignore[arg-type]
+    for timeout in (0, -1, float("nan")):
+        with pytest.raises(ExecutorError, match="timeout_s must be seconds > 0"):
+            run_step(schedule, stages, x, y, nn.MSELoss(), "concurrent", timeout_s=timeout)
+    with pytest.raises(BackendError, match="not with distributed"):
+        run_step(schedule, stages, x, y, nn.MSELoss(), "distributed", lanes=cpu_lanes(2, 1))
 
 
 def test_cpu_lanes_restore_the_thread_setting() -> None:

@@ -137,6 +137,25 @@ def test_cuda_partitioned_is_refused_in_one_line_without_green_contexts(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_gpu_table_refuses_bad_records_in_one_line_naming_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "partitioned"
+    folder.mkdir()
+    (folder / "measured-a.json").write_text("[" * 100_000)
+    assert summary.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"summary: {str(folder / 'measured-a.json')!r} is not JSON")
+    assert err.count("\n") == 1
+    (folder / "measured-a.json").unlink()
+    (tmp_path / "layers.json").write_text('{"cases": [], "bandwidth": {"triad_bytes_per_s": 0}}')
+    assert summary.main([str(tmp_path)]) == 2
+    assert "is not a layer record this pipesim reads" in capsys.readouterr().err
+    (tmp_path / "layers.json").write_text("[1, 2]")
+    assert summary.main([str(tmp_path)]) == 2
+    assert "is not a layer record (no list of cases)" in capsys.readouterr().err
+
+
 def test_the_gpu_check_names_missing_packages_and_refuses_a_bad_folder(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -145,5 +164,27 @@ def test_the_gpu_check_names_missing_packages_and_refuses_a_bad_folder(
     ]
     assert summary.main([str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.startswith("usage: python -m validation.gpu.summary OUTDIR")
+    assert summary.main([str(tmp_path)]) == 2
+    assert "holds no records of run.sh" in capsys.readouterr().err
+    (tmp_path / "partitioned").mkdir()
     assert summary.main([str(tmp_path)]) == 0
     assert "no partitioned measurements in" in capsys.readouterr().out
+    assert preflight.main(["extra"]) == 2
+    assert preflight.broken_modules(("numpy",)) == []
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="with a GPU the command runs the check"
+)
+def test_the_gpu_command_refuses_before_making_anything(tmp_path: Path) -> None:
+    """No CUDA here: one line, exit 2, and OUTDIR (relative to the caller) not made."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "validation" / "gpu" / "run.sh"
+    for args in ([], ["a", "b"], ["new dir/out"]):
+        done = subprocess.run(
+            ["bash", str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -78,6 +78,7 @@ BAD = [
     ({"by_size": {"4": [1]}}, "top.by_size[4] must be a list of 2, got [1]"),
     ({"by_size": []}, "top.by_size must be an object, got []"),
     ({"note": 5}, "top.note must be a string, got 5"),
+    ({"count": 10**400}, "top.count must be a whole number > 0 below 2^63, got 1000"),
 ]
 
 

@@ -9,6 +9,7 @@ the layer timing need none, and the partitioned suite refuses in one line by its
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 
@@ -18,18 +19,41 @@ DISTRIBUTIONS = {"pytest_timeout": "pytest-timeout"}
 
 
 def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
-    """The distributions of ``names`` that cannot be imported here."""
+    """The distributions of ``names`` that cannot be found here."""
     return [DISTRIBUTIONS.get(n, n) for n in names if importlib.util.find_spec(n) is None]
 
 
-def main() -> int:
+def broken_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
+    """``name: first line of the error`` for each of ``names`` found but failing to import
+    (a torch whose CUDA libraries are missing, say)."""
+    broken = []
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as error:
+            lines = str(error).strip().splitlines()
+            broken.append(f"{name}: {lines[0] if lines else type(error).__name__}")
+    return broken
+
+
+def main(argv: list[str] | None = None) -> int:
     """One line per finding on stderr; 0 when the check can run."""
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        sys.stderr.write("usage: python -m validation.gpu.preflight (no arguments)\n")
+        return 2
     missing = missing_modules()
     if missing:
         sys.stderr.write(
             f"run.sh: missing Python packages: {', '.join(missing)} (run bash "
             "validation/gpu/fetch_wheels.sh on the development machine and carry .whl)\n"
         )
+        return 2
+    broken = broken_modules()
+    if broken:
+        sys.stderr.write(f"run.sh: packages that fail to import: {'; '.join(broken)}\n")
         return 2
     import torch
 

@@ -18,27 +18,34 @@
 # and prints the summary table. Wheels carried in .whl (validation/gpu/fetch_wheels.sh) are
 # installed first; a missing package or no CUDA device is refused in one line, exit 2.
 set -uo pipefail
-out=${1:-}
-if [ -z "$out" ]; then
+if [ $# -ne 1 ] || [ -z "$1" ]; then
     echo "usage: bash validation/gpu/run.sh OUTDIR" >&2
     exit 2
 fi
-out=$(mkdir -p "$out" && cd "$out" && pwd) || { echo "run.sh: cannot make OUTDIR $1" >&2; exit 2; }
-cd "$(dirname "$0")/../.."
+case $1 in
+    /*) out=$1 ;;
+    *) out=$PWD/$1 ;;
+esac
+cd "$(dirname "$0")/../.." || exit 2
 root=$PWD
-site=/tmp/pipesim-gpu-site
+work=$(mktemp -d) || exit 2
+trap 'rm -rf "$work"' EXIT
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$site" .whl/*.whl >/dev/null || { echo "run.sh: installing .whl failed" >&2; exit 2; }
-    export PYTHONPATH="$site:$root"
+        --target "$work/site" .whl/*.whl >/dev/null 2>&1 ||
+        { echo "run.sh: installing the wheels carried in .whl failed" >&2; exit 2; }
+    export PYTHONPATH="$work/site:$root"
 else
     export PYTHONPATH="$root"
 fi
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=ci MPLBACKEND=Agg
+# Checked before OUTDIR is made: a machine that cannot run the check leaves nothing behind.
 python3 -m validation.gpu.preflight || exit 2
+if ! mkdir -p "$out" 2>/dev/null || ! [ -w "$out" ]; then
+    echo "run.sh: cannot make or write OUTDIR $out" >&2
+    exit 2
+fi
 began=$SECONDS
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 echo "== 1/3 CUDA tests (at most 90 s)"
 timeout -s INT 90 python3 -m pytest -q -m cuda -p no:cacheprovider -o addopts="" \

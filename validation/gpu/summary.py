@@ -14,13 +14,41 @@ import statistics
 import sys
 from pathlib import Path
 
+from executor.errors import first_line
 from pipesim.errors import PipesimError
+from pipesim.files.inputs import decode_text, read_input
 from validation.compare import compare_case
 from validation.schema import CaseMeasurement, Comparison
 
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
+
+
+def read_record(path: Path) -> object:
+    """A record's JSON, read as every input is (size-limited, a FIFO bounded, text decoded):
+    anything unreadable is a one-line :class:`PipesimError` naming the file."""
+    text = decode_text(read_input(path, f"record {str(path)!r}"), f"record {str(path)!r}")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise PipesimError(f"{str(path)!r} is not JSON ({first_line(error)})") from None
+
+
+def measured_case(path: Path) -> CaseMeasurement:
+    """A measured case, checked as ``--reuse`` checks it: its fields, and that the file is
+    named for the case it holds."""
+    data = read_record(path)
+    try:
+        measured = CaseMeasurement.from_json(data)
+    except PipesimError as error:
+        raise PipesimError(f"{str(path)!r}: {error}") from None
+    expected = f"measured-{measured.case.name}.json"
+    if path.name != expected:
+        raise PipesimError(
+            f"{str(path)!r} holds case {measured.case.name!r} (its file is named {expected})"
+        )
+    return measured
 
 
 def partitioned_lines(folder: Path) -> list[str]:
@@ -31,7 +59,13 @@ def partitioned_lines(folder: Path) -> list[str]:
     records: list[Comparison] = []
     lines: list[str] = []
     for path in files:
-        measured = CaseMeasurement.from_json(json.loads(path.read_text(encoding="utf-8")))
+        measured = measured_case(path)
+        try:
+            compared = compare_case(measured)
+        except (ArithmeticError, KeyError, ValueError) as error:
+            raise PipesimError(
+                f"{str(path)!r} cannot be predicted: {type(error).__name__}: {first_line(error)}"
+            ) from None
         if not lines:
             lines += [
                 f"{measured.machine.gpu or measured.machine.processor}, torch "
@@ -41,7 +75,7 @@ def partitioned_lines(folder: Path) -> list[str]:
                 "| error | stash error (max over lanes) | device peak p/m GiB | error |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             ]
-        for r in compare_case(measured):
+        for r in compared:
             records.append(r)
             peak = (
                 f"{r.predicted_device_peak_bytes / 2**30:.2f} / "
@@ -80,9 +114,17 @@ def layer_lines(path: Path) -> list[str]:
     from pipesim.hardware import resolve_hardware
     from validation.layer_timing import report
 
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = read_record(path)
+    if not isinstance(record, dict) or not isinstance(record.get("cases"), list):
+        raise PipesimError(f"{str(path)!r} is not a layer record (no list of cases)")
     name = "h100" if "H100" in str(record.get("device", "")) else "h200"
-    lines = report(record, resolve_hardware(name).accelerator)
+    try:
+        lines = report(record, resolve_hardware(name).accelerator)
+    except (ArithmeticError, KeyError, ValueError, TypeError, AttributeError) as error:
+        raise PipesimError(
+            f"{str(path)!r} is not a layer record this pipesim reads ({type(error).__name__}: "
+            f"{first_line(error)})"
+        ) from None
     start = next((i for i, line in enumerate(lines) if line.startswith("| block")), len(lines))
     title = f"layer timing on {record.get('device')}, predicted with the {name} entry"
     return [title, "", *lines[start:]]
@@ -95,10 +137,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m validation.gpu.summary OUTDIR (a folder run.sh wrote)\n")
         return 2
     out = Path(args[0])
+    if not (out / "partitioned").is_dir() and not (out / "layers.json").exists():
+        sys.stderr.write(
+            f"summary: {str(out)!r} holds no records of run.sh (partitioned/, layers.json)\n"
+        )
+        return 2
     try:
         lines = [*partitioned_lines(out / "partitioned"), "", *layer_lines(out / "layers.json")]
-    except (PipesimError, ValueError, KeyError, TypeError) as error:
-        sys.stderr.write(f"summary: {out}: {type(error).__name__}: {error}\n")
+    except PipesimError as error:
+        sys.stderr.write(f"summary: {first_line(error)}\n")
         return 2
     tests = out / "cuda-tests.log"
     if tests.is_file():
