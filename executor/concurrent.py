@@ -256,10 +256,12 @@ def _run_on_threads(
         threading.Thread(target=lane, args=(w,), name=f"pipesim-lane-{w.device}")
         for w in workers
     ]
+    started: list[int] = []  # a Ctrl-C may come before every lane has started
     with lanes.budget():
         try:
-            for thread in threads:
+            for index, thread in enumerate(threads):
                 thread.start()
+                started.append(index)
             # Each lane's own event, not Thread.join: a join interrupted by Ctrl-C can leave
             # its thread marked as stopped while it still runs (CPython issue 90882).
             for done in finished:
@@ -267,7 +269,7 @@ def _run_on_threads(
                     pass
         except BaseException as error:  # Ctrl-C in this thread: stop the lanes, then re-raise
             transport.fail(error)
-            _wait_despite_interrupts(finished, timeout_s)
+            _wait_despite_interrupts([finished[i] for i in started], timeout_s)
             raise
     for thread in threads:
         thread.join()  # each has set its event: ending now

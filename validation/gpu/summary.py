@@ -28,7 +28,7 @@ def _percent(value: float | None) -> str:
 def read_record(path: Path) -> object:
     """A record's JSON, read as every input is (size-limited, a FIFO bounded, text decoded):
     anything unreadable is a one-line :class:`PipesimError` naming the file."""
-    text = decode_text(read_input(path, f"record {str(path)!r}"), f"record {str(path)!r}")
+    text = decode_text(read_input(path, "record"), f"record {str(path)!r}")
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as error:
