@@ -122,7 +122,7 @@ def _validate(args: argparse.Namespace) -> int:
     try:
         from validation.report import summary_lines, table
         from validation.runner import run_validation
-        from validation.session import Stability
+        from validation.rounds import Stability
     except ImportError as error:
         raise _needs_executor(error) from None
     # Not a folder, read-only: refused before any work (and without creating it here).

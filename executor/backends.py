@@ -14,8 +14,10 @@ and ``Backend("local")`` parses one (see :func:`parse_backend` for a one-line er
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 from executor.errors import BackendError
+from pipesim.errors import PipesimError
 
 
 class Backend(StrEnum):
@@ -39,13 +41,27 @@ class DeviceKind(StrEnum):
         return "nccl" if self is DeviceKind.CUDA else "gloo"
 
 
+Member = TypeVar("Member", bound=StrEnum)
+
+
+def parse_member(
+    kind: type[Member],
+    value: Member | str,
+    field: str,
+    error: type[PipesimError] = BackendError,
+) -> Member:
+    """``value`` as a member of ``kind``; anything else is an ``error`` in one line naming
+    ``field``, the choices and the value."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise error(f"{field} must be one of {choices}, got {value!r}") from None
+
+
 def parse_backend(value: Backend | str, field: str = "backend") -> Backend:
     """``value`` as a :class:`Backend`; anything else is a :class:`BackendError`."""
-    try:
-        return Backend(value)
-    except ValueError:
-        choices = ", ".join(b.value for b in Backend)
-        raise BackendError(f"{field} must be one of {choices}, got {value!r}") from None
+    return parse_member(Backend, value, field)
 
 
 def parse_device_kind(value: DeviceKind | str, field: str = "device") -> DeviceKind:

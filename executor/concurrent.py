@@ -174,10 +174,27 @@ def run_concurrent_step(
     if isinstance(chosen, CudaLanes):
         if device.type != "cuda" or (device.index or 0) != (chosen.device.index or 0):
             raise ExecutorError(f"the CUDA lanes are on {chosen.device}, the stages on {device}")
-        return _run_on_streams(schedule, runners, meters, xs, ys, chosen, step, check_finite)
-    if device.type != "cpu":
-        raise ExecutorError(f"CPU lanes for stages on {device}: make CUDA lanes for a GPU")
-    return _run_on_threads(schedule, runners, meters, xs, ys, chosen, step, timeout_s, check_finite)
+        streams = StreamTransport()
+        clock = Clock(device)  # its origin event is on the current (caller's) stream
+        workers = _workers(schedule, runners, streams, clock, xs, ys, step, check_finite)
+        peak: int | None = _run_on_streams(schedule, workers, streams, clock, chosen)
+    else:
+        if device.type != "cpu":
+            raise ExecutorError(f"CPU lanes for stages on {device}: make CUDA lanes for a GPU")
+        threads = ThreadTransport(timeout_s)
+        clock = Clock(torch.device("cpu"))
+        workers = _workers(schedule, runners, threads, clock, xs, ys, step, check_finite)
+        _run_on_threads(schedule, workers, threads, chosen, timeout_s)
+        peak = None  # no allocator to read on CPU
+    loss = sum(float(value) for value in runners[schedule.stages - 1].losses.values())
+    return StepResult(
+        loss,
+        timeline_from([w.record for w in workers], schedule),
+        tuple(meters[d].peak_bytes for d in range(schedule.devices)),
+        # One allocator serves every lane: its peak is the whole device's, not a lane's.
+        tuple(None for _ in range(schedule.devices)),
+        peak,
+    )
 
 
 def _workers(
@@ -202,40 +219,14 @@ def _workers(
     return workers
 
 
-def _result(
-    schedule: Schedule,
-    runners: Mapping[int, Any],
-    meters: Mapping[int, StashMeter],
-    workers: Sequence[DeviceWorker],
-    device_peak_bytes: int | None,
-) -> StepResult:
-    loss = sum(float(value) for value in runners[schedule.stages - 1].losses.values())
-    return StepResult(
-        loss,
-        timeline_from([w.record for w in workers], schedule),
-        tuple(meters[d].peak_bytes for d in range(schedule.devices)),
-        # One allocator serves every lane: its peak is the whole device's, not a lane's.
-        tuple(None for _ in range(schedule.devices)),
-        device_peak_bytes,
-    )
-
-
 def _run_on_threads(
     schedule: Schedule,
-    runners: Mapping[int, Any],
-    meters: Mapping[int, StashMeter],
-    xs: Sequence[torch.Tensor],
-    ys: Sequence[torch.Tensor],
+    workers: Sequence[DeviceWorker],
+    transport: ThreadTransport,
     lanes: CpuLanes,
-    step: int,
     timeout_s: float,
-    check_finite: bool,
-) -> StepResult:
-    transport = ThreadTransport(timeout_s)
-    workers = _workers(
-        schedule, runners, transport, Clock(torch.device("cpu")), xs, ys, step, check_finite
-    )
-
+) -> None:
+    """Every worker's actions on a thread of its own, all at once; the first failure raised."""
     finished = [threading.Event() for _ in workers]
 
     def lane(worker: DeviceWorker) -> None:
@@ -275,7 +266,6 @@ def _run_on_threads(
         thread.join()  # each has set its event: ending now
     if transport.failed is not None:
         raise transport.failed
-    return _result(schedule, runners, meters, workers, None)
 
 
 def _wait_despite_interrupts(finished: Sequence[threading.Event], timeout_s: float) -> None:
@@ -293,18 +283,14 @@ def _wait_despite_interrupts(finished: Sequence[threading.Event], timeout_s: flo
 
 def _run_on_streams(
     schedule: Schedule,
-    runners: Mapping[int, Any],
-    meters: Mapping[int, StashMeter],
-    xs: Sequence[torch.Tensor],
-    ys: Sequence[torch.Tensor],
+    workers: Sequence[DeviceWorker],
+    transport: StreamTransport,
+    clock: Clock,
     lanes: CudaLanes,
-    step: int,
-    check_finite: bool,
-) -> StepResult:
+) -> int:
+    """Every worker's actions enqueued on its lane's stream in one dependency-respecting
+    order; returns the GPU's allocator peak over the step."""
     device = lanes.device
-    transport = StreamTransport()
-    clock = Clock(device)  # its origin event is on the current (caller's) stream
-    workers = _workers(schedule, runners, transport, clock, xs, ys, step, check_finite)
     caller = torch.cuda.current_stream(device)
     start = torch.cuda.Event()  # type: ignore[no-untyped-call]
     start.record(caller)
@@ -323,5 +309,4 @@ def _run_on_streams(
     torch.cuda.synchronize(device)
     if clock.origin_event is not None:
         transport.resolve([w.record for w in workers], clock.origin_event)
-    peak = torch.cuda.max_memory_allocated(device)
-    return _result(schedule, runners, meters, workers, peak)
+    return torch.cuda.max_memory_allocated(device)

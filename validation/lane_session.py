@@ -23,18 +23,16 @@ its K, so that a pipeline of K lanes and one lane alone are devices of one kind.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import gc
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from executor import StepResult, run_step, split_model
+from executor import StepResult, StepState, run_step, split_model
 from executor.concurrent import ThreadTransport
 from executor.interrupts import interrupts_that_stick
 from executor.lanes import CudaLanes, Lanes, cpu_lanes, cuda_lanes
@@ -43,7 +41,6 @@ from executor.profile import (
     LinkProfile,
     StageProfile,
     fit_link,
-    latency_samples,
     profile_stage,
     stage_inputs,
 )
@@ -51,18 +48,17 @@ from pipesim.common.limits import cpu_count
 from pipesim.errors import RunFailed
 from pipesim.schedules import Action, Kind, Schedule, build
 from validation.host import host_load, sample_host
-from validation.schema import CaseMeasurement, Machine
-from validation.session import (
+from validation.rounds import (
+    Rounds,
     Run,
     Stability,
-    _action_samples,
-    _run_measurement,
-    _shape_schedule,
-    _span,
-    keep_measuring,
+    measurement_json,
     probe_runs,
-    rss_rise,
+    run_measurement,
+    shape_schedule,
 )
+from validation.schema import CaseMeasurement, Machine
+from validation.session import rss_rise
 from validation.suites import PARTITION_LANES, Case, lane_threads
 from validation.workload import LOSS, make_batch, make_model
 
@@ -127,39 +123,16 @@ def _measure_lane_case(
         report("memory")
         peaks = [rounds.device_peak(index) for index in range(len(rounds.runs))]
     samples.append(sample_host())
-    in_situ: dict[int, list[dict[str, list[float]]]] = {}
-    latencies: dict[int, list[list[float]]] = {}
-    for chunks in all_chunks:
-        here = [i for i, (_, _, c) in enumerate(probe_list) if c == chunks]
-        per_round = [[rounds.timelines[i][r] for i in here] for r in range(rounds.measured_rounds)]
-        in_situ[chunks] = [_action_samples(timelines) for timelines in per_round]
-        latencies[chunks] = [
-            latency_samples(timelines, link.bandwidth_bytes_per_s) for timelines in per_round
-        ]
     measured_runs = [
-        dataclasses.replace(
-            _run_measurement(case, run, rounds, index, [None] * case.devices),  # type: ignore[arg-type]
-            device_peak_bytes=peaks[index],
+        run_measurement(
+            case, run, rounds, index, [None] * case.devices, device_peak_bytes=peaks[index]
         )
         for index, run in enumerate(runs, start=len(probe_list))
     ]
-    data: dict[str, Any] = {
-        "case": case.to_json(),
-        "machine": _machine(lanes).to_json(),
-        "host": host_load(samples).to_json(),
-        "link": link.to_json(),
-        "isolated_calibration": {
-            str(c): [p.to_json() for p in profiles] for c, profiles in isolated.items()
-        },
-        "probes": {str(c): [f"{name} M={m}" for name, m in names] for c, names in probes.items()},
-        "in_situ_samples": {str(c): v for c, v in in_situ.items()},
-        "latency_samples": {str(c): v for c, v in latencies.items()},
-        "runs": [r.to_json() for r in measured_runs],
-        "baseline_samples": {str(m): v for m, v in rounds.baseline.items()},
-        "solo_samples": rounds.solo,
-        "crosscheck": [],
-        "rounds": rounds.measured_rounds,
-    }
+    data = measurement_json(
+        case, _machine(lanes).to_json(), link, isolated, probes, rounds, measured_runs, []
+    )
+    data["host"] = host_load(samples).to_json()
     return CaseMeasurement.from_json(data)
 
 
@@ -262,7 +235,7 @@ def _cuda_one_way(lanes: CudaLanes, elements: int, repeats: int) -> list[float]:
 
 def _calibrate(case: Case, chunks: int, lanes: Lanes) -> list[StageProfile]:
     """Each stage profiled alone on its own lane, the other lanes idle."""
-    schedule = _shape_schedule(case, chunks)
+    schedule = shape_schedule(case, chunks)
     stages = split_model(make_model(case.model, lanes.device), schedule)
     x, y = make_batch(case.model, 1, lanes.device)
     inputs = stage_inputs(stages, x)
@@ -275,9 +248,10 @@ def _calibrate(case: Case, chunks: int, lanes: Lanes) -> list[StageProfile]:
     return profiles
 
 
-class LaneRounds:
-    """Every run and the unpipelined baselines, measured in interleaved rounds on lanes (the
-    same rounds as :class:`validation.session._Rounds`, in one process: no barriers)."""
+class LaneRounds(Rounds):
+    """The rounds on lanes of this process (:class:`validation.rounds.Rounds`): no barriers,
+    each step's clock started once the GPU is idle, the baselines on the first lane, and a
+    bound on the whole case's time."""
 
     def __init__(
         self,
@@ -288,131 +262,47 @@ class LaneRounds:
         report: Callable[[str], None],
         timeout_s: float,
     ) -> None:
-        self.case, self.runs, self.lanes = case, runs, lanes
-        self.stability, self.report = stability, report
+        super().__init__(case, runs, lanes.device, stability, report)
+        self.lanes = lanes
         self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
-        self.device = lanes.device
-        self.model = make_model(case.model, self.device)
-        self.splits: dict[int, list[nn.Module]] = {}
-        self.plans: list[Schedule] = []
-        for name, m, chunks in runs:
-            schedule = build(name, case.devices, m, chunks)
-            if chunks not in self.splits:
-                self.splits[chunks] = split_model(self.model, schedule)
-            self.plans.append(schedule)
-        self.batches = {
-            m: make_batch(case.model, m, self.device)
-            for m in {m for _, m, _ in runs} | set(case.microbatches)
-        }
-        self.one = make_batch(case.model, 1, self.device)
-        self.spans: list[list[float]] = [[] for _ in runs]
-        self.walls: list[list[float]] = [[] for _ in runs]
-        self.stash: list[list[list[int]]] = [[] for _ in runs]
-        self.allocated: list[list[list[int | None]]] = [[] for _ in runs]
-        self.timelines: list[list[Any]] = [[] for _ in runs]
-        self.baseline: dict[int, list[float]] = {m: [] for m in case.microbatches}
-        self.solo: dict[str, list[float]] = {
-            key: [] for key in ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
-        }
-        self.measured_rounds = 0
-        self.rounds_run = 0
 
-    def _synchronize(self) -> None:
+    def _ready_to_time(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def step(self, index: int, round_: int) -> tuple[StepResult, float]:
-        """One step of run ``index`` on the lanes; its result and its wall time."""
-        schedule = self.plans[index]
-        self.model.zero_grad(set_to_none=False)
-        x, y = self.batches[schedule.microbatches]
-        self._synchronize()
-        began = time.perf_counter()
-        result = run_step(
-            schedule,
-            self.splits[self.runs[index][2]],
+    def _run(
+        self,
+        schedule: Schedule,
+        stages: Sequence[nn.Module],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        round_: int,
+        state: StepState,
+    ) -> StepResult:
+        return run_step(
+            schedule, stages, x, y, LOSS, backend="concurrent", step=round_, lanes=self.lanes
+        )
+
+    def _unpipelined(self, microbatches: int, x: torch.Tensor, y: torch.Tensor) -> StepResult:
+        return run_step(
+            build("1f1b", 1, microbatches),
+            [self.model],
             x,
             y,
             LOSS,
             backend="concurrent",
-            step=round_,
             lanes=self.lanes,
         )
-        return result, time.perf_counter() - began
 
-    def measure(self) -> None:
-        """Warm-up rounds, the repeats, then (measuring until stable) more rounds; Python's
-        cyclic collector off inside rounds, as :class:`validation.session._Rounds` does."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._measure_rounds()
-        finally:
-            if enabled:
-                gc.enable()
+    def _first_device(self) -> contextlib.AbstractContextManager[None]:
+        return on_lane(self.lanes, 0)
 
-    def _measure_rounds(self) -> None:
-        case = self.case
-        planned = case.warmup + case.repeats
-        extra_from: float | None = None
-        round_ = 0
-        while True:
-            if time.monotonic() > self.deadline:
-                raise RunFailed(
-                    f"validation case {case.name!r} did not finish in {self.timeout_s:g} s"
-                )
-            keep = round_ >= case.warmup
-            if round_ == planned:
-                extra_from = time.monotonic()
-            self.report(
-                f"round {round_ + 1}/{planned}" + (" (warm-up)" if not keep else "")
-                if round_ < planned
-                else f"round {round_ + 1} (measuring until stable)"
+    def _check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise RunFailed(
+                f"validation case {self.case.name!r} did not finish in {self.timeout_s:g} s"
             )
-            self._round(round_, keep)
-            round_ += 1
-            self.rounds_run = round_
-            if keep:
-                self.measured_rounds += 1
-            if round_ >= planned and not (
-                self.stability is not None
-                and keep_measuring(
-                    self.spans,
-                    self.stability,
-                    time.monotonic() - (extra_from if extra_from is not None else time.monotonic()),
-                )
-            ):
-                break
-
-    def _round(self, round_: int, keep: bool) -> None:
-        for index in range(len(self.runs)):
-            result, wall = self.step(index, round_)
-            if keep:
-                self.spans[index].append(_span(result))
-                self.walls[index].append(wall)
-                self.stash[index].append(list(result.peak_stash_bytes))
-                self.allocated[index].append(list(result.peak_allocated_bytes))
-                self.timelines[index].append(result.timeline)
-        model = self.model
-        for m in self.case.microbatches:
-            model.zero_grad(set_to_none=False)
-            x, y = self.batches[m]
-            span = _span(
-                run_step(
-                    build("1f1b", 1, m), [model], x, y, LOSS, backend="concurrent", lanes=self.lanes
-                )
-            )
-            if keep:
-                self.baseline[m].append(span)
-        model.zero_grad(set_to_none=False)
-        x1, y1 = self.one
-        with on_lane(self.lanes, 0):
-            profile = profile_stage(0, model, x1, y1, LOSS, last=True, repeats=2, warmup=1)
-        if keep:
-            for key, values in self.solo.items():
-                values.append(getattr(profile, key))
-        gc.collect()
 
     def device_peak(self, index: int) -> int | None:
         """The whole machine's peak during one more, untimed step of run ``index``: on CUDA
@@ -420,7 +310,7 @@ class LaneRounds:
         plus the model's weights and gradients; on CPU the resident-memory rise."""
         if self.device.type == "cuda":
             self.model.zero_grad(set_to_none=False)
-            self._synchronize()
+            self._ready_to_time()
             resident = torch.cuda.memory_allocated(self.device)
             result, _ = self.step(index, self.rounds_run)
             if result.device_peak_allocated_bytes is None:

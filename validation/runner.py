@@ -32,8 +32,9 @@ from validation.estimate import STATISTIC, Statistic
 from validation.predict import RoundPrediction
 from validation.report import write_report
 from validation.results import CaseResult, ValidationResult, Verdict
+from validation.rounds import Stability
 from validation.schema import CaseMeasurement, Summary
-from validation.session import Stability, run_case
+from validation.session import run_case
 from validation.suites import Case, full_suite, quick_suite
 from validation.uncertainty import CaseSeries, error_intervals
 
@@ -113,7 +114,7 @@ def run_validation(
     so an interrupted validation keeps every finished case; ``reuse`` takes every case from
     there instead of measuring (to re-predict after a change to the simulator), ``resume``
     takes the cases found there and measures the others. ``stability`` keeps measuring noisy
-    cases (see :class:`~validation.session.Stability`).
+    cases (see :class:`~validation.rounds.Stability`).
     """
     chosen, skipped = (
         suite_cases(suite, backend, fit_machine=not reuse) if cases is None else (cases, [])

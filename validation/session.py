@@ -15,18 +15,15 @@ import ctypes
 import ctypes.util
 import datetime
 import functools
-import gc
 import json
 import os
 import platform
 import shutil
-import statistics
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +40,6 @@ from executor import StepResult, StepState, run_step, split_model
 from executor.profile import (
     LinkProfile,
     StageProfile,
-    action_samples,
-    latency_samples,
     profile_link,
     profile_stage,
     stage_inputs,
@@ -52,14 +47,20 @@ from executor.profile import (
 from executor.teardown import end_rank
 from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import cpu_count
-from pipesim.engine.records import Timeline
 from pipesim.errors import RunFailed
 from pipesim.schedules import Schedule, build
-from pipesim.schedules.registry import probe_schedules
 from validation import synthesized_runs
-from validation.estimate import relative_uncertainty
 from validation.host import host_load, sample_host
-from validation.schema import CaseMeasurement, Machine, RunMeasurement
+from validation.rounds import (
+    Rounds,
+    Run,
+    Stability,
+    measurement_json,
+    probe_runs,
+    run_measurement,
+    shape_schedule,
+)
+from validation.schema import CaseMeasurement, Machine
 from validation.suites import Case
 from validation.workload import LOSS, make_batch, make_model
 
@@ -73,27 +74,6 @@ MALLOC_SETTINGS = {
     "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30),
     "MALLOC_TOP_PAD_": str(256 * 2**20),
 }
-
-
-@dataclass(frozen=True)
-class Stability:
-    """Measure until stable: after the case's repeats, keep adding rounds while the median
-    over the runs of their step-time estimate's relative uncertainty (half the 90%
-    order-statistic interval, :func:`~validation.estimate.relative_uncertainty`) is above
-    ``target_uncertainty``, for at most ``budget_s`` more seconds of measuring (per case).
-    Unlike the spread of the repeats, the uncertainty shrinks as repeats are added."""
-
-    target_uncertainty: float
-    budget_s: float
-
-
-def keep_measuring(spans: list[list[float]], stability: Stability, elapsed_s: float) -> bool:
-    """Whether another round is worth it: the median of the runs' uncertainties is above the
-    target and the time spent measuring is within the budget."""
-    if not spans or not all(spans) or elapsed_s >= stability.budget_s:
-        return False
-    uncertainty = statistics.median(relative_uncertainty(s) for s in spans)
-    return uncertainty > stability.target_uncertainty
 
 
 @contextlib.contextmanager
@@ -236,9 +216,6 @@ def _yield_to_communication() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
 
 
-Run = tuple[str, int, int]  # (schedule, M, chunks)
-
-
 def _measure(
     case: Case,
     rank: int,
@@ -257,24 +234,12 @@ def _measure(
     probes = {chunks: probe_runs(case, chunks) for chunks in all_chunks}
     probe_list = [(name, m, c) for c, names in probes.items() for name, m in names]
     made = _synthesized(case, runs, isolated, link, rank, report)
-    rounds = _Rounds(case, probe_list + runs, rank, device, stability, report, made)
+    rounds = DistributedRounds(case, probe_list + runs, rank, device, stability, report, made)
     rounds.measure()
     report("memory")
     memory = _measure_memory(case, rounds, rank)
-    # Per chunk count, per measured round: what that round's probe steps showed.
-    in_situ: dict[int, list[dict[str, list[float]]]] = {}
-    latencies: dict[int, list[list[float]]] = {}
-    for chunks in all_chunks:
-        probes_here = [i for i, (_, _, c) in enumerate(probe_list) if c == chunks]
-        per_round = [
-            [rounds.timelines[i][r] for i in probes_here] for r in range(rounds.measured_rounds)
-        ]
-        in_situ[chunks] = [_action_samples(timelines) for timelines in per_round]
-        latencies[chunks] = [
-            latency_samples(timelines, link.bandwidth_bytes_per_s) for timelines in per_round
-        ]
     measured_runs = [
-        _run_measurement(case, run, rounds, index, memory[index], made.get(run[:2]))
+        run_measurement(case, run, rounds, index, memory[index], made.get(run[:2]))
         for index, run in enumerate(runs, start=len(probe_list))
     ]
     crosscheck = []
@@ -283,22 +248,10 @@ def _measure(
 
         report("cross-check with torch.distributed.pipelining")
         crosscheck = [c.to_json() for c in run_crosscheck(case, rank, device)]
-    return {
-        "case": case.to_json(),
-        "machine": _machine(case.backend).to_json(),
-        "link": link.to_json(),
-        "isolated_calibration": {
-            str(c): [p.to_json() for p in profiles] for c, profiles in isolated.items()
-        },
-        "probes": {str(c): [f"{name} M={m}" for name, m in names] for c, names in probes.items()},
-        "in_situ_samples": {str(c): samples for c, samples in in_situ.items()},
-        "latency_samples": {str(c): values for c, values in latencies.items()},
-        "runs": [r.to_json() for r in measured_runs],
-        "baseline_samples": {str(m): v for m, v in rounds.baseline.items()},
-        "solo_samples": rounds.solo,
-        "crosscheck": crosscheck,
-        "rounds": rounds.measured_rounds,
-    }
+    machine = _machine(case.backend).to_json()
+    return measurement_json(
+        case, machine, link, isolated, probes, rounds, measured_runs, crosscheck
+    )
 
 
 def _synthesized(
@@ -334,14 +287,6 @@ def _synthesized(
     }
 
 
-def _action_samples(timelines: list[Timeline]) -> dict[str, list[float]]:
-    """Every compute action's duration in ``timelines``, by "stage/kind" (the JSON keys)."""
-    return {
-        f"{stage}/{kind.value}": durations
-        for (stage, kind), durations in action_samples(timelines).items()
-    }
-
-
 def _machine(backend: str) -> Machine:
     return Machine(
         platform=platform.platform(),
@@ -365,16 +310,9 @@ def _link(rank: int, device: torch.device) -> Any:
     return gathered[0]
 
 
-def _shape_schedule(case: Case, chunks: int) -> Schedule:
-    """A schedule with this many chunks, for its stage count and placement: the full-backward
-    probe's, which every chunk count the registry offers has."""
-    name = probe_schedules(case.devices, 3 * case.devices, chunks)[0]
-    return build(name, case.devices, max(case.microbatches), chunks)
-
-
 def _calibrate(case: Case, chunks: int, rank: int, device: torch.device) -> list[StageProfile]:
     """Each rank profiles its own stages, all at once; everyone gets every profile."""
-    schedule = _shape_schedule(case, chunks)
+    schedule = shape_schedule(case, chunks)
     stages = split_model(make_model(case.model, device), schedule)
     x, y = make_batch(case.model, 1, device)
     inputs = stage_inputs(stages, x)
@@ -391,28 +329,10 @@ def _calibrate(case: Case, chunks: int, rank: int, device: torch.device) -> list
     return [merged[s] for s in range(schedule.stages)]
 
 
-def probe_runs(case: Case, chunks: int) -> list[tuple[str, int]]:
-    """The short pipelined runs that calibrate times in situ: the registry's full-backward and
-    split-backward probes for this chunk count, at a micro-batch count the case does not
-    validate (3K), so every validated run is predicted, not replayed."""
-    microbatches = 3 * case.devices
-    return [(name, microbatches) for name in probe_schedules(case.devices, microbatches, chunks)]
-
-
-def _span(result: StepResult) -> float:
-    records = result.timeline.compute
-    return float(max(r.end_s for r in records) - min(r.start_s for r in records))
-
-
-class _Rounds:
-    """Every run and the unpipelined baselines, measured in interleaved rounds.
-
-    Each round steps every run once (round robin), so a slow spell of the machine (another
-    tenant, a frequency change) touches every run a little rather than all repeats of one run,
-    and the calibration probes are measured in the same rounds as the runs they predict. The
-    baselines (the whole model on rank 0, the others idle) take their turn in every round too,
-    with a profile of the whole model's F and B on one micro-batch.
-    """
+class DistributedRounds(Rounds):
+    """The rounds with a process per device: every rank steps every run (a barrier before
+    each step is timed), rank 0 measures the baselines while the others wait, and decides
+    whether to measure more rounds."""
 
     def __init__(
         self,
@@ -424,136 +344,41 @@ class _Rounds:
         report: Callable[[str], None],
         made: dict[tuple[str, int], Schedule] | None = None,
     ) -> None:
-        self.case, self.runs, self.rank, self.device = case, runs, rank, device
-        self.stability, self.report = stability, report
-        self.model = make_model(case.model, device)
-        self.splits: dict[int, list[nn.Module]] = {}
-        self.plans: list[tuple[Schedule, StepState]] = []
-        for name, m, chunks in runs:
-            schedule = (made or {}).get((name, m)) or build(name, case.devices, m, chunks)
-            if chunks not in self.splits:
-                self.splits[chunks] = split_model(self.model, schedule)
-            self.plans.append((schedule, StepState()))
-        self.batches = {
-            m: make_batch(case.model, m, device)
-            for m in {m for _, m, _ in runs} | set(case.microbatches)
-        }
-        # The one micro-batch rank 0 profiles the whole model on each round (never changes).
-        self.one = make_batch(case.model, 1, device)
-        self.spans: list[list[float]] = [[] for _ in runs]
-        self.walls: list[list[float]] = [[] for _ in runs]
-        self.stash: list[list[list[int]]] = [[] for _ in runs]
-        self.allocated: list[list[list[int | None]]] = [[] for _ in runs]
-        self.timelines: list[list[Timeline]] = [[] for _ in runs]
-        self.baseline: dict[int, list[float]] = {m: [] for m in case.microbatches}
-        self.solo: dict[str, list[float]] = {
-            key: [] for key in ("forward_s", "backward_s", "input_grad_s", "weight_grad_s")
-        }
-        self.measured_rounds = 0
-        self.rounds_run = 0
+        super().__init__(case, runs, device, stability, report, made)
+        self.rank = rank
+        self.leader = rank == 0
 
-    def step(self, index: int, round_: int) -> tuple[StepResult, float]:
-        """One step of run ``index``; its result and rank 0's wall time."""
-        schedule, state = self.plans[index]
-        chunks = self.runs[index][2]
-        # Persistent gradient buffers, zeroed in place (as DDP and Megatron keep them): the
-        # first round allocates them, measured rounds pay no first-touch page faults.
-        self.model.zero_grad(set_to_none=False)
+    def _ready_to_time(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        x, y = self.batches[schedule.microbatches]
         dist.barrier()
-        began = time.perf_counter()
-        result = run_step(
-            schedule,
-            self.splits[chunks],
-            x,
-            y,
-            LOSS,
-            backend="distributed",
-            step=round_,
-            state=state,
+
+    def _run(
+        self,
+        schedule: Schedule,
+        stages: Sequence[nn.Module],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        round_: int,
+        state: StepState,
+    ) -> StepResult:
+        return run_step(
+            schedule, stages, x, y, LOSS, backend="distributed", step=round_, state=state
         )
-        return result, time.perf_counter() - began
 
-    def measure(self) -> None:
-        """Warm-up rounds, the case's repeats, then (when measuring until stable) more rounds
-        while the runs are noisy and the budget lasts.
+    def _unpipelined(self, microbatches: int, x: torch.Tensor, y: torch.Tensor) -> StepResult:
+        return run_step(build("1f1b", 1, microbatches), [self.model], x, y, LOSS)
 
-        Python's cyclic garbage collector is off while steps are timed and runs once at the end
-        of every round, on every rank at once, outside any step: the rounds keep every step's
-        timeline, and with that many objects alive a collection landing inside a step costs it
-        tens of milliseconds (timeit turns it off for the same reason)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._measure_rounds()
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _measure_rounds(self) -> None:
-        case = self.case
-        extra_from = None  # when the case's own repeats ended: the budget counts from there
-        round_ = 0
-        while True:
-            keep = round_ >= case.warmup
-            if round_ == case.warmup + case.repeats:
-                extra_from = time.monotonic()
-            planned = case.warmup + case.repeats
-            self.report(
-                f"round {round_ + 1}/{planned}" + (" (warm-up)" if not keep else "")
-                if round_ < planned
-                else f"round {round_ + 1} (measuring until stable)"
-            )
-            self._round(round_, keep)
-            round_ += 1
-            self.rounds_run = round_
-            if keep:
-                self.measured_rounds += 1
-            if round_ >= case.warmup + case.repeats and not self._go_on(
-                extra_from if extra_from is not None else time.monotonic()
-            ):
-                break
-
-    def _go_on(self, started: float) -> bool:
-        """Whether to measure another round (rank 0 decides, every rank follows)."""
-        decision = [False]
-        if self.rank == 0 and self.stability is not None:
-            decision = [keep_measuring(self.spans, self.stability, time.monotonic() - started)]
-        dist.broadcast_object_list(decision, src=0)
-        return bool(decision[0])
-
-    def _round(self, round_: int, keep: bool) -> None:
-        for index in range(len(self.runs)):
-            result, wall = self.step(index, round_)
-            if keep:
-                self.spans[index].append(_span(result))
-                self.walls[index].append(wall)
-                self.stash[index].append(list(result.peak_stash_bytes))
-                self.allocated[index].append(list(result.peak_allocated_bytes))
-                self.timelines[index].append(result.timeline)
-        dist.barrier()
-        if self.rank == 0:
-            model = self.model
-            for m in self.case.microbatches:
-                model.zero_grad(set_to_none=False)
-                x, y = self.batches[m]
-                # Unpipelined gradient accumulation on one device: F, B, F, B, ...
-                span = _span(run_step(build("1f1b", 1, m), [model], x, y, LOSS))
-                if keep:
-                    self.baseline[m].append(span)
-            model.zero_grad(set_to_none=False)
-            x1, y1 = self.one
-            profile = profile_stage(0, model, x1, y1, LOSS, last=True, repeats=2, warmup=1)
-            if keep:
-                for key, values in self.solo.items():
-                    values.append(getattr(profile, key))
-        gc.collect()
+    def _barrier(self) -> None:
         dist.barrier()
 
+    def _agree(self, decision: bool) -> bool:
+        decided = [decision]
+        dist.broadcast_object_list(decided, src=0)
+        return bool(decided[0])
 
-def _measure_memory(case: Case, rounds: _Rounds, rank: int) -> list[list[int | None]]:
+
+def _measure_memory(case: Case, rounds: Rounds, rank: int) -> list[list[int | None]]:
     """Per run, per device: how far each rank's resident memory rose during one more step of
     the run, untimed (see :func:`rss_rise`); None for every device where it cannot be read."""
     rises: list[list[int | None]] = []
@@ -569,41 +394,6 @@ def _measure_memory(case: Case, rounds: _Rounds, rank: int) -> list[list[int | N
         dist.all_gather_object(gathered, mine)
         rises.append(list(gathered))
     return rises
-
-
-def _run_measurement(
-    case: Case,
-    run: Run,
-    rounds: _Rounds,
-    index: int,
-    rss: list[int | None],
-    made: Schedule | None = None,
-) -> RunMeasurement:
-    name, microbatches, chunks = run
-    spans = rounds.spans[index]
-    median_index = sorted(range(len(spans)), key=lambda i: spans[i])[len(spans) // 2]
-    timeline = rounds.timelines[index][median_index]
-    allocated = rounds.allocated[index]
-    stash = rounds.stash[index]
-    return RunMeasurement(
-        schedule=name,
-        devices=case.devices,
-        microbatches=microbatches,
-        chunks=chunks,
-        step_times_s=tuple(spans),
-        wall_times_s=tuple(rounds.walls[index]),
-        peak_stash_bytes=tuple(max(r[d] for r in stash) for d in range(case.devices)),
-        peak_allocated_bytes=tuple(
-            None if allocated[0][d] is None else max(int(r[d] or 0) for r in allocated)
-            for d in range(case.devices)
-        ),
-        peak_rss_bytes=tuple(rss),
-        timeline=tuple(
-            (r.device, r.step, None if r.action is None else str(r.action), r.start_s, r.end_s)
-            for r in timeline.compute
-        ),
-        order=() if made is None else synthesized_runs.order_of(made),
-    )
 
 
 PROC_STATUS = Path("/proc/self/status")

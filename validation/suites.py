@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any
 
-from executor.backends import DeviceKind
+from executor.backends import DeviceKind, parse_member
 from pipesim.common.limits import cpu_count
 from pipesim.errors import PipesimError
 from pipesim.schedules import schedule_info, schedule_names, unsupported_reason
@@ -49,11 +49,7 @@ class RunBackend(StrEnum):
 
 def parse_run_backend(value: RunBackend | str, field: str = "--backend") -> RunBackend:
     """``value`` as a :class:`RunBackend`; anything else is a one-line error."""
-    try:
-        return RunBackend(value)
-    except ValueError:
-        choices = ", ".join(b.value for b in RunBackend)
-        raise PipesimError(f"{field} must be one of {choices}, got {value!r}") from None
+    return parse_member(RunBackend, value, field, PipesimError)
 
 
 class ModelKind(Enum):

@@ -22,7 +22,7 @@ from validation.report import crosscheck_table
 from validation.results import CaseResult, ValidationResult, Verdict
 from validation.runner import run_validation
 from validation.schema import Comparison, CrosscheckRecord
-from validation.session import Stability
+from validation.rounds import Stability
 from validation.suites import Case, ModelKind, ModelSpec, quick_suite
 from validation.uncertainty import Intervals
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from executor.backends import DeviceKind
-from validation.session import Stability, keep_measuring, probe_runs, rss_rise
+from validation.rounds import Stability, keep_measuring, probe_runs
+from validation.session import rss_rise
 from validation.suites import Case, ModelKind, ModelSpec
 
 MiB = 2**20
