@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK, positive_int
+from application.command_line import EXIT_OK, positive_int
+from application.outputs import output_path, write_text_atomically
 from pipesim.common.limits import Limit, check
-from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text, write_json
 
 
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from pipesim.sweep import bench
+    from application import bench
 
     check(Limit.CONFIGS, args.configs, f"--configs {args.configs:,}")
     if args.out is not None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK
+from application.command_line import EXIT_OK
 from pipesim.common.units import format_bytes
 from pipesim.files.strict_json import write_json
 

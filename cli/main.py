@@ -9,21 +9,22 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from types import FrameType
 
-from pipesim import __version__
-from pipesim.common.command_line import (
+from application.command_line import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
     EXIT_INTERRUPTED,
     ArgumentParser,
 )
-from pipesim.common.lifetime import (
+from application.lifetime import (
     STOP_SIGNALS,
     interrupt_reason,
     signals_handled,
     terminate_as_interrupt,
 )
+from cli.flags import FLAGS
+from pipesim import __version__
 from pipesim.common.limits import check_environment
-from pipesim.errors import Interrupted, PipesimError, RunFailed, short_values
+from pipesim.errors import Interrupted, PipesimError, RunFailed, fields_spelled, short_values
 
 
 def build_parser() -> ArgumentParser:
@@ -76,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser = build_parser()
         args = parser.parse_args(argv)
         check_environment()
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), fields_spelled(FLAGS):
             status: int = args.handler(args)
     except PipesimError as error:
         sys.stderr.write(f"pipesim: error: {short_values(str(error))}\n")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK
+from application.command_line import EXIT_OK
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_seconds
 from pipesim.errors import PipesimError, shown
@@ -78,9 +78,9 @@ def register(subparsers: Any) -> None:
 
 
 def _partition(args: argparse.Namespace) -> int:
+    from pipesim.parallel.placement import looped
     from pipesim.partition import balanced, memory_aware, memory_forms
     from pipesim.partition.report import memory_steps, partition_report
-    from pipesim.schedules.placement import looped
 
     if args.devices < 1:
         raise PipesimError(f"-K/--devices must be an integer >= 1, got {args.devices}")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import (
+from application.command_line import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     add_cluster_argument,
@@ -129,7 +129,8 @@ def _zero_stages(text: str) -> tuple[int, ...]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from pipesim.common.workers import check_cluster_address
+    from application.workers import check_cluster_address, open_workers
+    from cli.plan_command import simulate_command
     from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, plan
     from pipesim.plan.report import report_json, report_table
     from pipesim.workload import resolve_model
@@ -173,16 +174,17 @@ def _plan(args: argparse.Namespace) -> int:
     )
     if args.cluster is not None:
         check_cluster_address(args.cluster)
-    report = plan(settings, show_progress=not args.json, cluster=args.cluster)
+    with open_workers(1, args.cluster) as workers:
+        report = plan(settings, show_progress=not args.json, workers=workers)
     if args.plot is not None:
         from plots.plan_figures import plan_figure
         from plots.style import save
 
         save(plan_figure(report), args.plot, field="--plot")
     if args.json:
-        write_json(report_json(report))
+        write_json(report_json(report, simulate_command))
     else:
-        sys.stdout.write(report_table(report))
+        sys.stdout.write(report_table(report, simulate_command))
     if not report.plans:  # the search ran, and nothing fits: the table says why, per config
         sys.stderr.write(
             f"pipesim: failed: no configuration of {args.model} on {args.devices:,} devices "

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK
+from application.command_line import EXIT_OK
 from pipesim.errors import PipesimError
 
 KINDS = {

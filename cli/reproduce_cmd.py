@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipesim.common.command_line import EXIT_OK
+from application.command_line import EXIT_OK
 from pipesim.files.strict_json import write_json
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from application.command_line import EXIT_OK
+from application.outputs import write_text_atomically
 from cli.schedule_source import (
     add_schedule_source_arguments,
     add_update_rule_argument,
@@ -18,9 +20,7 @@ from cli.synthesized import (
     synthesized_schedule,
     wants_synthesis,
 )
-from pipesim.common.command_line import EXIT_OK
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import write_json
 from pipesim.schedules import (
     Schedule,
@@ -31,7 +31,7 @@ from pipesim.schedules import (
     to_csv,
     unit_slots,
 )
-from pipesim.schedules.synthesis import SYNTH_NAME, Synthesis
+from pipesim.synthesis.synthesis import SYNTH_NAME, Synthesis
 
 
 def register(subparsers: Any) -> None:

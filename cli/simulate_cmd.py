@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from application.command_line import EXIT_OK
+from application.outputs import output_path, write_text_atomically
 from cli.schedule_source import add_schedule_source_arguments, load_schedule
 from cli.synthesized import (
     add_memory_limit_argument,
@@ -14,11 +16,9 @@ from cli.synthesized import (
     synthesize_for,
     wants_synthesis,
 )
-from pipesim.common.command_line import EXIT_OK
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text, overflow_checked, require_reportable, write_json
 
 

@@ -7,19 +7,19 @@ import contextlib
 import sys
 from typing import Any
 
+from application.command_line import EXIT_OK, add_cluster_argument, positive_ints
+from application.outputs import output_path
+from application.rows_file import SweepFile, row_of
 from cli.simulate_cmd import (
     add_cost_arguments,
     add_engine_argument,
     add_steps_argument,
     cost_request,
 )
-from pipesim.common.command_line import EXIT_OK, add_cluster_argument, positive_ints
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import Interrupted, PipesimError, shown
-from pipesim.files.outputs import output_path
 from pipesim.files.strict_json import write_json
-from pipesim.sweep.rows_file import SweepFile, row_of
 
 
 def _int_list(flag: str, text: str) -> list[int]:
@@ -87,8 +87,9 @@ def register(subparsers: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pipesim.common.workers import check_cluster_address
-    from pipesim.sweep.grid import preflight, run_point, run_sweep, sweep_points
+    from application.sweeps import run_sweep
+    from application.workers import check_cluster_address
+    from pipesim.sweep.grid import preflight, run_point, sweep_points
 
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")

@@ -1,5 +1,5 @@
 """``--schedule synth --memory-limit N [--placement looped|v] [-v V]``: a schedule synthesised
-for the costs of the run (see :mod:`pipesim.schedules.synthesis`), on ``simulate`` and on
+for the costs of the run (see :mod:`pipesim.synthesis.synthesis`), on ``simulate`` and on
 ``schedule show`` and ``export`` (which then take the costs as ``simulate`` does)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from cli.schedule_source import require_shape
 from pipesim.common.units import format_bytes
 from pipesim.errors import PipesimError
 from pipesim.schedules.schedule import Schedule
-from pipesim.schedules.synthesis import (
+from pipesim.synthesis.synthesis import (
     PLACEMENTS,
     SYNTH_NAME,
     Synthesis,
@@ -130,7 +130,7 @@ def synthesize_for(args: argparse.Namespace, costs: Any) -> Synthesis:
     """The synthesis for ``costs`` (built for :func:`synthesis_shape`), with a progress bar
     on a terminal."""
     from pipesim.common.progress import progress
-    from pipesim.schedules.synthesis import synthesis_steps, synthesize
+    from pipesim.synthesis.synthesis import synthesis_steps, synthesize
 
     placement = placement_of(args.placement or "looped", args.devices, synthesis_chunks(args))
     steps = synthesis_steps(placement, args.microbatches)

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_OK
+from application.command_line import EXIT_CHECK_FAILED, EXIT_OK
+from application.outputs import new_output_directory, output_directory
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import new_output_directory, output_directory
 from pipesim.files.strict_json import write_json
 
 DEFAULT_MAX_MEDIAN_ERROR = 0.05
@@ -121,8 +121,8 @@ def _validate(args: argparse.Namespace) -> int:
         return _validate_memory(args)
     try:
         from validation.report import summary_lines, table
-        from validation.runner import run_validation
         from validation.rounds import Stability
+        from validation.runner import run_validation
     except ImportError as error:
         raise _needs_executor(error) from None
     # Not a folder, read-only: refused before any work (and without creating it here).

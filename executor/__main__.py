@@ -22,15 +22,15 @@ import sys
 import time
 from collections.abc import Sequence
 
-from executor.interrupts import interrupts_that_stick
-from executor.options import PROG, check_options, parser, rank_place, under_torchrun
-from pipesim.common.command_line import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
-from pipesim.common.lifetime import (
+from application.command_line import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INTERRUPTED
+from application.lifetime import (
     end_with_parent,
     interrupt_reason,
 )
+from application.outputs import write_text_atomically
+from executor.interrupts import interrupts_that_stick
+from executor.options import PROG, check_options, parser, rank_place, under_torchrun
 from pipesim.errors import PipesimError, RunFailed, short_values
-from pipesim.files.outputs import write_text_atomically
 
 NO_TORCH = (
     "PyTorch is not installed; the executor needs it: install the executor extra "

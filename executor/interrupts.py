@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from pipesim.common.lifetime import STOP_SIGNALS, StopSignal, signals_handled
+from application.lifetime import STOP_SIGNALS, StopSignal, signals_handled
 
 
 @contextlib.contextmanager

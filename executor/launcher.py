@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from application.command_line import EXIT_CHECK_FAILED
+from application.outputs import output_path, write_text_atomically
 from executor.backends import Backend, DeviceKind
 from executor.errors import BackendError, PeerError, first_line
 from executor.models import mlp, transformer
@@ -38,10 +40,8 @@ from executor.runtime import StepResult
 from executor.split import split_model
 from executor.step import run_step
 from executor.trainer import PipelineTrainer
-from pipesim.common.command_line import EXIT_CHECK_FAILED
 from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
-from pipesim.files.outputs import output_path, write_text_atomically
 from pipesim.files.strict_json import json_text
 from pipesim.schedules import Schedule, build
 

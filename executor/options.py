@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from application.command_line import ArgumentParser, positive_int
 from executor.backends import DeviceKind
 from executor.errors import LimitError
-from pipesim.common.command_line import ArgumentParser, positive_int
 from pipesim.common.limits import Limit, cpu_count, limit
 from pipesim.errors import PipesimError
 

@@ -15,8 +15,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from application.command_line import EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 from executor.errors import first_line
-from pipesim.common.command_line import EXIT_CHECK_FAILED, EXIT_INTERRUPTED
 
 PROG = "python -m executor.torchrun"
 

@@ -9,17 +9,63 @@ library is a bug.
 
 The first line of every message stands on its own; a :class:`ScheduleError` may add the marked
 device-by-step grid on the lines after it.
+
+A message names the field at fault as the library spells it (``tensor_parallel 3 must divide
+the model's heads``), through :func:`named`. An application that owns the process may spell the
+library's fields its own way while it runs (:func:`fields_spelled`): the command line names
+them as its flags (``--tensor-parallel 3 must divide ...``) from one table,
+:data:`cli.flags.FLAGS`, so the library never speaks a command line's vocabulary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
 # How many offending items an error message names before it says "and N more".
 NAMED_ITEMS = 5
 # How many characters of an offending value an error message shows.
 SHOWN_CHARACTERS = 80
+
+
+# The spelling of fields in messages while an application's :func:`fields_spelled` runs; empty:
+# every field by its own name. One per process (a pool's forked workers inherit it), not per
+# thread, so a message reads the same whichever thread builds it.
+_SPELLING: dict[str, str] = {}
+
+
+def named(field: str) -> str:
+    """How a message names one of the library's fields: ``named("tensor_parallel")`` is
+    ``tensor_parallel``, or the spelling the running application gave it (the command line's
+    ``--tensor-parallel``)."""
+    return _SPELLING.get(field, field)
+
+
+def spelling() -> dict[str, str]:
+    """The spelling of fields now in force (a copy; empty: every field by its own name): work
+    sent to another process takes it along (:func:`spell_fields`)."""
+    return dict(_SPELLING)
+
+
+def spell_fields(spelling: Mapping[str, str]) -> None:
+    """From now on, in this whole process, messages name each field of ``spelling`` as it
+    says: a worker process (a Dask worker's, whose threads may run several tasks at once)
+    speaks as the application that sent it work, with nothing to restore."""
+    _SPELLING.clear()
+    _SPELLING.update(spelling)
+
+
+@contextlib.contextmanager
+def fields_spelled(spelling: Mapping[str, str]) -> Iterator[None]:
+    """While the block runs, messages name each field of ``spelling`` as it says (and the
+    others by their own names); the spelling before it is restored after."""
+    before = dict(_SPELLING)
+    spell_fields(spelling)
+    try:
+        yield
+    finally:
+        spell_fields(before)
 
 
 class PipesimError(ValueError):

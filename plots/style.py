@@ -17,8 +17,8 @@ from matplotlib.cbook import is_math_text
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 
+from application.outputs import output_path, write_with
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import output_path, write_with
 
 KIND_COLOURS = {
     "F": "#4c72b0",  # forward
@@ -160,7 +160,7 @@ def save(figure: Any, path: str | Path, *, field: str = "figure file", dpi: int 
     try:
         target = figure_path(path, field)
         kind = target.suffix.lower().lstrip(".")
-        # Atomically, by pipesim.files.outputs' rules: a full disk is an OutputError (exit 1) that
+        # Atomically, by application.outputs' rules: a full disk is an OutputError (exit 1) that
         # leaves any previous figure whole; symlinks and special files are written through.
         try:
             write_with(

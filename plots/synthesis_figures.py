@@ -1,6 +1,6 @@
 """The memory-time trade-off of synthesised schedules: step time against the most micro-batches
 in flight on any device, the synthesised schedule as a curve over the memory limit and the
-fixed schedules as points (see :func:`pipesim.schedules.synthesis.memory_tradeoff`)."""
+fixed schedules as points (see :func:`pipesim.synthesis.synthesis.memory_tradeoff`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ SYNTH_COLOUR = "black"
 
 
 def memory_tradeoff_figure(fixed: Sequence[Any], curve: Sequence[Any], *, title: str = "") -> Any:
-    """``fixed`` and ``curve`` are :class:`~pipesim.schedules.synthesis.MemoryPoint` rows."""
+    """``fixed`` and ``curve`` are :class:`~pipesim.synthesis.synthesis.MemoryPoint` rows."""
     if not curve:
         raise ValueError("memory_tradeoff_figure needs at least one synthesised point")
     largest = max(p.step_time_s for p in [*fixed, *curve])

@@ -1,4 +1,5 @@
-"""The packages' import graph has no cycles, and pipesim stays free of torch.
+"""The packages' import graph has no cycles, every arrow runs down the layering (the project's
+packages, and pipesim's sub-packages inside it), and pipesim stays free of torch.
 
 Read from the source with :mod:`ast`, not by importing: every ``import`` and ``from ... import``
 counts, at module level or inside a function (a lazy import that closes a loop is still a
@@ -13,17 +14,41 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("cli", "validation", "executor", "pipesim", "plots")
+PACKAGES = ("cli", "validation", "executor", "application", "pipesim", "plots")
 
 # The layering: each package may import only those named here (and itself). The command line
-# sits on top; the simulator at the bottom imports none of the others.
+# sits on top; the simulator at the bottom imports none of the others; the application (pools,
+# signals, argument plumbing, output files) sits right above it, under everything that runs as
+# a process.
 MAY_IMPORT: dict[str, frozenset[str]] = {
-    "cli": frozenset({"validation", "executor", "pipesim", "plots"}),
-    "validation": frozenset({"executor", "pipesim", "plots"}),
-    "executor": frozenset({"pipesim"}),
-    "plots": frozenset({"pipesim"}),
+    "cli": frozenset({"validation", "executor", "application", "pipesim", "plots"}),
+    "validation": frozenset({"executor", "application", "pipesim", "plots"}),
+    "executor": frozenset({"application", "pipesim"}),
+    "plots": frozenset({"application", "pipesim"}),
+    "application": frozenset({"pipesim"}),
     "pipesim": frozenset(),
 }
+
+# pipesim's sub-packages (and its top-level modules), the lowest floor first: a sub-package may
+# import those on floors below its own, never one on its floor or above. Synthesis sits above
+# the engine it tries its orders on; placements and rank groups sit in ``parallel``, under the
+# schedules and costs that use them.
+PIPESIM_FLOORS: tuple[frozenset[str], ...] = tuple(
+    frozenset(floor)
+    for floor in (
+        ("errors",),
+        ("common",),
+        ("files",),
+        ("hardware",),
+        ("parallel",),
+        ("schedules", "workload"),
+        ("costs",),
+        ("analysis", "memory"),
+        ("engine", "partition"),
+        ("export", "request", "synthesis"),
+        ("plan", "sweep"),
+    )
+)
 
 
 def _module_name(path: Path) -> str:
@@ -168,15 +193,79 @@ def test_the_layering_check_can_fail() -> None:
 
 
 def test_packages_import_one_way_only() -> None:
-    """cli -> validation -> executor -> pipesim <- plots, with no arrow back up and no
-    exemption: the command line is the one package above all others."""
+    """cli -> validation -> executor -> application -> pipesim, plots -> application, with no
+    arrow back up and no exemption: the command line is the one package above all others."""
     wrong = _arrows_against_the_layering(_graph())
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize("package", ["pipesim", "plots"])
+def _floor_of(module: str) -> int | None:
+    """The floor of a pipesim module's sub-package (None for ``pipesim`` itself and
+    ``pipesim.__main__``, which stand above every floor)."""
+    parts = module.split(".")
+    if parts[0] != "pipesim" or len(parts) < 2 or parts[1] == "__main__":
+        return None
+    for number, floor in enumerate(PIPESIM_FLOORS):
+        if parts[1] in floor:
+            return number
+    raise AssertionError(f"{module}: sub-package {parts[1]!r} is on no floor of PIPESIM_FLOORS")
+
+
+def _arrows_up_inside_pipesim(graph: dict[str, set[str]]) -> list[str]:
+    """Every import between two of pipesim's sub-packages that does not run to a lower floor,
+    as ``importer -> imported (floor a -> floor b)`` lines."""
+    wrong = []
+    for importer, targets in sorted(graph.items()):
+        low = _floor_of(importer)
+        if low is None:
+            continue
+        for target in sorted(targets):
+            high = _floor_of(target)
+            if high is None or target.split(".")[1] == importer.split(".")[1]:
+                continue
+            if high >= low:
+                wrong.append(f"{importer} -> {target} (floor {low} -> floor {high})")
+    return wrong
+
+
+def test_the_floor_check_can_fail() -> None:
+    """An arrow up (the schedules importing the engine) and one across a floor (the workload
+    importing the schedules) are reported; one down is not."""
+    graph = {
+        "pipesim.schedules.synthesis": {"pipesim.engine.simulate", "pipesim.common.checks"},
+        "pipesim.workload.model": {"pipesim.schedules.schedule"},
+    }
+    assert _arrows_up_inside_pipesim(graph) == [
+        "pipesim.schedules.synthesis -> pipesim.engine.simulate (floor 5 -> floor 8)",
+        "pipesim.workload.model -> pipesim.schedules.schedule (floor 5 -> floor 5)",
+    ]
+    with pytest.raises(AssertionError, match="on no floor"):
+        _arrows_up_inside_pipesim({"pipesim.newcomer.thing": {"pipesim.common.checks"}})
+
+
+def test_every_pipesim_sub_package_has_a_floor() -> None:
+    """A new sub-package cannot slip past the layering by being on no floor."""
+    floored = set().union(*PIPESIM_FLOORS)
+    present = {
+        path.stem if path.is_file() else path.name
+        for path in (ROOT / "pipesim").iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists())
+        or (path.suffix == ".py" and path.stem not in ("__init__", "__main__"))
+    }
+    assert present == floored
+
+
+def test_pipesim_sub_packages_import_only_downward() -> None:
+    """Inside the simulator, every arrow between sub-packages runs to a lower floor: lazy
+    imports included, so no loop can hide inside a function."""
+    wrong = _arrows_up_inside_pipesim(_graph())
+    assert not wrong, "pipesim imports that do not run down its floors:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("package", ["pipesim", "plots", "application"])
 def test_simulator_packages_never_import_torch(package: str) -> None:
-    """pipesim (and the plots it draws) must run for a user who installed no torch."""
+    """pipesim (and the plots it draws, and the application around it) must run for a user who
+    installed no torch."""
     offenders = []
     for name, path in _modules().items():
         if not name.startswith(package):

@@ -648,8 +648,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required to measure (or --report FILE to print one)")
+    from application.outputs import output_path, write_text_atomically
     from pipesim.errors import PipesimError
-    from pipesim.files.outputs import output_path, write_text_atomically
 
     try:
         output_path(args.out, "--out", (".json",))  # refused before minutes of measuring

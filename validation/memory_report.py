@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from application.outputs import write_text_atomically
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes
-from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import json_text
 from pipesim.workload.architecture import Attention, TransformerArchitecture
 from validation.memory_trace import MemoryTerms, TraceCase, compare, stage_name

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from application.outputs import write_text_atomically
 from pipesim.common.units import format_bytes
-from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import json_text
 from validation.estimate import LOW_QUANTILE, STATISTIC, Statistic
 from validation.results import CaseResult, ValidationResult

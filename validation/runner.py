@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from application.outputs import new_output_directory, write_text_atomically
 from pipesim import __version__
 from pipesim.common.progress import progress
 from pipesim.errors import Interrupted, PipesimError
 from pipesim.files.inputs import decode_text, read_input
-from pipesim.files.outputs import new_output_directory, write_text_atomically
 from pipesim.files.strict_json import json_text
 from validation.compare import (
     RunKey,

@@ -36,6 +36,7 @@ from torch.multiprocessing.spawn import (
     start_processes,
 )
 
+from application.lifetime import end_with_parent
 from executor import StepResult, StepState, run_step, split_model
 from executor.profile import (
     LinkProfile,
@@ -45,7 +46,6 @@ from executor.profile import (
     stage_inputs,
 )
 from executor.teardown import end_rank
-from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import cpu_count
 from pipesim.errors import RunFailed
 from pipesim.schedules import Schedule, build

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 from executor.profile import LinkProfile, StageProfile, calibrated_costs
 from pipesim.errors import LimitError
+from pipesim.parallel.placement import looped
 from pipesim.schedules import Schedule, build
 from pipesim.schedules.action import parse_action
-from pipesim.schedules.placement import looped
-from pipesim.schedules.synthesis import SYNTH_NAME, check_synthesis_size, synthesize
 from pipesim.sweep.grid import synth_limit
+from pipesim.synthesis.synthesis import SYNTH_NAME, check_synthesis_size, synthesize
 
 __all__ = ["order_of", "run_schedule", "synth_limit", "synthesized", "unsupported"]
 

@@ -203,7 +203,7 @@ def synthesis_figure() -> Any:
     memory limit from 1 to 2K-1 micro-batches in flight beside the fixed schedules."""
     from pipesim.request.cost_request import ModelRequest
     from pipesim.schedules import build
-    from pipesim.schedules.synthesis import memory_tradeoff
+    from pipesim.synthesis.synthesis import memory_tradeoff
     from plots.synthesis_figures import memory_tradeoff_figure
 
     devices, microbatches = 4, 12

@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from pipesim.common.checks import SpecError
 from pipesim.costs.data_parallel import with_data_parallel
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.costs.spec_derived import TensorGroup, costs_from_model
+from pipesim.costs.spec_derived import costs_from_model
+from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.parallel.config import IDENTITY, Parallelism
-from pipesim.schedules.placement import looped
+from pipesim.parallel.groups import TensorGroup
+from pipesim.parallel.placement import looped
 from pipesim.workload.model import Model
 from pipesim.workload.sharding import ShardedLayers
 
@@ -133,13 +135,13 @@ def check_tensor_placement(
         return
     if tensor % per_node:
         raise SpecError(
-            f"--tensor-parallel {tensor} must divide the {per_node} devices of one node of "
-            f"{hardware.name} (or be a multiple of them): a tensor-parallel group must sit in "
-            "one node, or fill whole ones"
+            f"{named('tensor_parallel')} {tensor} must divide the {per_node} devices of one "
+            f"node of {hardware.name} (or be a multiple of them): a tensor-parallel group must "
+            "sit in one node, or fill whole ones"
         )
     if not across_nodes:
         raise SpecError(
-            f"--tensor-parallel {tensor} is larger than one node of {hardware.name} "
+            f"{named('tensor_parallel')} {tensor} is larger than one node of {hardware.name} "
             f"({per_node} devices): its collectives would cross nodes on every layer; add "
-            "--tensor-across-nodes if that is what you want"
+            f"{named('tensor_across_nodes')} if that is what you want"
         )

@@ -21,34 +21,21 @@ sends (:mod:`pipesim.workload.work`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.costs.kernel_time import pass_time_s
 from pipesim.costs.pipeline_costs import FlopsAccount, PipelineCosts, StageCosts, merge_layers
+from pipesim.errors import named
 from pipesim.hardware.accelerator import Accelerator
-from pipesim.hardware.network import Cluster, Network
+from pipesim.hardware.network import Cluster
 from pipesim.parallel.config import IDENTITY, Parallelism
+from pipesim.parallel.groups import TensorGroup
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.sharding import ShardedLayers, sharded_layers
 from pipesim.workload.stage_layers import check_partition, even_partition
 from pipesim.workload.transformer import is_block
 from pipesim.workload.work import PassWork
-
-
-@dataclass(frozen=True)
-class TensorGroup:
-    """Where a layer's tensor-parallel collectives run: ranks of the job's network."""
-
-    network: Network
-    ranks: tuple[int, ...]
-
-    @classmethod
-    def first(cls, network: Network, tensor: int) -> TensorGroup | None:
-        """The job's first T ranks (every group is alike: T consecutive ranks in a node), or
-        None without tensor parallelism."""
-        return None if tensor == 1 else cls(network, tuple(range(tensor)))
 
 
 def layer_costs(
@@ -255,6 +242,7 @@ def check_recompute_layers(sharded: ShardedLayers, ranges: Sequence[range]) -> N
     most = max(sum(is_block(sharded.layers[i]) for i in r) for r in ranges)
     if wanted > most:
         raise SpecError(
-            f"--recompute {wanted}: no stage holds more than {most} transformer blocks here; "
-            f"give at most {most} (the first N blocks of each stage), or --recompute full"
+            f"{named('recompute')} {wanted}: no stage holds more than {most} transformer "
+            f"blocks here; give at most {most} (the first N blocks of each stage), or "
+            f"{named('recompute')} full"
         )

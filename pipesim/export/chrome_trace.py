@@ -8,7 +8,6 @@ Works on the records of simulated and measured runs alike.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from pipesim.engine.records import ComputeRecord, TransferRecord
@@ -90,16 +89,6 @@ def chrome_trace(
                 }
             )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
-
-
-def write_chrome_trace(
-    trace: dict[str, Any], path: str | Path, *, field: str = "trace file"
-) -> None:
-    """Write ``trace`` as strict JSON to ``path`` (atomically, see :mod:`pipesim.files.outputs`)."""
-    from pipesim.files.outputs import write_text_atomically
-    from pipesim.files.strict_json import json_text
-
-    write_text_atomically(path, json_text(trace), field=field)
 
 
 def _thread_name(pid: int, tid: int, name: str) -> dict[str, Any]:

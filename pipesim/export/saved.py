@@ -23,7 +23,7 @@ from pipesim.common import limits
 from pipesim.common.limits import Limit, limit
 from pipesim.common.units import format_percent, format_seconds
 from pipesim.engine.memory_over_time import BREAKDOWN_TERMS
-from pipesim.errors import PipesimError
+from pipesim.errors import PipesimError, named
 from pipesim.files.inputs import read_at_most
 from pipesim.files.strict_json import LARGEST, SMALLEST
 
@@ -35,14 +35,16 @@ from pipesim.files.strict_json import LARGEST, SMALLEST
 MAX_MICROBATCHES = 10**9
 # The largest file read: a saved run of K=64, M=1024 is about 10 MB.
 MAX_FILE_BYTES = 256 * 2**20
-RUN_FROM = "pipesim simulate --save"
+# What writes each kind of file, as fields (:func:`pipesim.errors.named`): a refusal says
+# "expected the output of" it, as the application spells it (the command line: its command).
+RUN_FROM = "saved_run"
 
 # A compute bar: (device, label, start_s, end_s); a transfer bar: (source, destination, label,
 # start_s, end_s). Labels are action strings (``2F0``) or ``opt`` for an optimizer step.
 ComputeBar = tuple[int, str, float, float]
 TransferBar = tuple[int, int, str, float, float]
-SWEEP_FROM = "pipesim sweep --out FILE.json"
-RECORDS_FROM = "pipesim validate (results.json)"
+SWEEP_FROM = "saved_sweep"
+RECORDS_FROM = "saved_records"
 
 
 def _show(value: Any) -> str:
@@ -64,7 +66,7 @@ class _Checker:
         if not isinstance(data, dict) or key not in data:
             place = f"{where} has" if where else "has"
             raise PipesimError(
-                f"FILE {self.path!r} {place} no {key!r}: expected the output of {made_by}"
+                f"FILE {self.path!r} {place} no {key!r}: expected the output of {named(made_by)}"
             )
         return data[key]
 
@@ -111,7 +113,9 @@ class _Checker:
     def objects(self, data: Any, key: str, made_by: str) -> list[dict[str, Any]]:
         rows = self.field(data, key, "", made_by)
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise PipesimError(f"FILE {self.path!r}: {key!r} must be a list of objects ({made_by})")
+            raise PipesimError(
+                f"FILE {self.path!r}: {key!r} must be a list of objects ({named(made_by)})"
+            )
         return rows
 
 

@@ -29,6 +29,7 @@ from enum import Enum
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
+from pipesim.errors import named
 
 
 class RecomputeMode(Enum):
@@ -55,10 +56,11 @@ class Recompute:
         if not isinstance(self.mode, RecomputeMode):
             raise SpecError(f"recompute mode must be a RecomputeMode, got {self.mode!r}")
         if self.layers_per_stage is not None:
-            checks.non_negative_int("--recompute layers per stage", self.layers_per_stage)
+            checks.non_negative_int(f"{named('recompute')} layers per stage", self.layers_per_stage)
             if self.mode is not RecomputeMode.FULL:
                 raise SpecError(
-                    f"--recompute: a count of layers goes with full recomputation, got "
+                    f"{named('recompute')}: a count of layers goes with full recomputation, "
+                    "got "
                     f"{self.mode.value} with {self.layers_per_stage}"
                 )
 
@@ -73,8 +75,8 @@ class Recompute:
             layers = int(value)
             return cls(RecomputeMode.NONE) if layers == 0 else cls(RecomputeMode.FULL, layers)
         raise SpecError(
-            f"--recompute must be none, selective, full or a number of layers per stage, got "
-            f"{text!r}"
+            f"{named('recompute')} must be none, selective, full or a number of layers per "
+            f"stage, got {text!r}"
         )
 
     @property
@@ -118,10 +120,10 @@ class Parallelism:
     overlap_grad_reduce: bool = False
 
     def __post_init__(self) -> None:
-        checks.positive_int("--tensor-parallel", self.tensor)
-        checks.positive_int("--data-parallel", self.data)
+        checks.positive_int(named("tensor_parallel"), self.tensor)
+        checks.positive_int(named("data_parallel"), self.data)
         if self.zero not in (0, 1) or isinstance(self.zero, bool):
-            raise SpecError(f"--zero must be 0 or 1, got {self.zero!r}")
+            raise SpecError(f"{named('zero')} must be 0 or 1, got {self.zero!r}")
         if not isinstance(self.recompute, Recompute):
             raise SpecError(f"recompute must be a Recompute, got {self.recompute!r}")
         for name in ("sequence_parallel", "overlap_grad_reduce"):
@@ -129,8 +131,8 @@ class Parallelism:
                 raise SpecError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.sequence_parallel and self.tensor == 1:
             raise SpecError(
-                "--sequence-parallel splits the sequence over the tensor-parallel group: it needs "
-                "--tensor-parallel of 2 or more, got 1"
+                f"{named('sequence_parallel')} splits the sequence over the tensor-parallel "
+                f"group: it needs {named('tensor_parallel')} of 2 or more, got 1"
             )
 
     @property

@@ -12,15 +12,16 @@ from enum import Enum
 
 from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.costs.spec_derived import TensorGroup
 from pipesim.costs.spec_derived import layer_costs as spec_layer_costs
+from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Cluster
 from pipesim.memory.forms import memory_forms
 from pipesim.parallel.config import IDENTITY, Parallelism
+from pipesim.parallel.groups import TensorGroup
+from pipesim.parallel.placement import looped
 from pipesim.partition.problem import PartitionProblem
 from pipesim.partition.solver import balanced, memory_aware
-from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.sharding import sharded_layers
@@ -45,7 +46,7 @@ def objective(text: str) -> Objective:
     except ValueError:
         names = ", ".join(o.value for o in Objective)
         raise SpecError(
-            f"--partition must be {names} or layer counts like 3,4,4,3, got {text!r}"
+            f"{named('partition')} must be {names} or layer counts like 3,4,4,3, got {text!r}"
         ) from None
 
 
@@ -167,13 +168,14 @@ def blocks_partition(model: Model, stages: int) -> tuple[int, ...]:
     arch = model.architecture
     if arch is None or len(model.layers) != arch.layers + 2:
         raise SpecError(
-            f"--partition blocks splits a transformer's blocks; model {model.name!r} is given "
+            f"{named('partition')} blocks splits a transformer's blocks; model {model.name!r} "
+            "is given "
             "as layers: give layer counts or balanced, memory-aware or even"
         )
     if stages > arch.layers:
         raise SpecError(
-            f"--partition blocks: {stages} stages need at least {stages} blocks, but model "
-            f"{model.name!r} has {arch.layers}"
+            f"{named('partition')} blocks: {stages} stages need at least {stages} blocks, but "
+            f"model {model.name!r} has {arch.layers}"
         )
     base, extra = divmod(arch.layers, stages)
     counts = [base + (1 if s < extra else 0) for s in range(stages)]
@@ -206,9 +208,10 @@ def choose_partition(
     remat = schedule.rematerialize if schedule is not None else False
     if parallelism.recompute.layers_per_stage is not None:
         raise SpecError(
-            f"--partition {goal.value} with --recompute {parallelism.recompute.label}: the "
-            "partitioner does not weigh recomputing the first N layers of each stage; give "
-            "layer counts (--partition a,b,...), the even split, or --recompute full"
+            f"{named('partition')} {goal.value} with {named('recompute')} "
+            f"{parallelism.recompute.label}: the partitioner does not weigh recomputing the "
+            f"first N layers of each stage; give layer counts ({named('partition')} a,b,...), "
+            f"the even split, or {named('recompute')} full"
         )
     problem = model_problem(
         model,
@@ -223,5 +226,8 @@ def choose_partition(
     if goal is Objective.BALANCED:
         return balanced(problem).counts
     if schedule is None:
-        raise SpecError("--partition memory-aware needs a schedule (--schedule NAME with -M)")
+        raise SpecError(
+            f"{named('partition')} memory-aware needs a schedule ({named('schedule')} NAME "
+            f"with {named('microbatches')})"
+        )
     return memory_aware(problem, memory_forms(schedule, steps)).counts

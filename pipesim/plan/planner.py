@@ -29,17 +29,18 @@ from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes
-from pipesim.common.workers import InProcess, Workers, open_workers, ordered_map
+from pipesim.common.workers import InProcess, Workers, ordered_map
 from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.costs.spec_derived import TensorGroup
 from pipesim.engine import simulate
+from pipesim.errors import named
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.memory.forms import MemoryForm
 from pipesim.parallel.config import Parallelism, Recompute
+from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.ranks import RankLayout
 from pipesim.partition import (
     NoPartitionFits,
@@ -61,7 +62,7 @@ from pipesim.plan.space import (
 )
 from pipesim.request.cost_request import resolved_model
 from pipesim.schedules import UpdateRule, build
-from pipesim.schedules.synthesis import SYNTH_NAME
+from pipesim.synthesis.synthesis import SYNTH_NAME
 from pipesim.workload.model import Model
 from pipesim.workload.transformer import check_tensor_parallel, is_block
 
@@ -149,27 +150,29 @@ class PlanReport:
 
 
 def plan(
-    settings: PlanSettings, *, show_progress: bool = True, cluster: str | None = None
+    settings: PlanSettings, *, show_progress: bool = True, workers: Workers | None = None
 ) -> PlanReport:
-    """Search ``settings``' space; see the module docstring. ``cluster`` (``local`` or a Dask
-    scheduler's address, :mod:`pipesim.common.workers`) partitions and simulates candidates on
-    a cluster, ahead of the search; the search keeps only what it would have computed itself,
-    so the report is the same as without it."""
+    """Search ``settings``' space; see the module docstring. ``workers`` other than this process
+    (a Dask cluster's, :mod:`application.workers`) partition and simulate candidates ahead of
+    the search; the search keeps only what it would have computed itself, so the report is the
+    same as without them."""
+    workers = InProcess() if workers is None else workers
     started = time.perf_counter()
     if settings.devices < 1 or settings.batch < 1 or settings.top < 1:
         raise SpecError(
-            f"--devices, --batch and --top must be integers >= 1, got {settings.devices}, "
-            f"{settings.batch} and {settings.top}"
+            f"{named('devices')}, {named('batch')} and {named('top')} must be integers >= 1, "
+            f"got {settings.devices}, {settings.batch} and {settings.top}"
         )
-    check(Limit.CLUSTER_DEVICES, settings.devices, f"--devices {settings.devices:,}")
+    check(Limit.CLUSTER_DEVICES, settings.devices, f"{named('devices')} {settings.devices:,}")
     for chunks in settings.chunk_options:
-        check(Limit.CHUNKS, chunks, f"--chunks {chunks:,}")
+        check(Limit.CHUNKS, chunks, f"{named('chunks')} {chunks:,}")
     if not settings.schedules:
-        raise SpecError("--schedules must name at least one schedule, got none")
+        raise SpecError(f"{named('schedules')} must name at least one schedule, got none")
     if set(settings.schedules) == {SYNTH_NAME}:
         raise SpecError(
-            f"--schedules {SYNTH_NAME}: a synthesised schedule is offered beside the fixed ones "
-            "(for the shapes of their best plans); name at least one registered schedule too"
+            f"{named('schedules')} {SYNTH_NAME}: a synthesised schedule is offered beside the "
+            "fixed ones (for the shapes of their best plans); name at least one registered "
+            "schedule too"
         )
     model = resolved_model(
         settings.model,
@@ -202,7 +205,6 @@ def plan(
     limit = math.inf
     with (
         progress(len(space), "plan: configurations", enabled=show_progress) as bar,
-        open_workers(1, cluster) as workers,
         contextlib.closing(_evaluations(context, [c for _, _, c in ordered], workers)) as results,
     ):
         for position, (quick, _, candidate) in enumerate(ordered):
@@ -275,18 +277,21 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         for tensor in settings.tensor_sizes:
             if settings.devices % tensor:
                 raise SpecError(
-                    f"--tensor-parallel {tensor} must divide the {settings.devices:,} devices"
+                    f"{named('tensor_parallel')} {tensor} must divide the "
+                    f"{settings.devices:,} devices"
                 )
             if tensor > 1:
                 if arch is None:
                     raise SpecError(
-                        f"--tensor-parallel {tensor}: model {model.name!r} is given as layers, "
+                        f"{named('tensor_parallel')} {tensor}: model {model.name!r} is given "
+                        "as layers, "
                         "with no heads or widths to split"
                     )
                 check_tensor_parallel(arch, tensor)
                 if node % tensor:
                     raise SpecError(
-                        f"--tensor-parallel {tensor} must divide the {node} devices of one "
+                        f"{named('tensor_parallel')} {tensor} must divide the {node} devices "
+                        "of one "
                         f"{hardware.name} node: the planner keeps tensor parallelism in a node"
                     )
         sizes = tuple(sorted(set(settings.tensor_sizes)))
@@ -300,11 +305,12 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
             parsed = Recompute.parse(mode)
             if parsed.layers_per_stage is not None:
                 raise SpecError(
-                    f"--recompute {mode}: the planner searches none, selective and full"
+                    f"{named('recompute')} {mode}: the planner searches none, selective and full"
                 )
             if arch is None and parsed.label != "none":
                 raise SpecError(
-                    f"--recompute {mode}: model {model.name!r} is given as layers, with none to "
+                    f"{named('recompute')} {mode}: model {model.name!r} is given as layers, "
+                    "with none to "
                     "recompute; its stages can re-materialize (remat is searched)"
                 )
         # each mode once, in the order given (--recompute full,full is one mode)
@@ -313,7 +319,7 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         recompute = DEFAULT_RECOMPUTE if arch is not None else ("none",)
     for stage in settings.zero:
         if stage not in (0, 1):
-            raise SpecError(f"--zero must be 0 or 1, got {stage}")
+            raise SpecError(f"{named('zero')} must be 0 or 1, got {stage}")
     return SpaceLimits(
         len(model.layers),
         sizes,
@@ -619,7 +625,7 @@ class PlanContext:
         that shape; offered when it is faster than every fixed schedule simulated for that
         shape."""
         from pipesim.errors import LimitError
-        from pipesim.schedules.synthesis import check_synthesis_size, synthesize
+        from pipesim.synthesis.synthesis import check_synthesis_size, synthesize
 
         fastest: dict[tuple[object, ...], float] = {}
         for e in finished:

@@ -1,9 +1,14 @@
-"""A plan report as JSON (``pipesim plan --json``) and as a table."""
+"""A plan report as JSON (``pipesim plan --json``) and as a table.
+
+How to reproduce a plan is the caller's to say, in its own words: ``command_for`` (``pipesim
+plan`` passes the ``pipesim simulate`` command of a plan), which the JSON lists with each plan
+and the table shows for the best; the library speaks no command line's flags.
+"""
 
 from __future__ import annotations
 
 import math
-import shlex
+from collections.abc import Callable
 from typing import Any
 
 from pipesim.common.units import format_bytes, format_seconds
@@ -52,60 +57,19 @@ def _finite(value: float) -> float | None:
     return None if math.isinf(value) else value
 
 
-def simulate_command(report: PlanReport, e: Evaluated) -> str:
-    """The ``pipesim simulate`` command line that reproduces ``e``."""
-    s, c = report.settings, e.candidate
-    words = [
-        "pipesim",
-        "simulate",
-        "--model",
-        s.model,
-        "--hardware",
-        s.hardware,
-        "--schedule",
-        c.schedule,
-        *(["--memory-limit", str(c.memory_limit)] if c.memory_limit is not None else []),
-        "-K",
-        str(c.devices),
-        "-M",
-        str(c.microbatches),
-        "-v",
-        str(c.chunks),
-        "--batch",
-        str(s.batch),
-        "--data-parallel",
-        str(c.data_parallel),
-        *(["--tensor-parallel", str(c.tensor)] if c.tensor > 1 else []),
-        *(["--sequence-parallel"] if c.sequence_parallel else []),
-        *(["--recompute", c.recompute] if c.recompute != "none" else []),
-        *(["--zero", str(c.zero)] if c.zero else []),
-        "--partition",
-        ",".join(map(str, e.partition)),
-        "--steps",
-        str(e.steps),
-    ]
-    if c.remat:
-        words.append("--remat")
-    if s.optimizer_state is not None:
-        words += ["--optimizer", s.optimizer_state]
-    if s.master_weights is not None:
-        words.append("--master-weights" if s.master_weights else "--no-master-weights")
-    if s.dtype is not None:
-        words += ["--dtype", s.dtype]
-    if s.attention is not None:
-        words += ["--attention", s.attention]
-    if s.overlap_grad_reduce:
-        words.append("--overlap-grad-reduce")
-    return shlex.join(words)
+# How a caller reproduces one plan of a report: a command line, in words it runs.
+CommandFor = Callable[[PlanReport, Evaluated], str]
 
 
-def report_json(report: PlanReport) -> dict[str, Any]:
-    """``{"plans": [...], "rejected": [...], "evaluated": N, "seconds": S, ...}``."""
+def report_json(report: PlanReport, command_for: CommandFor | None = None) -> dict[str, Any]:
+    """``{"plans": [...], "rejected": [...], "evaluated": N, "seconds": S, ...}``; with
+    ``command_for``, each plan's ``simulate_command`` is what it says for that plan."""
     batch = report.settings.batch
     plans = []
     for e in report.plans:
         item = plan_json(e, batch)
-        item["simulate_command"] = simulate_command(report, e)
+        if command_for is not None:
+            item["simulate_command"] = command_for(report, e)
         plans.append(item)
     return {
         "plans": plans,
@@ -132,8 +96,9 @@ ASYNC_NOTE = (
 )
 
 
-def report_table(report: PlanReport) -> str:
-    """The human table of the top plans and the rejected alternatives."""
+def report_table(report: PlanReport, command_for: CommandFor | None = None) -> str:
+    """The human table of the top plans and the rejected alternatives; with ``command_for``,
+    what it says reproduces the best plan, under the table."""
     s = report.settings
     lines = [
         f"plans for {s.model} on {s.devices} x {s.hardware}, batch {s.batch} "
@@ -167,8 +132,8 @@ def report_table(report: PlanReport) -> str:
         )
     if any_async:
         lines.append(ASYNC_NOTE)
-    if report.plans:
-        best = simulate_command(report, report.plans[0])
+    if report.plans and command_for is not None:
+        best = command_for(report, report.plans[0])
         lines += ["", "re-simulate the best plan:", "  " + best]
     if report.rejected:
         lines += ["", "best rejected alternatives:"]

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pipesim.schedules import schedule_info, unsupported_reason
-from pipesim.schedules.synthesis import SYNTH_NAME
+from pipesim.synthesis.synthesis import SYNTH_NAME
 
 DEFAULT_SCHEDULES = (
     "gpipe",

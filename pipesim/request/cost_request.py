@@ -18,11 +18,12 @@ from pipesim.common.checks import SpecError, non_negative, positive_int, slack
 from pipesim.common.limits import Limit, check
 from pipesim.costs.model_on_hardware import check_tensor_placement, model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.costs.spec_derived import TensorGroup
 from pipesim.costs.synthetic import synthetic_costs
+from pipesim.errors import named
 from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.parallel.config import IDENTITY, Parallelism, Recompute, RecomputeMode
+from pipesim.parallel.groups import TensorGroup
 from pipesim.partition.from_model import choose_partition, objective
 from pipesim.workload import resolve_model
 from pipesim.workload.optimizer import with_optimizer
@@ -99,7 +100,7 @@ class ModelRequest:
 
     def resolved_parallelism(self) -> Parallelism:
         """The parallel configuration with the data-parallel size of ``--data-parallel``."""
-        positive_int("--data-parallel", self.data_parallel)
+        positive_int(named("data_parallel"), self.data_parallel)
         return dataclasses.replace(self.parallelism, data=self.data_parallel)
 
     def build(
@@ -119,9 +120,9 @@ class ModelRequest:
         check(
             Limit.CLUSTER_DEVICES,
             cluster,
-            f"-K {devices:,}"
-            + (f" x --tensor-parallel {tensor:,}" if tensor > 1 else "")
-            + f" x --data-parallel {replicas:,}: {cluster:,} devices",
+            f"{named('pipeline_devices')} {devices:,}"
+            + (f" x {named('tensor_parallel')} {tensor:,}" if tensor > 1 else "")
+            + f" x {named('data_parallel')} {replicas:,}: {cluster:,} devices",
         )
         model = resolved_model(
             self.model, self.optimizer_state, self.master_weights, self.dtype, self.attention
@@ -177,18 +178,19 @@ def resolved_batch(
     of every replica."""
     replicated = f" x {replicas} data-parallel replicas" if replicas > 1 else ""
     if microbatch_size is not None:
-        positive_int("--microbatch-size", microbatch_size)
+        positive_int(named("microbatch_size"), microbatch_size)
         implied = microbatch_size * microbatches * replicas
         if batch is not None and batch != implied:
             raise SpecError(
-                f"--batch {batch} and --microbatch-size {microbatch_size} disagree: "
+                f"{named('batch')} {batch} and {named('microbatch_size')} {microbatch_size} "
+                "disagree: "
                 f"{microbatch_size} x {microbatches} micro-batches{replicated} is {implied}"
             )
         return implied
     chosen = model.default_batch if batch is None else batch
     if chosen < 1 or chosen % (microbatches * replicas):
         raise SpecError(
-            f"--batch {chosen} must be a positive multiple of the {microbatches} "
+            f"{named('batch')} {chosen} must be a positive multiple of the {microbatches} "
             f"micro-batches{replicated}"
         )
     return chosen
@@ -202,9 +204,9 @@ def with_allowances(
     if reserve_bytes is None and fragmentation is None:
         return hardware
     if reserve_bytes is not None:
-        non_negative("--memory-reserve", reserve_bytes)
+        non_negative(named("memory_reserve"), reserve_bytes)
     if fragmentation is not None:
-        slack("--fragmentation", fragmentation)
+        slack(named("fragmentation"), fragmentation)
     accelerator = hardware.accelerator
     return dataclasses.replace(
         hardware,
@@ -238,8 +240,9 @@ def check_schedule_pairing(schedule: Schedule, parallelism: Parallelism) -> None
         return
     if schedule.rematerialize:
         raise SpecError(
-            f"--recompute {parallelism.recompute.label} and --remat both recompute: "
-            "--remat re-runs each stage's forward, --recompute each layer's; choose one"
+            f"{named('recompute')} {parallelism.recompute.label} and {named('remat')} both "
+            f"recompute: {named('remat')} re-runs each stage's forward, {named('recompute')} "
+            "each layer's; choose one"
         )
     if schedule.uses_split_backward():
         check_split_backward_recompute(schedule.name, parallelism.recompute)
@@ -251,9 +254,10 @@ def check_split_backward_recompute(schedule_name: str, recompute: Recompute) -> 
     recomputation frees."""
     if recompute.mode is RecomputeMode.FULL:
         raise SpecError(
-            f"--recompute {recompute.label} with {schedule_name}, whose backward "
+            f"{named('recompute')} {recompute.label} with {schedule_name}, whose backward "
             "is split into I and W: W needs the recomputed layers' inputs, which full "
-            "recomputation frees; use --recompute selective or a schedule with a full backward"
+            f"recomputation frees; use {named('recompute')} selective or a schedule with a full "
+            "backward"
         )
 
 

@@ -8,7 +8,7 @@
 
 from pipesim.errors import ScheduleError
 from pipesim.schedules.action import Action, Kind, parse_action
-from pipesim.schedules.csvio import from_csv, read_csv, to_csv, write_csv
+from pipesim.schedules.csvio import from_csv, read_csv, to_csv
 from pipesim.schedules.layout import render_schedule, unit_slots
 from pipesim.schedules.registry import (
     ScheduleInfo,
@@ -38,5 +38,4 @@ __all__ = [
     "unit_slots",
     "unsupported_reason",
     "validate",
-    "write_csv",
 ]

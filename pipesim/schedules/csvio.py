@@ -147,11 +147,3 @@ def read_csv(
         rematerialize=rematerialize,
         source=str(path),
     )
-
-
-def write_csv(schedule: Schedule, path: str | Path, *, field: str = "schedule file") -> None:
-    """Write ``schedule``'s compute-only CSV to ``path`` (atomically, see
-    :mod:`pipesim.files.outputs`)."""
-    from pipesim.files.outputs import write_text_atomically
-
-    write_text_atomically(path, to_csv(schedule), field=field)

@@ -12,9 +12,9 @@ weight-update rule.
 
 from __future__ import annotations
 
+from pipesim.parallel.placement import looped
 from pipesim.schedules.encoded import ActionArrays
 from pipesim.schedules.phases import chunk_sequence, merge_one_forward_one_backward
-from pipesim.schedules.placement import looped
 from pipesim.schedules.schedule import Schedule, UpdateRule
 
 

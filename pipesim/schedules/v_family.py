@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import deque
 
 from pipesim.errors import ScheduleError
+from pipesim.parallel.placement import v_shape
 from pipesim.schedules.action import Action, Kind
-from pipesim.schedules.placement import v_shape
 from pipesim.schedules.schedule import Schedule
 
 SLOTS_PER_MICROBATCH = 6

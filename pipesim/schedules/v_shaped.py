@@ -7,9 +7,9 @@ Both are written as phases of one device's list with a
 
 from __future__ import annotations
 
+from pipesim.parallel.placement import v_shape
 from pipesim.schedules.action import Kind
 from pipesim.schedules.phases import PhaseBuilder
-from pipesim.schedules.placement import v_shape
 from pipesim.schedules.schedule import Schedule
 
 F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741 - the papers' names

@@ -9,17 +9,15 @@ no row could use is refused at once instead of repeated as an error in every row
 from __future__ import annotations
 
 import itertools
-import signal
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pipesim.common import checks
-from pipesim.common.lifetime import end_with_parent
 from pipesim.common.limits import Limit, check
-from pipesim.common.workers import chunk_size, open_workers, ordered_map
-from pipesim.errors import LimitError, PipesimError
+from pipesim.errors import LimitError, PipesimError, named
 from pipesim.files.strict_json import overflow_checked, result_problem
+from pipesim.parallel.placement import looped
 from pipesim.request.cost_request import (
     CostRequest,
     ModelRequest,
@@ -27,9 +25,8 @@ from pipesim.request.cost_request import (
     resolved_model,
 )
 from pipesim.schedules import build, schedule_info, unsupported_reason
-from pipesim.schedules.placement import looped
 from pipesim.schedules.registry import check_size
-from pipesim.schedules.synthesis import SYNTH_NAME
+from pipesim.synthesis.synthesis import SYNTH_NAME
 
 # A synthesised schedule's series in a sweep: one per memory limit, "synth N=<limit>".
 _SYNTH_SERIES = f"{SYNTH_NAME} N="
@@ -89,14 +86,14 @@ def sweep_points(
     for name in schedules:
         if name.startswith(_SYNTH_SERIES):  # series are made from --memory-limits, not typed
             raise PipesimError(
-                f"unknown schedule {name!r}: give {SYNTH_NAME} with --memory-limits N,N,... "
-                "for the synthesised series"
+                f"unknown schedule {name!r}: give {SYNTH_NAME} with {named('memory_limits')} "
+                "N,N,... for the synthesised series"
             )
     limits = list(memory_limits or [])
     if (SYNTH_NAME in schedules) != bool(limits):
         raise PipesimError(
-            f"--schedules {SYNTH_NAME} goes with --memory-limits N,N,... (pairs in "
-            "flight), and --memory-limits with it"
+            f"{named('schedules')} {SYNTH_NAME} goes with {named('memory_limits')} N,N,... "
+            f"(pairs in flight), and {named('memory_limits')} with it"
         )
     series = [
         name
@@ -166,7 +163,7 @@ def preflight(costs: CostRequest) -> None:
     sharded_layers(model, parallelism)
     check_tensor_placement(hardware, parallelism.tensor, across_nodes=costs.tensor_across_nodes)
     if costs.batch is not None:
-        checks.positive_int("--batch", costs.batch)
+        checks.positive_int(named("batch"), costs.batch)
 
 
 def run_point(
@@ -177,7 +174,7 @@ def run_point(
     stages than layers) or the result cannot be saved (costs that overflow, or all zero: see
     :func:`pipesim.files.strict_json.result_problem`)."""
     from pipesim.engine import simulate
-    from pipesim.schedules.synthesis import synthesize
+    from pipesim.synthesis.synthesis import synthesize
 
     limit = synth_limit(point.schedule)
     name = point.schedule
@@ -213,33 +210,3 @@ def _identity(point: SweepPoint) -> dict[str, Any]:
         "microbatches": point.microbatches,
         "chunks": point.chunks,
     }
-
-
-def _start_worker() -> None:
-    """Workers leave Ctrl-C to the parent, which stops the sweep and saves what finished
-    (otherwise every worker prints its own traceback), and end with the parent if it dies
-    without stopping them (``kill -9``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    end_with_parent()
-
-
-def run_sweep(
-    points: Iterable[SweepPoint],
-    costs: CostRequest,
-    steps: int = 1,
-    jobs: int = 1,
-    engine: str = "auto",
-    cluster: str | None = None,
-) -> Generator[dict[str, Any], None, None]:
-    """Results in the order of ``points``, each yielded as soon as it and those before it are
-    done. ``jobs`` > 1 uses worker processes, capped at the CPU count and the number of
-    points (:func:`pipesim.common.limits.cap_jobs`); ``cluster`` runs the points on a Dask
-    cluster instead (:mod:`pipesim.common.workers`: ``local`` or a scheduler's address), with
-    the same rows in the same order. Closing the iterator early (Ctrl-C in the caller) cancels
-    the points not started and waits only for those running."""
-    steps = checks.positive_int("steps", steps)
-    jobs = checks.positive_int("jobs", jobs)
-    work = list(points)
-    with open_workers(jobs, cluster, initializer=_start_worker, work_items=len(work)) as workers:
-        chunk = chunk_size(len(work), workers.width)
-        yield from ordered_map(workers, run_point, work, costs, steps, engine, chunk=chunk)

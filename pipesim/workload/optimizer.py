@@ -27,6 +27,7 @@ import math
 from enum import Enum
 
 from pipesim.common.checks import SpecError
+from pipesim.errors import named
 from pipesim.workload.model import Model
 
 MASTER_WEIGHT_BYTES = 4.0
@@ -74,11 +75,13 @@ def with_optimizer(
         number = None
     if number is not None:
         if not math.isfinite(number) or number < 0:
-            raise SpecError(f"--optimizer bytes per parameter must be >= 0, got {optimizer!r}")
+            raise SpecError(
+                f"{named('optimizer')} bytes per parameter must be >= 0, got {optimizer!r}"
+            )
         if master_weights:
             raise SpecError(
-                f"--optimizer {optimizer}: a number of bytes already includes master weights; "
-                "leave --master-weights out"
+                f"{named('optimizer')} {optimizer}: a number of bytes already includes master "
+                f"weights; leave {named('master_weights')} out"
             )
         return dataclasses.replace(
             model, optimizer_bytes_per_parameter=number, master_weight_bytes_per_parameter=0.0
@@ -88,7 +91,7 @@ def with_optimizer(
     except ValueError:
         names = ", ".join(o.value for o in Optimizer)
         raise SpecError(
-            f"--optimizer must be one of {names} or bytes per parameter, got {optimizer!r}"
+            f"{named('optimizer')} must be one of {names} or bytes per parameter, got {optimizer!r}"
         ) from None
     if master_weights is None:
         master_weights = model.weight_bytes_per_parameter < MASTER_WEIGHT_BYTES

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from pipesim.common.checks import SpecError
+from pipesim.errors import named
 from pipesim.parallel.config import Parallelism, RecomputeMode
 from pipesim.workload.architecture import Attention
 from pipesim.workload.model import Layer, Model
@@ -67,8 +68,9 @@ def sharded_layers(model: Model, parallelism: Parallelism) -> ShardedLayers:
     if arch is None:
         raise SpecError(
             f"model {model.name!r} is given as layers, with no heads or widths to split: "
-            f"--tensor-parallel, --sequence-parallel and --recompute need a transformer model "
-            f"(got {parallelism.label()}); --remat re-materializes any model's stages"
+            f"{named('tensor_parallel')}, {named('sequence_parallel')} and "
+            f"{named('recompute')} need a transformer model (got {parallelism.label()}); "
+            f"{named('remat')} re-materializes any model's stages"
         )
     options = {
         "gradient_bytes": model.gradient_bytes_per_parameter,
@@ -89,11 +91,13 @@ def with_attention(model: Model, attention: str) -> Model:
     try:
         kind = Attention(attention)
     except ValueError:
-        raise SpecError(f"--attention must be one of {choices}, got {attention!r}") from None
+        raise SpecError(
+            f"{named('attention')} must be one of {choices}, got {attention!r}"
+        ) from None
     arch = model.architecture
     if arch is None:
         raise SpecError(
-            f"--attention {attention}: model {model.name!r} is given as layers, with no "
+            f"{named('attention')} {attention}: model {model.name!r} is given as layers, with no "
             "attention to choose; it needs a transformer model"
         )
     if arch.attention is kind:

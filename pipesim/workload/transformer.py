@@ -52,6 +52,7 @@ import functools
 from dataclasses import dataclass
 
 from pipesim.common.checks import SpecError
+from pipesim.errors import named
 from pipesim.hardware.collectives import Collective
 from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
 from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
@@ -74,7 +75,8 @@ def check_tensor_parallel(arch: TransformerArchitecture, tensor: int) -> None:
     ):
         if value % tensor:
             raise SpecError(
-                f"--tensor-parallel {tensor} must divide the model's {field} ({value:,}): "
+                f"{named('tensor_parallel')} {tensor} must divide the model's {field} "
+                f"({value:,}): "
                 "tensor parallelism gives each rank an equal share"
             )
 
@@ -573,7 +575,8 @@ def transformer_layers(
     check_tensor_parallel(arch, parallelism.tensor)
     if parallelism.sequence_parallel and arch.seq % parallelism.tensor:
         raise SpecError(
-            f"--sequence-parallel with --tensor-parallel {parallelism.tensor}: the sequence "
+            f"{named('sequence_parallel')} with {named('tensor_parallel')} "
+            f"{parallelism.tensor}: the sequence "
             f"({arch.seq:,} tokens) must split evenly over the tensor-parallel ranks"
         )
     rank = dataclasses.replace(

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pipesim.files.outputs
+import application.outputs
 from cli import schedule_cmd
 
 from .test_schedule_cli import run
@@ -230,7 +230,7 @@ def test_validate_out_on_a_read_only_file_system(
 ) -> None:
     pytest.importorskip("torch")
     monkeypatch.setattr(os, "access", lambda *args: False)
-    monkeypatch.setattr(pipesim.files.outputs, "_read_only", lambda directory: True)
+    monkeypatch.setattr(application.outputs, "_read_only", lambda directory: True)
     status, out, err = run(capsys, "validate", "--out", str(tmp_path))
     assert status == 2 and out == ""
     assert one_line(err) == (

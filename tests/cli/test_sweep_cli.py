@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import pipesim.common.workers
+import application.workers
 import pipesim.sweep.grid
 from pipesim.sweep.grid import run_point
 from tests.processes import children, running, seconds_until_gone, sweep_under_way
@@ -135,8 +135,8 @@ def test_jobs_are_capped_at_the_cpus_and_the_points(
         started.append(max_workers)
         return real(max_workers=max_workers, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(pipesim.common.workers, "ProcessPoolExecutor", pool)
-    monkeypatch.setattr(pipesim.common.workers, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
+    monkeypatch.setattr(application.workers, "ProcessPoolExecutor", pool)
+    monkeypatch.setattr(application.workers, "cap_jobs", lambda jobs, n: min(jobs, 2, n))
     status, _, _ = run(capsys, "sweep", *GRID, "--jobs", "100000")
     assert status == 0 and started == [2]
     status, _, _ = run(
@@ -238,8 +238,8 @@ def test_rows_are_saved_while_the_sweep_runs(
         return run_point(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pipesim.sweep.grid, "run_point", spy)
-    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_INTERVAL_S", 0.0)
-    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_COST_FACTOR", 0.0)
+    monkeypatch.setattr("application.rows_file.SAVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("application.rows_file.SAVE_COST_FACTOR", 0.0)
     status, _, _ = run(capsys, "sweep", *GRID, "--out", str(out))
     assert status == 0
     assert seen == list(range(12))  # before each point, every earlier one is in the file
@@ -297,8 +297,8 @@ def test_a_fifo_out_gets_the_file_once_at_the_end(
     received: list[bytes] = []
     reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
     reader.start()
-    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_INTERVAL_S", 0.0)
-    monkeypatch.setattr("pipesim.sweep.rows_file.SAVE_COST_FACTOR", 0.0)
+    monkeypatch.setattr("application.rows_file.SAVE_INTERVAL_S", 0.0)
+    monkeypatch.setattr("application.rows_file.SAVE_COST_FACTOR", 0.0)
     status, _, _ = run(capsys, "sweep", *GRID, "--out", str(fifo))
     reader.join(timeout=30)
     assert status == 0 and received == [regular.read_bytes()]

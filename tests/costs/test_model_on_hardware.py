@@ -6,11 +6,11 @@ import pytest
 
 from pipesim.costs.model_on_hardware import model_on_hardware, with_gathered_messages
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
-from pipesim.costs.spec_derived import TensorGroup
 from pipesim.hardware import hardware
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.parallel.config import Parallelism, Recompute
+from pipesim.parallel.groups import TensorGroup
 from pipesim.workload import model
 
 

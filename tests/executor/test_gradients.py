@@ -13,7 +13,7 @@ from executor import run_step, split_model
 from executor.models import mlp, transformer
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.schedules import Schedule, build
-from pipesim.schedules.synthesis import minimum_limit, synthesize
+from pipesim.synthesis.synthesis import minimum_limit, synthesize
 
 from ..schedules.strategies import pipeline_costs, placed_pipeline_costs, schedules
 from .reference import assert_close, reference_step

@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 
 from cli.main import main
+from cli.plan_command import simulate_command
 from pipesim.common.checks import SpecError
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
 from pipesim.plan.planner import PlanContext, _shape_key, space_limits
-from pipesim.plan.report import plan_json, report_json, report_table, simulate_command
+from pipesim.plan.report import plan_json, report_json, report_table
 from pipesim.schedules import schedule_names
-from pipesim.schedules.synthesis import synthesize
+from pipesim.synthesis.synthesis import synthesize
 from pipesim.workload import resolve_model
 
 
@@ -351,7 +352,7 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
 
 
 def test_synth_alone_is_refused() -> None:
-    with pytest.raises(SpecError, match=r"^--schedules synth: a synthesised schedule is offered"):
+    with pytest.raises(SpecError, match=r"^schedules synth: a synthesised schedule is offered"):
         plan(PlanSettings("uniform-8", "a100", 4, 16, schedules=("synth",)), show_progress=False)
 
 

@@ -206,7 +206,7 @@ def test_importing_and_saving_plots_leaves_pyplot_alone(tmp_path: Path) -> None:
 
 
 def test_the_memory_tradeoff_figure_draws_the_curve_and_every_fixed_point() -> None:
-    from pipesim.schedules.synthesis import MemoryPoint
+    from pipesim.synthesis.synthesis import MemoryPoint
     from plots.synthesis_figures import memory_tradeoff_figure
 
     fixed = [MemoryPoint("1f1b", 4, 33.0), MemoryPoint("gpipe", 8, 34.0)]

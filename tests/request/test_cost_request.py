@@ -12,6 +12,6 @@ from pipesim.request.cost_request import ModelRequest
 def test_model_request_refuses_a_data_parallel_below_one(replicas: int) -> None:
     request = ModelRequest("uniform-4", "a100", data_parallel=replicas)
     with pytest.raises(
-        SpecError, match=rf"^--data-parallel must be an integer >= 1, got {replicas}$"
+        SpecError, match=rf"^data_parallel must be an integer >= 1, got {replicas}$"
     ):
         request.build(2, 1, 4)

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.network import Link, Network, Topology
+from pipesim.parallel.placement import looped, v_shape
 from pipesim.schedules import Action, Kind, Schedule, build, schedule_names, unsupported_reason
-from pipesim.schedules.placement import looped, v_shape
 
 
 @st.composite

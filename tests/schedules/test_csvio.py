@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from application.outputs import write_text_atomically
 from pipesim.errors import ScheduleError
 from pipesim.schedules import (
     Action,
@@ -15,7 +16,6 @@ from pipesim.schedules import (
     from_csv,
     read_csv,
     to_csv,
-    write_csv,
 )
 
 
@@ -51,7 +51,7 @@ def test_semantics_come_from_the_caller() -> None:
 def test_file_round_trip(tmp_path: Path) -> None:
     schedule = build("interleaved-1f1b", 2, 4, 2)
     path = tmp_path / "interleaved.csv"
-    write_csv(schedule, path)
+    write_text_atomically(path, to_csv(schedule), field="schedule file")
     loaded = read_csv(path)
     assert loaded.name == "interleaved.csv"
     assert loaded.device_actions == schedule.device_actions

@@ -8,9 +8,9 @@ import pytest
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
 from pipesim.errors import ScheduleError
-from pipesim.schedules.placement import v_shape
-from pipesim.schedules.synthesis import in_flight_peaks, largest_stage_span_s
+from pipesim.parallel.placement import v_shape
 from pipesim.schedules.v_family import block_offsets, v_block_schedule
+from pipesim.synthesis.synthesis import in_flight_peaks, largest_stage_span_s
 
 from .strategies import reference_runs_to_completion
 

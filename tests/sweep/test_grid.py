@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from application.sweeps import run_sweep
 from pipesim.errors import PipesimError, ScheduleError
 from pipesim.request.cost_request import ModelRequest, SyntheticRequest
-from pipesim.sweep.grid import run_point, run_sweep, sweep_points
+from pipesim.sweep.grid import run_point, sweep_points
 from tests.cli.test_schedule_cli import run
 
 
@@ -81,8 +82,8 @@ def test_synth_is_a_series_per_memory_limit() -> None:
     simulation under the row's name, looped over v stages per device; a limit below v is
     skipped with the reason."""
     from pipesim.engine import simulate
-    from pipesim.schedules.placement import looped
-    from pipesim.schedules.synthesis import synthesize
+    from pipesim.parallel.placement import looped
+    from pipesim.synthesis.synthesis import synthesize
 
     points, skipped = sweep_points(
         ["1f1b", "synth"], [4], [8], chunks=[1, 2], memory_limits=[1, 2, 4]
@@ -109,9 +110,9 @@ def test_synth_is_a_series_per_memory_limit() -> None:
 
 
 def test_synth_and_memory_limits_go_together() -> None:
-    with pytest.raises(PipesimError, match=r"^--schedules synth goes with --memory-limits"):
+    with pytest.raises(PipesimError, match=r"^schedules synth goes with memory_limits"):
         sweep_points(["synth"], [4], [8])
-    with pytest.raises(PipesimError, match=r"^--schedules synth goes with --memory-limits"):
+    with pytest.raises(PipesimError, match=r"^schedules synth goes with memory_limits"):
         sweep_points(["1f1b"], [4], [8], memory_limits=[2])
     for typed in ("synth N=0", "synth N=\u00b2", "synth N=3"):  # series are made, not typed
         with pytest.raises(PipesimError, match=r"^unknown schedule 'synth N="):

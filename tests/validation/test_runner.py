@@ -20,9 +20,9 @@ from validation.compare import aggregate, breaches
 from validation.host import HostLoad
 from validation.report import crosscheck_table
 from validation.results import CaseResult, ValidationResult, Verdict
+from validation.rounds import Stability
 from validation.runner import run_validation
 from validation.schema import Comparison, CrosscheckRecord
-from validation.rounds import Stability
 from validation.suites import Case, ModelKind, ModelSpec, quick_suite
 from validation.uncertainty import Intervals
 

@@ -45,8 +45,8 @@ def test_models_keep_their_own_by_default() -> None:
 @pytest.mark.parametrize(
     ("optimizer", "master", "message"),
     [
-        ("lion", None, "--optimizer must be one of sgd, momentum, rmsprop, adam"),
-        ("-1", None, "--optimizer bytes per parameter must be >= 0"),
+        ("lion", None, "optimizer must be one of sgd, momentum, rmsprop, adam"),
+        ("-1", None, "optimizer bytes per parameter must be >= 0"),
         ("12", True, "already includes master weights"),
     ],
 )

@@ -160,8 +160,8 @@ def test_llama_blocks_count_grouped_query_attention_and_swiglu() -> None:
 @pytest.mark.parametrize(
     ("t", "message"),
     [
-        (3, r"--tensor-parallel 3 must divide the model's heads \(64\)"),
-        (128, r"--tensor-parallel 128 must divide the model's heads \(64\)"),
+        (3, r"tensor_parallel 3 must divide the model's heads \(64\)"),
+        (128, r"tensor_parallel 128 must divide the model's heads \(64\)"),
     ],
 )
 def test_a_tensor_parallel_size_must_split_the_model_evenly(t: int, message: str) -> None:

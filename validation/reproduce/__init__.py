@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from application.outputs import new_output_directory
 from pipesim.errors import PipesimError
-from pipesim.files.outputs import new_output_directory
 from validation.reproduce.framework import Experiment, Outcome, write_outputs
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipesim.files.outputs import write_text_atomically
+from application.outputs import write_text_atomically
 
 CSV_COLUMNS = (
     "table",

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from pipesim.costs.kernel_time import pass_time_s
 from pipesim.costs.model_on_hardware import model_on_hardware
-from pipesim.costs.spec_derived import TensorGroup
 from pipesim.engine import SimulationResult, simulate
 from pipesim.hardware import hardware
 from pipesim.parallel.config import Parallelism, Recompute
+from pipesim.parallel.groups import TensorGroup
 from pipesim.partition.from_model import blocks_partition
 from pipesim.schedules import build
 from pipesim.workload import model

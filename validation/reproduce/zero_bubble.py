@@ -15,10 +15,10 @@ from typing import Any
 from pipesim.common.units import format_percent, format_seconds
 from pipesim.costs import synthetic_costs
 from pipesim.engine import simulate
+from pipesim.parallel.placement import v_shape
 from pipesim.schedules import build
-from pipesim.schedules.placement import v_shape
-from pipesim.schedules.synthesis import in_flight_peaks, largest_stage_span_s, synthesize
 from pipesim.schedules.v_family import v_block_schedule
+from pipesim.synthesis.synthesis import in_flight_peaks, largest_stage_span_s, synthesize
 from plots import bars_from_timeline, save, side_by_side_figure
 from validation.reproduce.common import suite_readme
 from validation.reproduce.framework import Outcome, Row

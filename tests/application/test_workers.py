@@ -1,4 +1,4 @@
-"""Where evaluations run (pipesim.common.workers): addresses checked in one line, results in the
+"""Where evaluations run (application.workers): addresses checked in one line, results in the
 order of the inputs whatever runs them, and, against a real Dask cluster of two worker
 processes started here, the same sweep rows, the same ``--resume`` result and the same plan as
 in one process, also when a worker is killed mid-sweep."""
@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
-import pipesim.common.workers as workers_module
-from pipesim.common.workers import InProcess, check_cluster_address, open_workers, ordered_map
+import application.workers as workers_module
+from application.sweeps import run_sweep
+from application.workers import check_cluster_address, open_workers
+from pipesim.common.workers import InProcess, ordered_map
 from pipesim.errors import PipesimError
 from pipesim.request.cost_request import SyntheticRequest
-from pipesim.sweep.grid import run_sweep, sweep_points
+from pipesim.sweep.grid import sweep_points
 from tests.processes import sweep_under_way
 
 from ..cli.test_schedule_cli import run

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipesim.sweep.bench import (
+from application.bench import (
     engine_rates,
     model_benchmark,
     peak_memory_bytes,
@@ -58,7 +58,7 @@ def test_peak_memory() -> None:
 
 def test_bench_command_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
     """The command itself, on a tiny grid (not a benchmark: it only has to run)."""
-    from pipesim.sweep import bench
+    from application import bench
 
     cases = (("gpipe", 2, 4, 1), ("zb-h1", 2, 2, 1))
     rates = bench.engine_rates(cases, engines=("simpy", "interpreted"), repeats=1)
@@ -73,7 +73,7 @@ def test_bench_command_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_plain_longest_path_agrees_with_the_engine_on_small_cases() -> None:
     """The bench's independent longest path (no channel booking) gives the engine's makespan
     where no link is contended, so the two loops it times compute the same thing."""
-    from pipesim.sweep import bench
+    from application import bench
 
     cases = (
         ("gpipe", 3, 4, 1),
@@ -88,7 +88,7 @@ def test_the_plain_longest_path_agrees_with_the_engine_on_small_cases() -> None:
 
 @pytest.mark.bench
 def test_end_to_end_and_cluster_sweep() -> None:
-    from pipesim.sweep import bench
+    from application import bench
 
     print(f"131,072-action 1F1B end to end in one process: {bench.end_to_end_s():.3f} s")
     print(json.dumps(bench.command_end_to_end(), indent=2))

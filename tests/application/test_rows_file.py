@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipesim.sweep.rows_file import SweepFile
+from application.rows_file import SweepFile
 
 KEYS = [("1f1b", 2, 2, 1), ("1f1b", 2, 4, 1)]
 

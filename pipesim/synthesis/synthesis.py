@@ -12,14 +12,14 @@ instead, an I freeing all but what its W keeps.
 
 The synthesiser is the paper's heuristic made into a small portfolio, judged by the engine:
 
-* the greedy list scheduler of :mod:`pipesim.schedules.list_scheduler`, one order per policy
+* the greedy list scheduler of :mod:`pipesim.synthesis.list_scheduler`, one order per policy
   (I or F first, three ways to place W, waiting for an I about to arrive, and with several
   stages per device the stage order and the admission rule);
 * the registered schedules of the same placement whose orders keep within the limit (1F1B,
   ZB-H1, ZB-H2 and GPipe with one stage per device; ZB-V, DualPipeV and the V-Min and V-Half
   building blocks of :mod:`pipesim.schedules.v_family` in a V; interleaved 1F1B, interleaved
   ZB and looped BFS looped over v chunks), so the result is never slower than the best of them;
-* then a local search from the best (:mod:`pipesim.schedules.local_search`): moves of W and
+* then a local search from the best (:mod:`pipesim.synthesis.local_search`): moves of W and
   swaps of neighbouring actions, each kept only when the engine finds it better and the order
   stays within the limit.
 
@@ -41,9 +41,12 @@ from pipesim.common import checks
 from pipesim.common.progress import SILENT, Progress
 from pipesim.common.units import format_bytes
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.errors import ScheduleError
-from pipesim.schedules.list_scheduler import SYNTH_NAME as SYNTH_NAME
-from pipesim.schedules.list_scheduler import (
+from pipesim.errors import ScheduleError, named
+from pipesim.parallel.placement import looped, v_shape
+from pipesim.schedules.schedule import Schedule
+from pipesim.schedules.v_family import v_block_schedule
+from pipesim.synthesis.list_scheduler import SYNTH_NAME as SYNTH_NAME
+from pipesim.synthesis.list_scheduler import (
     MemoryCount,
     byte_count,
     greedy_schedule,
@@ -51,9 +54,6 @@ from pipesim.schedules.list_scheduler import (
     policies,
     within,
 )
-from pipesim.schedules.placement import looped, v_shape
-from pipesim.schedules.schedule import Schedule
-from pipesim.schedules.v_family import v_block_schedule
 
 if TYPE_CHECKING:
     from pipesim.engine.result import SimulationResult
@@ -153,9 +153,13 @@ def placement_of(name: str, devices: int, chunks: int = 1) -> tuple[int, ...]:
         return looped(devices, chunks)
     if name == "v":
         if chunks not in (1, 2):
-            raise ScheduleError(f"-v/--chunks: a V placement has 2 stages per device, got {chunks}")
+            raise ScheduleError(
+                f"{named('chunks_per_device')}: a V placement has 2 stages per device, got {chunks}"
+            )
         return v_shape(devices)
-    raise ScheduleError(f"--placement must be one of {', '.join(PLACEMENTS)}, got {name!r}")
+    raise ScheduleError(
+        f"{named('placement')} must be one of {', '.join(PLACEMENTS)}, got {name!r}"
+    )
 
 
 def minimum_limit(placement: Sequence[int]) -> int:
@@ -191,7 +195,7 @@ def synthesize(
     for large orders; 0: none). ``progress`` advances once per candidate and per search
     simulation (:func:`synthesis_steps` of them)."""
     from pipesim.engine import simulate
-    from pipesim.schedules.local_search import improve
+    from pipesim.synthesis.local_search import improve
 
     microbatches = checks.positive_int("microbatches", microbatches, error=ScheduleError)
     if not 0.0 <= weight_fraction <= 1.0:
@@ -294,17 +298,21 @@ def _limit(
             raise ScheduleError("weight_fraction goes with a limit in pairs; bytes take the costs'")
         limit = float(memory_limit_bytes)
         if not (math.isfinite(limit) and limit > 0):
-            raise ScheduleError(f"--memory-limit-bytes must be a finite number > 0, got {limit:g}")
+            raise ScheduleError(
+                f"{named('memory_limit_bytes')} must be a finite number > 0, got {limit:g}"
+            )
         count = byte_count(costs)
         if not any(count.stash):
             raise ScheduleError(
-                f"--memory-limit-bytes {limit:g}: the costs stash no activation bytes, so it "
+                f"{named('memory_limit_bytes')} {limit:g}: the costs stash no activation "
+                "bytes, so it "
                 "would limit nothing (give activation bytes, or a model)"
             )
         fewest = count.fewest(placement)
         if limit < fewest:
             raise ScheduleError(
-                f"--memory-limit-bytes must be >= {fewest:.0f} ({format_bytes(fewest)}: a device "
+                f"{named('memory_limit_bytes')} must be >= {fewest:.0f} "
+                f"({format_bytes(fewest)}: a device "
                 f"holds every stage of a micro-batch it has at once), got {limit:.0f}"
             )
         return count, limit
@@ -315,12 +323,12 @@ def _limit(
 def check_pair_limit(memory_limit: object, placement: Sequence[int]) -> int:
     """A limit in pairs in flight: an integer, no less than the stages each device holds (a
     device holds every stage of a micro-batch it has at once)."""
-    limit = checks.positive_int("--memory-limit", memory_limit, error=ScheduleError)
+    limit = checks.positive_int(named("memory_limit"), memory_limit, error=ScheduleError)
     fewest = minimum_limit(placement)
     if limit < fewest:
         raise ScheduleError(
-            f"--memory-limit must be >= {fewest} with {fewest} stages per device (a device "
-            f"holds every stage of a micro-batch it has at once), got {limit}"
+            f"{named('memory_limit')} must be >= {fewest} with {fewest} stages per device (a "
+            f"device holds every stage of a micro-batch it has at once), got {limit}"
         )
     return limit
 

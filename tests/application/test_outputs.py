@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+import application.outputs
 import pipesim.files.inputs
-import pipesim.files.outputs
+from application.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
 from pipesim.errors import OutputError, PipesimError
-from pipesim.files.outputs import output_path, umask, write_bytes_atomically, write_text_atomically
 from tests.cli.test_schedule_cli import run
 
 EXPORT = ["schedule", "export", "--schedule", "gpipe", "-K", "2", "-M", "2"]
@@ -191,7 +191,7 @@ def test_an_error_inside_the_writer_leaves_the_previous_file(tmp_path: Path) -> 
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        pipesim.files.outputs.write_with(target, failing, field="--out")
+        application.outputs.write_with(target, failing, field="--out")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
 
@@ -229,7 +229,7 @@ def test_a_read_only_file_system_is_bad_input(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(os, "access", lambda *args: False)
-    monkeypatch.setattr(pipesim.files.outputs, "_read_only", lambda directory: True)
+    monkeypatch.setattr(application.outputs, "_read_only", lambda directory: True)
     with pytest.raises(PipesimError) as caught:
         output_path(tmp_path / "x.csv", "--out")
     assert (
@@ -238,7 +238,7 @@ def test_a_read_only_file_system_is_bad_input(
 
 
 def test_an_output_directory_can_be_checked_without_creating_it(tmp_path: Path) -> None:
-    from pipesim.files.outputs import output_directory
+    from application.outputs import output_directory
 
     target = tmp_path / "a" / "b"
     assert output_directory(target, "--out", create=False) == target
@@ -283,7 +283,7 @@ def test_a_folder_that_takes_no_new_file_is_found_before_any_output_is_written(
 def test_a_new_output_directory_is_removed_when_the_command_fails_before_writing(
     tmp_path: Path,
 ) -> None:
-    from pipesim.files.outputs import new_output_directory
+    from application.outputs import new_output_directory
 
     target = tmp_path / "a" / "b" / "c"
     with (
@@ -351,7 +351,7 @@ def test_a_full_disk_found_by_the_probe_is_the_machines_failure(
 def test_a_new_folder_refused_by_its_probe_is_removed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from pipesim.files.outputs import new_output_directory
+    from application.outputs import new_output_directory
 
     def refuse(*args: Any, **options: Any) -> tuple[int, str]:
         raise OSError(errno.EACCES, os.strerror(errno.EACCES))

@@ -2,7 +2,7 @@
 
 The file is a CSV of :data:`COLUMNS` (one row per point) or, for a ``.json`` path, the object
 ``{"results": [...], "skipped": [...]}`` that ``pipesim plot`` reads. It is rewritten through
-:mod:`pipesim.files.outputs` (atomically) as rows complete, at most every :data:`SAVE_INTERVAL_S`,
+:mod:`application.outputs` (atomically) as rows complete, at most every :data:`SAVE_INTERVAL_S`,
 and always at the end or on Ctrl-C: at any moment it is a complete, valid file holding every
 row finished up to its last save, in the order of the sweep's points. ``--resume`` reads it
 back, keeps its rows and runs only the points it lacks; the file it leaves is then the one an
@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from application.outputs import write_text_atomically
 from pipesim.errors import PipesimError, few
 from pipesim.files.inputs import decode_text, read_input
-from pipesim.files.outputs import write_text_atomically
 from pipesim.files.strict_json import json_text
 
 # A row's columns: the schedule, its counts, its numbers, whether it ran out of memory and the

@@ -485,8 +485,8 @@ def cluster_sweep(configs: int = 1000) -> list[SweepRate]:
     """The same synthetic sweep run one point after another here, on a local pool of two
     processes, and on a local Dask cluster of two workers (``--cluster local``; its start-up
     counted). Empty without the ``cluster`` extra."""
-    from pipesim.common.workers import dask_available
-    from pipesim.sweep.grid import run_sweep
+    from application.sweeps import run_sweep
+    from application.workers import dask_available
 
     points, _ = sweep_points(list(schedule_names()), [2, 4, 8], [4, 8, 16, 32])
     work = list(itertools.islice(itertools.cycle(points), configs))

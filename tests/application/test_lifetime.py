@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.common.lifetime import (
+from application.lifetime import (
     StopSignal,
     interrupt_reason,
     terminate_as_interrupt,
@@ -48,7 +48,7 @@ def test_a_worker_ends_within_a_second_of_its_parent_s_kill_9(tmp_path: Path) ->
         """
         import sys, time
         from pathlib import Path
-        from pipesim.common.lifetime import end_with_parent
+        from application.lifetime import end_with_parent
         end_with_parent("worker: parent gone", 3, then=Path(sys.argv[1]).unlink)
         print("watching", flush=True)
         time.sleep(60)

@@ -15,12 +15,13 @@ from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
 from pipesim.errors import ScheduleError
 from pipesim.hardware.network import Link, Network, Topology
+from pipesim.parallel.placement import looped, v_shape
 from pipesim.schedules import Kind, build
-from pipesim.schedules.list_scheduler import GreedyPolicy, byte_count, greedy_schedule, policies
-from pipesim.schedules.local_search import improve
-from pipesim.schedules.placement import looped, v_shape
 from pipesim.schedules.schedule import Schedule
-from pipesim.schedules.synthesis import (
+from pipesim.schedules.v_family import v_block_schedule
+from pipesim.synthesis.list_scheduler import GreedyPolicy, byte_count, greedy_schedule, policies
+from pipesim.synthesis.local_search import improve
+from pipesim.synthesis.synthesis import (
     activation_peaks,
     fixed_within,
     in_flight_peaks,
@@ -30,10 +31,8 @@ from pipesim.schedules.synthesis import (
     step_time_s,
     synthesize,
 )
-from pipesim.schedules.v_family import v_block_schedule
-
-from .strategies import in_flight_peaks as reference_peaks
-from .strategies import (
+from tests.schedules.strategies import in_flight_peaks as reference_peaks
+from tests.schedules.strategies import (
     pipeline_costs,
     placed_pipeline_costs,
     reference_runs_to_completion,
@@ -112,7 +111,7 @@ def test_on_a_uniform_pipeline_more_memory_is_never_slower() -> None:
 @pytest.mark.parametrize("limit", [0, -1])
 def test_a_limit_below_one_is_refused(limit: int) -> None:
     with pytest.raises(
-        ScheduleError, match=rf"^--memory-limit must be an integer >= 1, got {limit}$"
+        ScheduleError, match=rf"^memory_limit must be an integer >= 1, got {limit}$"
     ):
         synthesize(synthetic_costs(2, 1, 1.0, 1.0, 1.0), 4, limit)
 
@@ -217,7 +216,7 @@ def test_a_limit_below_the_stages_per_device_is_refused() -> None:
     costs = synthetic_costs(2, 2, 1.0, 1.0, 1.0)
     with pytest.raises(
         ScheduleError,
-        match=r"^--memory-limit must be >= 2 with 2 stages per device \(a device holds every "
+        match=r"^memory_limit must be >= 2 with 2 stages per device \(a device holds every "
         r"stage of a micro-batch it has at once\), got 1$",
     ):
         synthesize(costs, 4, 1, placement=v_shape(2))
@@ -317,13 +316,13 @@ def test_a_byte_limit_is_one_of_two_and_no_less_than_a_micro_batch_needs() -> No
         synthesize(costs, 4, None)
     with pytest.raises(
         ScheduleError,
-        match=r"^--memory-limit-bytes must be >= 8 \(8 B: a device holds every stage of a "
+        match=r"^memory_limit_bytes must be >= 8 \(8 B: a device holds every stage of a "
         r"micro-batch it has at once\), got 7$",
     ):
         synthesize(costs, 4, None, memory_limit_bytes=7.0)
     with pytest.raises(
         ScheduleError,
-        match=r"^--memory-limit-bytes 16: the costs stash no activation bytes, so it would "
+        match=r"^memory_limit_bytes 16: the costs stash no activation bytes, so it would "
         r"limit nothing \(give activation bytes, or a model\)$",
     ):
         synthesize(synthetic_costs(2, 1, 1.0, 1.0, 1.0), 4, None, memory_limit_bytes=16.0)

@@ -1,10 +1,10 @@
-"""The argparse plumbing shared by the sub-commands (pipesim.common.command_line)."""
+"""The argparse plumbing shared by the sub-commands (application.command_line)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipesim.common.command_line import positive_ints
+from application.command_line import positive_ints
 
 
 @pytest.mark.parametrize(
