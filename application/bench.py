@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from pipesim.common.jit import kernel, numba_available
+from pipesim.config import RunConfig
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine import simulate
@@ -219,7 +220,7 @@ def table_2_benchmark(engine: str = "auto", label: str = "") -> SweepRate:
             for k in (2, 4, 8):
                 began = time.perf_counter()
                 schedule = build("gpipe", k, m, remat=True)
-                costs = model_on_hardware(target, spec, k, 1, batch / m)
+                costs = model_on_hardware(RunConfig(target, spec), k, 1, batch / m)
                 simulate(schedule, costs, engine=engine).to_json()
                 timings.append((time.perf_counter() - began) * 1e3)
                 actions += schedule.encoded.actions
@@ -233,7 +234,7 @@ def model_benchmark(configs: int = 100, engine: str = "auto") -> SweepRate:
     points, _ = sweep_points(
         ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], [2, 4, 8], [4, 8, 16, 32]
     )
-    request = ModelRequest("gpipe-transformer-48", "tpu-v3", batch=32)
+    request = ModelRequest(RunConfig(model("gpipe-transformer-48"), hardware("tpu-v3")), batch=32)
     timings, actions = [], 0
     start, cpu_start = time.perf_counter(), time.process_time()
     for point in itertools.islice(itertools.cycle(points), configs):

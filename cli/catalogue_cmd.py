@@ -1,4 +1,4 @@
-"""``pipesim hardware list|show`` and ``pipesim models list``."""
+"""``pipesim hardware list|show``, ``pipesim models list`` and ``pipesim recipes list|show``."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import Any
 
 from application.command_line import EXIT_OK
 from pipesim.common.units import format_bytes
+from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
 
 def register(subparsers: Any) -> None:
-    """Add ``hardware`` and ``models``."""
+    """Add ``hardware``, ``models`` and ``recipes``."""
     hardware = subparsers.add_parser("hardware", help="the hardware catalogue")
     hw_commands = hardware.add_subparsers(dest="hardware_command", metavar="COMMAND", required=True)
     listing = hw_commands.add_parser("list", help="the catalogue's accelerators and links")
@@ -30,6 +31,21 @@ def register(subparsers: Any) -> None:
     listing = model_commands.add_parser("list", help="the model families, with an example each")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.set_defaults(handler=_models_list)
+
+    recipes = subparsers.add_parser(
+        "recipes", help="the software recipes: how each framework and era runs a step"
+    )
+    recipe_commands = recipes.add_subparsers(
+        dest="recipes_command", metavar="COMMAND", required=True
+    )
+    listing = recipe_commands.add_parser("list", help="every named recipe and its choices")
+    listing.add_argument(
+        "--json", action="store_true", help="print JSON, with each choice's source"
+    )
+    listing.set_defaults(handler=_recipes_list)
+    show = recipe_commands.add_parser("show", help="one recipe: each choice and its source")
+    show.add_argument("name", help="a recipe's name (pipesim recipes list)")
+    show.set_defaults(handler=_recipes_show)
 
 
 def _hardware_list(args: argparse.Namespace) -> int:
@@ -101,4 +117,38 @@ def _models_list(args: argparse.Namespace) -> int:
             f"{row['example']:<{width}}  {row['example_parameters'] / 1e6:8.1f}M params  "
             f"{row['summary']}  (names: {row['pattern']})\n"
         )
+    return EXIT_OK
+
+
+def _recipes_list(args: argparse.Namespace) -> int:
+    from pipesim.config import DEFAULT_RECIPE, RECIPES
+
+    if args.json:
+        write_json(
+            [
+                {**r.to_json(), "description": r.description, "sources": dict(r.sources)}
+                for r in RECIPES.values()
+            ]
+        )
+        return EXIT_OK
+    for recipe in RECIPES.values():
+        default = " (the default)" if recipe is DEFAULT_RECIPE else ""
+        sys.stdout.write(f"{recipe.describe()}{default}\n")
+    return EXIT_OK
+
+
+def _recipes_show(args: argparse.Namespace) -> int:
+    from pipesim.config import CHOICES, RECIPES
+
+    if args.name not in RECIPES:
+        raise PipesimError(f"unknown recipe {args.name!r}; the recipes: {', '.join(RECIPES)}")
+    chosen = RECIPES[args.name]
+    values = chosen.to_json()
+    sys.stdout.write(f"{chosen.name}: {chosen.description}\n")
+    for choice in CHOICES:
+        absent = "as the hardware's" if choice == "message_overhead_s" else "as the model's"
+        shown = absent if values[choice] is None else values[choice]
+        if isinstance(shown, bool):
+            shown = str(shown).lower()
+        sys.stdout.write(f"  {choice} = {shown}\n      {chosen.sources[choice]}\n")
     return EXIT_OK

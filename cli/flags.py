@@ -37,6 +37,7 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "partition": "--partition",
         "pipeline_devices": "-K",
         "placement": "--placement",
+        "recipe": "--recipe",
         "recompute": "--recompute",
         "remat": "--remat",
         "resume": "--resume",

@@ -12,6 +12,7 @@ from application.command_line import (
     add_cluster_argument,
     positive_ints,
 )
+from cli.run_config import add_recipe_argument
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
@@ -101,6 +102,7 @@ def register(subparsers: Any) -> None:
         "--plot", metavar="FIGURE", help="throughput against peak memory, Pareto front (.png/.svg)"
     )
     add_cluster_argument(parser, "partitioning and simulation of candidates")
+    add_recipe_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_plan)
 
@@ -131,9 +133,10 @@ def _zero_stages(text: str) -> tuple[int, ...]:
 def _plan(args: argparse.Namespace) -> int:
     from application.workers import check_cluster_address, open_workers
     from cli.plan_command import simulate_command
+    from cli.run_config import run_config_of
     from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, plan
+    from pipesim.plan.planner import Evaluated, PlanReport
     from pipesim.plan.report import report_json, report_table
-    from pipesim.workload import resolve_model
 
     for field, value in (("--devices", args.devices), ("--top", args.top)):
         if value < 1:
@@ -144,7 +147,8 @@ def _plan(args: argparse.Namespace) -> int:
         from plots.style import figure_path
 
         figure_path(args.plot, "--plot")  # before the search: a bad path loses no work
-    batch = args.batch if args.batch is not None else resolve_model(args.model).default_batch
+    run = run_config_of(args)
+    batch = args.batch if args.batch is not None else run.model.default_batch
     schedules = (
         tuple(s.strip() for s in args.schedules.split(",") if s.strip())
         if args.schedules is not None
@@ -153,14 +157,10 @@ def _plan(args: argparse.Namespace) -> int:
     if not schedules:
         raise PipesimError(f"--schedules must name at least one schedule, got {args.schedules!r}")
     settings = PlanSettings(
-        args.model,
-        args.hardware,
+        run,
         args.devices,
         batch,
         schedules,
-        args.optimizer,
-        args.master_weights,
-        args.dtype,
         args.top,
         _ints(args.chunks, "--chunks"),
         None if args.tensor_parallel is None else _ints(args.tensor_parallel, "--tensor-parallel"),
@@ -169,11 +169,15 @@ def _plan(args: argparse.Namespace) -> int:
         PlanSettings.sequence_parallel
         if args.sequence_parallel is None
         else {"on": (True,), "off": (False,), "both": (False, True)}[args.sequence_parallel],
-        args.attention,
-        args.overlap_grad_reduce,
+        model_name=args.model,
+        hardware_name=args.hardware,
     )
     if args.cluster is not None:
         check_cluster_address(args.cluster)
+
+    def command_for(report: PlanReport, e: Evaluated) -> str:
+        return simulate_command(report, e, args)
+
     with open_workers(1, args.cluster) as workers:
         report = plan(settings, show_progress=not args.json, workers=workers)
     if args.plot is not None:
@@ -182,9 +186,9 @@ def _plan(args: argparse.Namespace) -> int:
 
         save(plan_figure(report), args.plot, field="--plot")
     if args.json:
-        write_json(report_json(report, simulate_command))
+        write_json(report_json(report, command_for))
     else:
-        sys.stdout.write(report_table(report, simulate_command))
+        sys.stdout.write(report_table(report, command_for))
     if not report.plans:  # the search ran, and nothing fits: the table says why, per config
         sys.stderr.write(
             f"pipesim: failed: no configuration of {args.model} on {args.devices:,} devices "

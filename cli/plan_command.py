@@ -4,13 +4,15 @@ lives with the command line; ``pipesim plan`` hands it to the library's report
 
 from __future__ import annotations
 
+import argparse
 import shlex
 
 from pipesim.plan.planner import Evaluated, PlanReport
 
 
-def simulate_command(report: PlanReport, e: Evaluated) -> str:
-    """The ``pipesim simulate`` command line that reproduces ``e``."""
+def simulate_command(report: PlanReport, e: Evaluated, args: argparse.Namespace) -> str:
+    """The ``pipesim simulate`` command line that reproduces ``e``, with the optimizer,
+    precision and recipe flags the plan was given (``args``)."""
     s, c = report.settings, e.candidate
     words = [
         "pipesim",
@@ -43,14 +45,16 @@ def simulate_command(report: PlanReport, e: Evaluated) -> str:
     ]
     if c.remat:
         words.append("--remat")
-    if s.optimizer_state is not None:
-        words += ["--optimizer", s.optimizer_state]
-    if s.master_weights is not None:
-        words.append("--master-weights" if s.master_weights else "--no-master-weights")
-    if s.dtype is not None:
-        words += ["--dtype", s.dtype]
-    if s.attention is not None:
-        words += ["--attention", s.attention]
-    if s.overlap_grad_reduce:
+    if args.optimizer is not None:
+        words += ["--optimizer", args.optimizer]
+    if args.master_weights is not None:
+        words.append("--master-weights" if args.master_weights else "--no-master-weights")
+    if args.dtype is not None:
+        words += ["--dtype", args.dtype]
+    if args.recipe is not None:
+        words += ["--recipe", args.recipe]
+    if args.attention is not None:
+        words += ["--attention", args.attention]
+    if args.overlap_grad_reduce:
         words.append("--overlap-grad-reduce")
     return shlex.join(words)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from pipesim.errors import PipesimError
 from pipesim.schedules import Schedule, UpdateRule, build, read_csv
@@ -63,22 +64,58 @@ def require_shape(args: argparse.Namespace) -> None:
             raise PipesimError(f"{flag} is required with --schedule {args.schedule}")
 
 
-def load_schedule(args: argparse.Namespace) -> Schedule:
-    """The schedule named by ``--schedule`` and -K/-M/-v, or loaded from ``--schedule-file``."""
+@dataclass(frozen=True)
+class ScheduleSource:
+    """Where the schedule comes from, as the command line gave it and checked: a registered
+    name with its shape, or a CSV file (which fixes its own shape)."""
+
+    name: str | None
+    file: str | None
+    devices: int | None
+    microbatches: int | None
+    chunks: int | None
+    remat: bool
+    update_rule: UpdateRule
+
+    def load(self) -> Schedule:
+        """The schedule itself: built by name, or read from the file."""
+        if self.file is not None:
+            schedule = read_csv(self.file, update_rule=self.update_rule)
+            return schedule.replace(rematerialize=True) if self.remat else schedule
+        assert self.name is not None and self.devices is not None
+        assert self.microbatches is not None
+        return build(self.name, self.devices, self.microbatches, self.chunks, remat=self.remat)
+
+
+def read_schedule_source(args: argparse.Namespace) -> ScheduleSource:
+    """``--schedule`` with -K/-M/-v, or ``--schedule-file``, read and checked against each
+    other (nothing is built or read yet)."""
     if getattr(args, "schedule_file", None):
         for flag, value in (("-K", args.devices), ("-M", args.microbatches), ("-v", args.chunks)):
             if value is not None:
                 raise PipesimError(
                     f"{flag}: not used with --schedule-file (the file fixes the shape), got {value}"
                 )
-        schedule = read_csv(args.schedule_file, update_rule=update_rule(args))
-        if args.remat:
-            schedule = schedule.replace(rematerialize=True)
-        return schedule
+        return ScheduleSource(
+            None, args.schedule_file, None, None, None, args.remat, update_rule(args)
+        )
     if getattr(args, "update_rule", None) is not None:
         raise PipesimError(
             f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "
             f"{args.schedule} has its own update rule"
         )
     require_shape(args)
-    return build(args.schedule, args.devices, args.microbatches, args.chunks, remat=args.remat)
+    return ScheduleSource(
+        args.schedule,
+        None,
+        args.devices,
+        args.microbatches,
+        args.chunks,
+        args.remat,
+        UpdateRule.FLUSH,
+    )
+
+
+def load_schedule(args: argparse.Namespace) -> Schedule:
+    """The schedule named by ``--schedule`` and -K/-M/-v, or loaded from ``--schedule-file``."""
+    return read_schedule_source(args).load()

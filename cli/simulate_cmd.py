@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from application.command_line import EXIT_OK
 from application.outputs import output_path, write_text_atomically
-from cli.schedule_source import add_schedule_source_arguments, load_schedule
-from cli.synthesized import (
-    add_memory_limit_argument,
-    synthesis_line,
-    synthesis_shape,
-    synthesize_for,
-    wants_synthesis,
-)
+from cli.run_config import add_recipe_argument
+from cli.schedule_source import add_schedule_source_arguments, read_schedule_source
+from cli.synthesized import add_memory_limit_argument, read_synthesis, synthesis_line
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_percent, format_seconds
 from pipesim.errors import PipesimError
@@ -103,6 +99,7 @@ COST_OPTIONS = (
     ("--memory-reserve", "memory_reserve", None, "model"),
     ("--fragmentation", "fragmentation", None, "model"),
     ("--tensor-across-nodes", "tensor_across_nodes", False, "model"),
+    ("--recipe", "recipe", None, "model"),
 )
 # What a model on hardware takes besides --model itself.
 MODEL_OPTIONS = tuple(o for o in COST_OPTIONS if o[3] == "model" and o[0] != "--model")
@@ -120,10 +117,36 @@ def given_cost_options(
     return given
 
 
-def cost_request(args: argparse.Namespace) -> Any:
-    """The cost request (synthetic, or model on hardware) the arguments ask for."""
-    from pipesim.request.cost_request import ModelRequest, SyntheticRequest
+@dataclass(frozen=True)
+class CostsAsk:
+    """The costs the command line asks for, read and checked against each other: synthetic
+    figures, or a model on hardware (whose names, files and settings :meth:`request` resolves
+    into a run's configuration)."""
 
+    args: argparse.Namespace
+    synthetic: tuple[float, float, float] | None
+    partition: tuple[int, ...] | str | None = None
+    data_parallel: int = 1
+
+    def request(self) -> Any:
+        """The cost request: synthetic, or a model request holding the run's configuration,
+        resolved and checked whole (:func:`cli.run_config.run_config_of`)."""
+        from cli.run_config import run_config_of
+        from pipesim.request.cost_request import ModelRequest, SyntheticRequest
+
+        args = self.args
+        if self.synthetic is not None:
+            forward, backward, weight = self.synthetic
+            return SyntheticRequest(forward, backward, weight, args.comm, args.activation_bytes)
+        run = run_config_of(args, self.data_parallel)
+        return ModelRequest(
+            run, args.batch, self.partition, not args.no_optimizer, args.microbatch_size
+        )
+
+
+def read_costs(args: argparse.Namespace) -> CostsAsk:
+    """The costs the arguments ask for (synthetic, or model on hardware), their options read
+    and checked against each other; nothing resolved yet."""
     if (args.costs is None) == (args.model is None):
         raise PipesimError(
             "give either --costs F,B[,W] or --model NAME with --hardware NAME (not both)"
@@ -131,8 +154,7 @@ def cost_request(args: argparse.Namespace) -> Any:
     if args.costs is not None:
         for flag, value in given_cost_options(args, MODEL_OPTIONS):
             raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")
-        forward, backward, weight = _parse_costs(args.costs)
-        return SyntheticRequest(forward, backward, weight, args.comm, args.activation_bytes)
+        return CostsAsk(args, _parse_costs(args.costs))
     if args.hardware is None:
         raise PipesimError("--hardware is required with --model")
     if args.comm or args.activation_bytes:
@@ -141,44 +163,14 @@ def cost_request(args: argparse.Namespace) -> Any:
     data_parallel = 1 if args.data_parallel is None else args.data_parallel
     if data_parallel < 1:
         raise PipesimError(f"--data-parallel must be an integer >= 1, got {data_parallel}")
-    return ModelRequest(
-        args.model,
-        args.hardware,
-        args.batch,
-        partition,
-        not args.no_optimizer,
-        args.dtype,
-        args.optimizer,
-        args.master_weights,
-        data_parallel,
-        parallelism_of(args),
-        args.microbatch_size,
-        args.attention,
-        args.blocking_p2p,
-        args.memory_reserve,
-        args.fragmentation,
-        args.tensor_across_nodes,
-    )
+    if args.tensor_parallel is not None and args.tensor_parallel < 1:
+        raise PipesimError(f"--tensor-parallel must be an integer >= 1, got {args.tensor_parallel}")
+    return CostsAsk(args, None, partition, data_parallel)
 
 
-def parallelism_of(args: argparse.Namespace) -> Any:
-    """The :class:`~pipesim.parallel.config.Parallelism` of ``--tensor-parallel``,
-    ``--sequence-parallel``, ``--recompute``, ``--zero`` and ``--overlap-grad-reduce`` (the
-    data-parallel size joins it in the request)."""
-    from pipesim.parallel.config import Parallelism, Recompute
-
-    tensor = 1 if args.tensor_parallel is None else args.tensor_parallel
-    if tensor < 1:
-        raise PipesimError(f"--tensor-parallel must be an integer >= 1, got {tensor}")
-    recompute = Recompute() if args.recompute is None else Recompute.parse(args.recompute)
-    zero = 0 if args.zero is None else args.zero
-    return Parallelism(
-        tensor=tensor,
-        sequence_parallel=args.sequence_parallel,
-        recompute=recompute,
-        zero=zero,
-        overlap_grad_reduce=args.overlap_grad_reduce,
-    )
+def cost_request(args: argparse.Namespace) -> Any:
+    """The cost request (synthetic, or model on hardware) the arguments ask for."""
+    return read_costs(args).request()
 
 
 def add_engine_argument(parser: argparse.ArgumentParser) -> None:
@@ -313,13 +305,14 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     hybrid.add_argument(
         "--overlap-grad-reduce",
         action="store_true",
-        help="overlap each stage's gradient reduction with its last backward (DDP buckets)",
+        help="overlap each stage's gradient reduction with its last backward (DDP buckets; "
+        "a change to the recipe's choice)",
     )
     hybrid.add_argument(
         "--attention",
         choices=["eager", "flash"],
-        help="attention implementation (default: the model's): eager stores the s^2 scores, "
-        "flash only their statistics",
+        help="attention implementation (default: the recipe's, else the model's): eager "
+        "stores the s^2 scores, flash only their statistics",
     )
     hybrid.add_argument(
         "--blocking-p2p",
@@ -344,29 +337,38 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow a tensor-parallel size larger than a node (its collectives cross nodes)",
     )
+    add_recipe_argument(hybrid)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from pipesim.engine import simulate
     from pipesim.export import chrome_trace, timeline_csv
 
-    synthesis = None
-    synthesizing = wants_synthesis(args)
-    # A synthesis's shape: the registered order the costs are built for; the order itself is
-    # synthesised below.
-    schedule = synthesis_shape(args) if synthesizing else load_schedule(args)
-    # Every check that costs nothing comes before the costs are built: a memory-aware
-    # partition simulates memory over the steps, so a bad --steps must never reach it.
+    # The whole command line, read and checked against itself before anything is built.
+    synthesis = read_synthesis(args)
+    source = None if synthesis is not None else read_schedule_source(args)
     if args.steps < 1:
         raise PipesimError(f"--steps must be an integer >= 1, got {args.steps}")
+    costs_asked = read_costs(args)
+    _check_outputs(args)  # a bad path loses no work
+    # What it names, built and checked against the library's limits, and the run's
+    # configuration: every check that costs nothing comes before the costs are built (a
+    # memory-aware partition simulates memory over the steps).
+    if synthesis is not None:
+        synthesis.check(getattr(args, "recompute", None), args.steps)
+        schedule = synthesis.shape()  # the registered order the costs are built for
+    else:
+        assert source is not None
+        schedule = source.load()
     check_steps(schedule, args.steps)
-    _check_outputs(args)
-    costs = cost_request(args).build(
+    request = costs_asked.request()
+    # The work: the costs, the synthesised order if asked for, the simulation.
+    costs = request.build(
         schedule.devices, schedule.chunks, schedule.microbatches, schedule, args.steps
     )
-    if synthesizing:
-        synthesis = synthesize_for(args, costs)
-        schedule = synthesis.schedule
+    found = None if synthesis is None else synthesis.synthesize(costs)
+    if found is not None:
+        schedule = found.schedule
     with overflow_checked():  # a non-finite result is refused in one line just below
         result = simulate(schedule, costs, steps=args.steps, engine=args.engine)
     require_reportable(result.to_json(), "simulate")
@@ -400,8 +402,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result.to_json())
     else:
-        if synthesis is not None:
-            sys.stdout.write(synthesis_line(synthesis) + "\n")
+        if found is not None:
+            sys.stdout.write(synthesis_line(found) + "\n")
         sys.stdout.write(summary(result) + "\n")
     return EXIT_OK
 

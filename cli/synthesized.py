@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from cli.schedule_source import require_shape
@@ -51,9 +52,72 @@ def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def wants_synthesis(args: argparse.Namespace) -> bool:
-    """Whether the command asks for a synthesised schedule; a --memory-limit or --placement
-    without it, or options synthesis does not take, are refused."""
+@dataclass(frozen=True)
+class SynthesisAsk:
+    """A synthesised schedule as the command line asked for it, its options checked against
+    each other: the shape, the placement and the memory limit (pairs in flight, or bytes)."""
+
+    devices: int
+    microbatches: int
+    chunks: int
+    placement_name: str
+    memory_limit: int | None
+    memory_limit_bytes: float | None
+    show_progress: bool
+
+    def check(self, recompute: str | None, steps: int) -> None:
+        """What the library refuses before any costs are built: recomputation a split
+        backward cannot carry, more actions than the limits allow over ``steps``, a pair limit
+        below what the placement needs."""
+        if recompute is not None:
+            from pipesim.parallel.config import Recompute
+            from pipesim.request.cost_request import check_split_backward_recompute
+
+            check_split_backward_recompute(SYNTH_NAME, Recompute.parse(recompute))
+        # Its size before any costs are built: K, v, and 3·K·v·M actions over the steps.
+        check_synthesis_size(self.devices, self.microbatches, steps, self.chunks)
+        if self.memory_limit is not None:
+            check_pair_limit(self.memory_limit, self.placement())
+
+    def placement(self) -> tuple[int, ...]:
+        """Each stage's device."""
+        return placement_of(self.placement_name, self.devices, self.chunks)
+
+    def shape(self) -> Schedule:
+        """A registered schedule of the asked shape and placement (1F1B, looped BFS over -v
+        chunks, or ZB-V): the costs are built for it (a model's memory-aware partition is
+        chosen for its memory); the order itself is synthesised for those costs."""
+        from pipesim.schedules import build
+
+        if self.placement_name == "v":
+            return build("zbv", self.devices, self.microbatches)
+        if self.chunks == 1:
+            return build("1f1b", self.devices, self.microbatches)
+        return build("looped-bfs", self.devices, self.microbatches, self.chunks)
+
+    def synthesize(self, costs: Any) -> Synthesis:
+        """The synthesis for ``costs`` (built for :meth:`shape`), with a progress bar on a
+        terminal."""
+        from pipesim.common.progress import progress
+        from pipesim.synthesis.synthesis import synthesis_steps, synthesize
+
+        placement = self.placement()
+        steps = synthesis_steps(placement, self.microbatches)
+        with progress(steps, "synthesis", enabled=self.show_progress) as bar:
+            return synthesize(
+                costs,
+                self.microbatches,
+                self.memory_limit,
+                memory_limit_bytes=self.memory_limit_bytes,
+                placement=placement,
+                progress=bar,
+            )
+
+
+def read_synthesis(args: argparse.Namespace) -> SynthesisAsk | None:
+    """The synthesis the command asks for (None: a registered schedule or a file), its options
+    checked against each other; a --memory-limit or --placement without it, or options
+    synthesis does not take, are refused. Nothing is built yet (:meth:`SynthesisAsk.check`)."""
     asked = getattr(args, "schedule", None) == SYNTH_NAME
     given = (
         ("--memory-limit", args.memory_limit),
@@ -65,7 +129,7 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
             if value is not None:
                 shown = f"{value:g}" if isinstance(value, float) else value
                 raise PipesimError(f"{flag} goes with --schedule {SYNTH_NAME}, got {shown}")
-        return False
+        return None
     if args.memory_limit is None and args.memory_limit_bytes is None:
         raise PipesimError(f"--schedule {SYNTH_NAME} needs --memory-limit N (micro-batches)")
     if args.memory_limit is not None and args.memory_limit_bytes is not None:
@@ -86,23 +150,29 @@ def wants_synthesis(args: argparse.Namespace) -> bool:
         )
     if args.remat:
         raise PipesimError(f"--remat: --schedule {SYNTH_NAME} splits backwards into I and W")
-    if getattr(args, "recompute", None) is not None:
-        from pipesim.parallel.config import Recompute
-        from pipesim.request.cost_request import check_split_backward_recompute
-
-        check_split_backward_recompute(SYNTH_NAME, Recompute.parse(args.recompute))
     if getattr(args, "update_rule", None) is not None:
         raise PipesimError(
             f"--update-rule {args.update_rule}: only for --schedule-file; --schedule "
             f"{SYNTH_NAME} flushes"
         )
-    chunks = synthesis_chunks(args)
-    # Its size before any costs are built: K, v, and 3·K·v·M actions over the steps.
-    check_synthesis_size(args.devices, args.microbatches, getattr(args, "steps", 1), chunks)
-    if args.memory_limit is not None:
-        placement = placement_of(args.placement or "looped", args.devices, chunks)
-        check_pair_limit(args.memory_limit, placement)
-    return True
+    return SynthesisAsk(
+        args.devices,
+        args.microbatches,
+        synthesis_chunks(args),
+        args.placement or "looped",
+        args.memory_limit,
+        args.memory_limit_bytes,
+        not getattr(args, "json", False),
+    )
+
+
+def wants_synthesis(args: argparse.Namespace) -> bool:
+    """Whether the command asks for a synthesised schedule, checked whole
+    (:func:`read_synthesis`, then :meth:`SynthesisAsk.check`)."""
+    ask = read_synthesis(args)
+    if ask is not None:
+        ask.check(getattr(args, "recompute", None), getattr(args, "steps", 1))
+    return ask is not None
 
 
 def synthesis_chunks(args: argparse.Namespace) -> int:
@@ -112,46 +182,15 @@ def synthesis_chunks(args: argparse.Namespace) -> int:
     return 1 if args.chunks is None else args.chunks
 
 
-def synthesis_shape(args: argparse.Namespace) -> Schedule:
-    """A registered schedule of the asked shape and placement (1F1B, looped BFS over -v
-    chunks, or ZB-V), checked: the costs are built for it (a model's memory-aware partition
-    is chosen for its memory); the order itself is synthesised for those costs."""
-    from pipesim.schedules import build
-
-    chunks = synthesis_chunks(args)
-    if args.placement == "v":
-        return build("zbv", args.devices, args.microbatches)
-    if chunks == 1:
-        return build("1f1b", args.devices, args.microbatches)
-    return build("looped-bfs", args.devices, args.microbatches, chunks)
-
-
-def synthesize_for(args: argparse.Namespace, costs: Any) -> Synthesis:
-    """The synthesis for ``costs`` (built for :func:`synthesis_shape`), with a progress bar
-    on a terminal."""
-    from pipesim.common.progress import progress
-    from pipesim.synthesis.synthesis import synthesis_steps, synthesize
-
-    placement = placement_of(args.placement or "looped", args.devices, synthesis_chunks(args))
-    steps = synthesis_steps(placement, args.microbatches)
-    with progress(steps, "synthesis", enabled=not getattr(args, "json", False)) as bar:
-        return synthesize(
-            costs,
-            args.microbatches,
-            args.memory_limit,
-            memory_limit_bytes=args.memory_limit_bytes,
-            placement=placement,
-            progress=bar,
-        )
-
-
 def synthesized_schedule(args: argparse.Namespace, request: Any) -> Synthesis:
     """The synthesis for ``schedule show|export``: the costs ``request`` builds (as
     ``simulate`` builds them) for the shape's registered order, one step, then the order
     synthesised for them."""
-    shape = synthesis_shape(args)
+    ask = read_synthesis(args)
+    assert ask is not None
+    shape = ask.shape()
     costs = request.build(shape.devices, shape.chunks, shape.microbatches, shape, 1)
-    return synthesize_for(args, costs)
+    return ask.synthesize(costs)
 
 
 def synthesis_line(found: Synthesis) -> str:

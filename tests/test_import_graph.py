@@ -42,6 +42,7 @@ PIPESIM_FLOORS: tuple[frozenset[str], ...] = tuple(
         ("hardware",),
         ("parallel",),
         ("schedules", "workload"),
+        ("config",),
         ("costs",),
         ("analysis", "memory"),
         ("engine", "partition"),
@@ -236,7 +237,7 @@ def test_the_floor_check_can_fail() -> None:
         "pipesim.workload.model": {"pipesim.schedules.schedule"},
     }
     assert _arrows_up_inside_pipesim(graph) == [
-        "pipesim.schedules.synthesis -> pipesim.engine.simulate (floor 5 -> floor 8)",
+        "pipesim.schedules.synthesis -> pipesim.engine.simulate (floor 5 -> floor 9)",
         "pipesim.workload.model -> pipesim.schedules.schedule (floor 5 -> floor 5)",
     ]
     with pytest.raises(AssertionError, match="on no floor"):

@@ -201,13 +201,17 @@ def extras() -> dict[str, Callable[[], Any]]:
 def synthesis_figure() -> Any:
     """Schedules made to measure: GPT-1.3B on 4 A100s, M=12, the synthesised schedule for each
     memory limit from 1 to 2K-1 micro-batches in flight beside the fixed schedules."""
+    from pipesim.config import RunConfig
+    from pipesim.hardware import hardware
     from pipesim.request.cost_request import ModelRequest
     from pipesim.schedules import build
     from pipesim.synthesis.synthesis import memory_tradeoff
+    from pipesim.workload import model
     from plots.synthesis_figures import memory_tradeoff_figure
 
     devices, microbatches = 4, 12
-    costs = ModelRequest("gpt-1.3b", "a100", batch=96).build(
+    run = RunConfig(model("gpt-1.3b"), hardware("a100"))
+    costs = ModelRequest(run, batch=96).build(
         devices, 1, microbatches, build("1f1b", devices, microbatches)
     )
     fixed, curve = memory_tradeoff(costs, microbatches, range(1, 2 * devices))
@@ -219,7 +223,11 @@ def synthesis_figure() -> Any:
 def plan_figure() -> Any:
     """The README's planner example: every configuration of Transformer-48 on 8 A100s at batch
     32, throughput against peak memory, the Pareto front marked (``pipesim plan --plot``)."""
-    settings = PlanSettings("gpipe-transformer-48", "a100", 8, 32)
+    from pipesim.config import RunConfig
+    from pipesim.hardware import hardware
+    from pipesim.workload import model
+
+    settings = PlanSettings(RunConfig(model("gpipe-transformer-48"), hardware("a100")), 8, 32)
     return pareto_figure(plan(settings, show_progress=False))
 
 

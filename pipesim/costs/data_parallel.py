@@ -23,7 +23,8 @@ data parallelism (:func:`tied_embedding_sync_s`).
 When it runs: after the stage's last backward of the step, before its optimizer step, which
 waits for it: the simulator adds it to the stage's optimizer step, so it overlaps the other
 devices' compute (the pipeline's drain hides the early devices') but not the device's own.
-With ``overlap_grad_reduce`` (PyTorch DDP's buckets, Megatron's ``--overlap-grad-reduce``) the
+With ``overlap_grad_reduce`` (a recipe's choice: PyTorch DDP's buckets, Megatron's
+``--overlap-grad-reduce``) the
 reduction of each bucket starts as soon as its gradients are ready during the stage's last
 backward: what stays exposed is the part longer than that backward, and at least the last
 bucket's (:data:`BUCKET_BYTES`, DDP's default 25 MB).
@@ -101,17 +102,19 @@ def sync_times_s(
     job_network: Network,
     layout: RankLayout,
     parallelism: Parallelism,
+    overlap_grad_reduce: bool = False,
 ) -> list[float]:
     """Per stage, the exposed communication :func:`with_data_parallel` adds before its
-    optimizer step: the data-parallel reduction (with D > 1) and the tied embeddings'
-    all-reduce (:func:`tied_embedding_sync_s`)."""
+    optimizer step: the data-parallel reduction (with D > 1; overlapping the stage's last
+    backward with ``overlap_grad_reduce``) and the tied embeddings' all-reduce
+    (:func:`tied_embedding_sync_s`)."""
     out = tied_embedding_sync_s(stages, placement, job_network, layout)
     if layout.data == 1:
         return out
     for index, stage in enumerate(stages):
         group = layout.data_group(placement[index])
         sync = gradient_sync_s(stage, job_network, group, parallelism.zero)
-        out[index] += exposed_sync_s(stage, sync, parallelism.overlap_grad_reduce)
+        out[index] += exposed_sync_s(stage, sync, overlap_grad_reduce)
     return out
 
 
@@ -120,16 +123,20 @@ def with_data_parallel(
     placement: Sequence[int],
     job_network: Network,
     parallelism: Parallelism,
+    overlap_grad_reduce: bool = False,
 ) -> PipelineCosts:
     """``costs`` with each stage's data-parallel communication added to its optimizer step,
     and the samples per micro-batch counted over all replicas (so throughput is the job's).
 
     ``placement[s]`` is the pipeline device of stage s; ``job_network`` joins all
-    T x K x D ranks.
+    T x K x D ranks; ``overlap_grad_reduce`` (the recipe's) overlaps the reduction with each
+    stage's last backward.
     """
     replicas = parallelism.data
     layout = RankLayout(parallelism.tensor, costs.network.devices, replicas)
-    extra = sync_times_s(costs.stages, placement, job_network, layout, parallelism)
+    extra = sync_times_s(
+        costs.stages, placement, job_network, layout, parallelism, overlap_grad_reduce
+    )
     if replicas == 1 and not any(extra):
         return costs
     stages = [

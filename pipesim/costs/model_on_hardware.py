@@ -1,6 +1,7 @@
-"""The one composition of a resolved model and hardware spec into pipeline costs.
+"""The one composition of a run's configuration into pipeline costs.
 
-``pipesim simulate --model ... --hardware ...`` (through
+A :class:`~pipesim.config.run_config.RunConfig` (model, hardware, parallelism, recipe) and a
+pipeline shape are all it takes: ``pipesim simulate --model ... --hardware ...`` (through
 :class:`~pipesim.request.cost_request.ModelRequest`), the planner's finalists, the sweeps and
 the reproductions all build their costs here, so a plan and the simulation of the same settings
 see the very same numbers.
@@ -15,69 +16,113 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from pipesim.common.checks import SpecError
+from pipesim.config.run_config import RunConfig
 from pipesim.costs.data_parallel import with_data_parallel
-from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.costs.spec_derived import costs_from_model
-from pipesim.errors import named
+from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
+from pipesim.costs.spec_derived import costs_from_layer_costs, costs_from_model
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
-from pipesim.parallel.config import IDENTITY, Parallelism
+from pipesim.hardware.network import Network
 from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.placement import looped
-from pipesim.workload.model import Model
 from pipesim.workload.sharding import ShardedLayers
 
 
 def model_on_hardware(
-    model: Model,
-    hardware: HardwareSpec,
+    run: RunConfig,
     devices: int,
     chunks: int,
     microbatch_size: float,
     partition: Sequence[int] | None = None,
     *,
     optimizer: bool = True,
-    dtype: str | None = None,
     placement: Sequence[int] | None = None,
-    parallelism: Parallelism = IDENTITY,
-    blocking_p2p: bool = False,
     sharded: ShardedLayers | None = None,
 ) -> PipelineCosts:
-    """``model`` (in ``dtype`` when given) cut into K·v stages (``partition`` layers per stage,
-    or the even split) on K = ``devices`` pipeline devices of ``hardware``, at
+    """``run``'s model, as its recipe trains it, cut into K·v stages (``partition`` layers per
+    stage, or the even split) on K = ``devices`` pipeline devices of its hardware, at
     ``microbatch_size`` samples per micro-batch, each device one rank of a tensor-parallel
-    group of ``parallelism.tensor``; with ``parallelism.data`` replicas, each stage's gradient
-    communication, and tied embeddings' all-reduce between the end stages
-    (:mod:`pipesim.costs.data_parallel`), over the job's T x K x D ranks, stage s
-    on pipeline device ``placement[s]`` (by default the looped placement). ``blocking_p2p``
-    makes every send occupy its sender (Megatron's ``--no-overlap-p2p-communication``)."""
-    if dtype is not None:
-        model = dataclasses.replace(model, dtype=dtype)
-    tensor, replicas = parallelism.tensor, parallelism.data
-    check_tensor_placement(hardware, tensor)
-    job = hardware.network(tensor * devices * replicas)
-    group = TensorGroup.first(job, tensor)
+    group of ``run.parallelism.tensor``; with ``run.parallelism.data`` replicas, each stage's
+    gradient communication, and tied embeddings' all-reduce between the end stages
+    (:mod:`pipesim.costs.data_parallel`), over the job's T x K x D ranks, stage s on pipeline
+    device ``placement[s]`` (by default the looped placement). The recipe's blocking P2P makes
+    every send occupy its sender, its overlapped gradient reduce hides behind the last
+    backward, and its message overhead prices every message. ``sharded``: the layers of one
+    tensor-parallel rank, when the caller has them already (``run.sharded()``)."""
+    job, group = _job(run, devices)
     costs = costs_from_model(
-        model,
-        hardware.cluster(devices, rank_stride=tensor),
+        run.trained_model,
+        run.job_hardware.cluster(devices, rank_stride=run.parallelism.tensor),
         devices * chunks,
         microbatch_size,
         partition,
         optimizer=optimizer,
-        parallelism=parallelism,
+        parallelism=run.parallelism,
         tensor_group=group,
-        sharded=sharded,
+        sharded=run.sharded() if sharded is None else sharded,
     )
+    return _on_the_job(run, costs, devices, chunks, placement, job, group)
+
+
+def layer_costs_on_hardware(
+    run: RunConfig,
+    devices: int,
+    chunks: int,
+    microbatch_size: float,
+    costed: Sequence[StageCosts],
+    partition: Sequence[int] | None = None,
+    *,
+    placement: Sequence[int] | None = None,
+) -> PipelineCosts:
+    """:func:`model_on_hardware` from the costs the caller has of each layer one rank holds
+    (``costed``: :func:`pipesim.partition.from_model.layer_costs` at ``microbatch_size``, a
+    planner's cache), merged into the stages instead of costed again: the same numbers, for a
+    planner's finalists."""
+    job, group = _job(run, devices)
+    costs = costs_from_layer_costs(
+        run.trained_model,
+        run.job_hardware.cluster(devices, rank_stride=run.parallelism.tensor),
+        devices * chunks,
+        microbatch_size,
+        costed,
+        partition,
+        parallelism=run.parallelism,
+        sharded=run.sharded(),
+    )
+    return _on_the_job(run, costs, devices, chunks, placement, job, group)
+
+
+def _job(run: RunConfig, devices: int) -> tuple[Network, TensorGroup | None]:
+    """The job's network of T x K x D ranks, and where the first tensor-parallel group's
+    collectives run on it (every group is alike)."""
+    parallelism = run.parallelism
+    tensor = parallelism.tensor
+    job = run.job_hardware.network(tensor * devices * parallelism.data)
+    return job, TensorGroup.first(job, tensor)
+
+
+def _on_the_job(
+    run: RunConfig,
+    costs: PipelineCosts,
+    devices: int,
+    chunks: int,
+    placement: Sequence[int] | None,
+    job: Network,
+    group: TensorGroup | None,
+) -> PipelineCosts:
+    """The stages' costs with what the job and the recipe add: the job's line, blocking
+    messages, the gathered messages of tensor parallelism, the data-parallel reductions."""
+    parallelism, recipe = run.parallelism, run.recipe
     costs = dataclasses.replace(
         costs,
-        cluster=_job_line(hardware, tensor, devices, replicas),
-        transfers_use_compute=costs.transfers_use_compute or blocking_p2p,
+        cluster=_job_line(run.job_hardware, parallelism.tensor, devices, parallelism.data),
+        transfers_use_compute=costs.transfers_use_compute or recipe.blocking_p2p,
     )
     where = looped(devices, chunks) if placement is None else tuple(placement)
     if group is not None and not parallelism.sequence_parallel:
         costs = with_gathered_messages(costs, where, group)
-    return with_data_parallel(costs, where, job, parallelism)
+    costs = with_data_parallel(costs, where, job, parallelism, recipe.overlap_grad_reduce)
+    return dataclasses.replace(costs, description=f"{costs.description}, recipe {recipe.name}")
 
 
 def with_gathered_messages(
@@ -121,27 +166,3 @@ def _job_line(hardware: HardwareSpec, tensor: int, devices: int, replicas: int) 
     """``T=8 x K=4 x D=2 = 64 ranks: <how the hardware joins 64 devices>``."""
     ranks = tensor * devices * replicas
     return f"T={tensor} x K={devices} x D={replicas} = {ranks} ranks: {hardware.describe(ranks)}"
-
-
-def check_tensor_placement(
-    hardware: HardwareSpec, tensor: int, *, across_nodes: bool = True
-) -> None:
-    """Refuse a tensor-parallel group that a node of ``hardware`` does not hold evenly: T must
-    divide the node's devices (T ranks inside one node, on its fast links), or, when
-    ``across_nodes`` allows it, be a multiple of them (whole nodes, every collective over the
-    inter-node links: Megatron allows it, and it is slow)."""
-    per_node = hardware.devices_per_node
-    if tensor == 1 or per_node is None or per_node % tensor == 0:
-        return
-    if tensor % per_node:
-        raise SpecError(
-            f"{named('tensor_parallel')} {tensor} must divide the {per_node} devices of one "
-            f"node of {hardware.name} (or be a multiple of them): a tensor-parallel group must "
-            "sit in one node, or fill whole ones"
-        )
-    if not across_nodes:
-        raise SpecError(
-            f"{named('tensor_parallel')} {tensor} is larger than one node of {hardware.name} "
-            f"({per_node} devices): its collectives would cross nodes on every layer; add "
-            f"{named('tensor_across_nodes')} if that is what you want"
-        )

@@ -142,6 +142,58 @@ def costs_from_model(
     b = checks.positive("microbatch_size", microbatch_size)
     if sharded is None:
         sharded = sharded_layers(model, parallelism)
+    ranges = _stage_ranges(model, sharded, stages, partition)
+    per_stage = []
+    for layer_range in ranges:
+        layers = sharded.for_stage(layer_range)
+        first_input = _stage_input_bytes(model, sharded, layer_range, b)
+        inputs = [first_input] + [layer.output_bytes * b for layer in layers[:-1]]
+        per_stage.append(
+            [
+                layer_costs(
+                    layer,
+                    model,
+                    cluster.accelerator,
+                    b,
+                    received,
+                    optimizer=optimizer,
+                    parallelism=parallelism,
+                    tensor_group=tensor_group,
+                )
+                for layer, received in zip(layers, inputs, strict=True)
+            ]
+        )
+    return _pipeline_costs(model, cluster, sharded, ranges, per_stage, b, parallelism)
+
+
+def costs_from_layer_costs(
+    model: Model,
+    cluster: Cluster,
+    stages: int,
+    microbatch_size: float,
+    costed: Sequence[StageCosts],
+    partition: Sequence[int] | None = None,
+    *,
+    parallelism: Parallelism = IDENTITY,
+    sharded: ShardedLayers,
+) -> PipelineCosts:
+    """:func:`costs_from_model` from the costs the caller has of every layer one rank holds
+    (``costed``: :func:`layer_costs` of each of ``sharded.layers`` at ``microbatch_size``, as
+    :func:`pipesim.partition.from_model.layer_costs` gives them: a planner's cache), merged
+    into the stages instead of costed again: the same numbers. Not with ``--recompute N``,
+    whose stages swap in recomputed twins of their first blocks."""
+    b = checks.positive("microbatch_size", microbatch_size)
+    if sharded.recompute_first is not None or len(costed) != len(sharded.layers):
+        raise ValueError("costed: one cost per layer of the rank, and no recompute N")
+    ranges = _stage_ranges(model, sharded, stages, partition)
+    per_stage = [[costed[i] for i in layer_range] for layer_range in ranges]
+    return _pipeline_costs(model, cluster, sharded, ranges, per_stage, b, parallelism)
+
+
+def _stage_ranges(
+    model: Model, sharded: ShardedLayers, stages: int, partition: Sequence[int] | None
+) -> Sequence[range]:
+    """Each stage's layers: ``partition``'s counts checked, or the even split by FLOPs."""
     ranges = (
         even_partition(model, stages)
         if partition is None
@@ -149,39 +201,39 @@ def costs_from_model(
     )
     if sharded.recompute_first is not None:
         check_recompute_layers(sharded, ranges)
+    return ranges
+
+
+def _stage_input_bytes(model: Model, sharded: ShardedLayers, layer_range: range, b: float) -> float:
+    """What a stage receives per micro-batch: the model's input, or the previous layer's
+    output."""
+    if layer_range.start == 0:
+        return model.input_bytes * b
+    return sharded.layers[layer_range.start - 1].output_bytes * b
+
+
+def _pipeline_costs(
+    model: Model,
+    cluster: Cluster,
+    sharded: ShardedLayers,
+    ranges: Sequence[range],
+    per_stage: Sequence[Sequence[StageCosts]],
+    b: float,
+    parallelism: Parallelism,
+) -> PipelineCosts:
+    """The stages' layer costs merged, with what the pipeline as a whole carries: its network,
+    memory allowances and FLOP accounts."""
     accelerator = cluster.accelerator
-    stage_costs = []
+    stage_costs = tuple(
+        merge_layers(list(costs), _stage_input_bytes(model, sharded, layer_range, b))
+        for costs, layer_range in zip(per_stage, ranges, strict=True)
+    )
     hardware_flops = 0.0
-    for index, layer_range in enumerate(ranges):
-        layers = sharded.for_stage(layer_range)
-        first_input = (
-            model.input_bytes * b
-            if index == 0
-            else sharded.layers[layer_range.start - 1].output_bytes * b
-        )
-        inputs = [first_input] + [layer.output_bytes * b for layer in layers[:-1]]
-        stage_costs.append(
-            merge_layers(
-                [
-                    layer_costs(
-                        layer,
-                        model,
-                        accelerator,
-                        b,
-                        received,
-                        optimizer=optimizer,
-                        parallelism=parallelism,
-                        tensor_group=tensor_group,
-                    )
-                    for layer, received in zip(layers, inputs, strict=True)
-                ],
-                first_input,
-            )
-        )
-        hardware_flops += sum(layer.hardware_flops for layer in layers)
+    for layer_range in ranges:  # stage by stage, as the sum has always run
+        hardware_flops += sum(layer.hardware_flops for layer in sharded.for_stage(layer_range))
     tensor = parallelism.tensor
     return PipelineCosts(
-        tuple(stage_costs),
+        stage_costs,
         cluster.network,
         memory_capacity_bytes=accelerator.memory_bytes,
         transfers_use_compute=accelerator.transfers_use_compute,

@@ -1,2 +1,2 @@
-"""Files in and out: size-limited input reading, the TOML reader, atomic output writers and
-strict JSON (finite numbers only)."""
+"""Files in: size-limited input reading, the TOML reader, and strict JSON (finite numbers
+only). Output files are the application's (:mod:`application.outputs`)."""

@@ -27,7 +27,10 @@ class Accelerator:
     Attributes:
         name: catalogue name or the user's.
         peak_flops_per_s: dense peak FLOP/s per dtype ("bf16", "fp16", "fp32", ...).
-        efficiency: the fraction of peak the model's kernels achieve (0 < e <= 1).
+        efficiency: the fraction of peak the model's kernels achieve (0 < e <= 1), for layers
+            timed by one roofline per pass (models given as layers, and every layer on an
+            accelerator without a ``matmul_efficiency`` curve); None: not given, which only an
+            accelerator with a curve may leave out.
         memory_bytes: device memory capacity.
         memory_bandwidth_bytes_per_s: device memory bandwidth, for the roofline.
         kernel_overhead_s: a fixed cost per layer and pass (launch, dispatch); 0 by default.
@@ -47,11 +50,13 @@ class Accelerator:
             communication buffers); added to every device's peak.
         fragmentation_fraction: the allocator's slack, as a fraction of the model's peak
             (weights, gradients, optimizer state, activations and transients) added on top.
+        efficiency_given: a user's file gave ``efficiency`` (a run whose every layer is timed
+            on the curve warns that nothing reads it); False for the catalogue's entries.
     """
 
     name: str
     peak_flops_per_s: Mapping[str, float]
-    efficiency: float
+    efficiency: float | None
     memory_bytes: float
     memory_bandwidth_bytes_per_s: float
     kernel_overhead_s: float = 0.0
@@ -63,6 +68,7 @@ class Accelerator:
     fragmentation_fraction: float = 0.0
     reduction_bandwidth_fraction: float = 1.0
     random_bandwidth_fraction: float = 1.0
+    efficiency_given: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         checks.name("accelerator.name", self.name)
@@ -76,7 +82,8 @@ class Accelerator:
             for dtype, value in self.peak_flops_per_s.items()
         }
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(peaks))
-        checks.fraction("accelerator.efficiency", self.efficiency)
+        if self.efficiency is not None:
+            checks.fraction("accelerator.efficiency", self.efficiency)
         checks.positive_or_inf("accelerator.memory_bytes", self.memory_bytes)
         checks.rate("accelerator.memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
         checks.non_negative("accelerator.kernel_overhead_s", self.kernel_overhead_s)
@@ -86,6 +93,11 @@ class Accelerator:
                 f"{self.transfers_use_compute!r}"
             )
         object.__setattr__(self, "matmul_efficiency", _curve(self.matmul_efficiency))
+        if self.efficiency is None and not self.matmul_efficiency:
+            raise SpecError(
+                "accelerator.efficiency is needed without a matmul_efficiency curve: every "
+                "layer is timed by one roofline at that fraction of peak"
+            )
         checks.fraction("accelerator.memory_bandwidth_efficiency", self.memory_bandwidth_efficiency)
         checks.fraction(
             "accelerator.reduction_bandwidth_fraction", self.reduction_bandwidth_fraction
@@ -104,6 +116,7 @@ class Accelerator:
         """The fraction of peak a matrix multiply of ``flops`` reaches on the curve."""
         points = self.matmul_efficiency
         if not points:
+            assert self.efficiency is not None  # required without a curve
             return self.efficiency
         if flops <= points[0][0]:
             return points[0][1]
@@ -126,8 +139,16 @@ class Accelerator:
             ) from None
 
     def achievable_flops_per_s(self, dtype: str) -> float:
-        """Peak for ``dtype`` times the efficiency; an unknown dtype names the known ones."""
-        return self.peak(dtype) * self.efficiency
+        """Peak for ``dtype`` times the efficiency; an unknown dtype names the known ones, and
+        an accelerator that gives no efficiency says so."""
+        peak = self.peak(dtype)
+        if self.efficiency is None:
+            raise SpecError(
+                f"accelerator {self.name!r} gives no efficiency, and a layer here is timed by "
+                "one roofline at that fraction of peak (a model given as layers, or a layer "
+                "not described kernel by kernel): give accelerator.efficiency"
+            )
+        return peak * self.efficiency
 
     def compute_time_s(self, flops: float, memory_traffic_bytes: float, dtype: str) -> float:
         """Roofline time of one kernel: the slower of compute and memory traffic, plus the

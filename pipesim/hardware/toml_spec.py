@@ -6,7 +6,7 @@ Example::
 
     [accelerator]
     peak_flops_per_s = { bf16 = 312e12, fp32 = 19.5e12 }
-    efficiency = 0.5
+    efficiency = 0.5                  # optional with matmul_efficiency: layers given whole
     memory_bytes = 85899345920
     memory_bandwidth_bytes_per_s = 2.039e12
     kernel_overhead_s = 4e-6          # optional, default 0
@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,18 @@ from pipesim.files.toml_reader import Fields, boolean, read_toml, string
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Link, Topology
+
+
+def _efficiency_lines(acc: Accelerator, number: Callable[[float], str]) -> list[str]:
+    """``efficiency`` as a file gives it, with a word on an accelerator with a curve: there
+    only models given as layers read it, and a run whose every layer takes the curve warns
+    that nothing reads it (delete the line to run without the warning)."""
+    if acc.efficiency is None:
+        return []
+    line = f"efficiency = {number(acc.efficiency)}"
+    if acc.kernel_level:
+        line += "  # models given as layers only: matmul_efficiency times the rest"
+    return [line]
 
 
 def _peaks(field: str, value: Any) -> dict[str, float]:
@@ -68,21 +81,25 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     name = root.take("name", string, Path(path).stem)
     description = root.take("description", string, f"from {path}")
     acc = root.table("accelerator")
+    efficiency_given = acc.has("efficiency")
+    curve = acc.take("matmul_efficiency", _curve_points, ())
     accelerator = Accelerator(
         acc.take("name", string, name),
         acc.take("peak_flops_per_s", _peaks),
-        efficiency=acc.take("efficiency", checks.fraction),
+        # required without a curve (Fields.take's error names it), optional with one
+        efficiency=acc.take("efficiency", checks.fraction, *((None,) if curve else ())),
         memory_bytes=acc.take("memory_bytes", checks.positive_or_inf),
         memory_bandwidth_bytes_per_s=acc.take("memory_bandwidth_bytes_per_s", checks.rate),
         kernel_overhead_s=acc.take("kernel_overhead_s", checks.non_negative, 0.0),
         transfers_use_compute=acc.take("transfers_use_compute", boolean, False),
         source=str(path),
-        matmul_efficiency=acc.take("matmul_efficiency", _curve_points, ()),
+        matmul_efficiency=curve,
         memory_bandwidth_efficiency=acc.take("memory_bandwidth_efficiency", checks.fraction, 1.0),
         reduction_bandwidth_fraction=acc.take("reduction_bandwidth_fraction", checks.fraction, 1.0),
         random_bandwidth_fraction=acc.take("random_bandwidth_fraction", checks.fraction, 1.0),
         runtime_reserve_bytes=acc.take("runtime_reserve_bytes", checks.non_negative, 0.0),
         fragmentation_fraction=acc.take("fragmentation_fraction", checks.slack, 0.0),
+        efficiency_given=efficiency_given,
     )
     acc.done()
     net = root.table("network")
@@ -159,7 +176,7 @@ def hardware_toml(spec: HardwareSpec) -> str:
         "[accelerator]",
         *([f"name = {json.dumps(acc.name)}"] if acc.name != spec.name else []),
         f"peak_flops_per_s = {{ {peaks} }}",
-        f"efficiency = {number(acc.efficiency)}",
+        *_efficiency_lines(acc, number),
         f"memory_bytes = {number(acc.memory_bytes)}",
         f"memory_bandwidth_bytes_per_s = {number(acc.memory_bandwidth_bytes_per_s)}",
         f"kernel_overhead_s = {number(acc.kernel_overhead_s)}",

@@ -3,8 +3,9 @@ activation recomputation, optimizer sharding and data parallelism, as Megatron-L
 
 The pipeline itself (depth K, chunks v, micro-batches M) is the schedule's; this object holds
 every other dimension, so that one value describes what ``--tensor-parallel``,
-``--sequence-parallel``, ``--recompute``, ``--zero``, ``--data-parallel`` and
-``--overlap-grad-reduce`` ask for and travels unchanged from the command line to the costs.
+``--sequence-parallel``, ``--recompute``, ``--zero`` and ``--data-parallel`` ask for and
+travels unchanged from the command line to the costs. Whether the gradient reduction overlaps
+the backward is the software's choice, the run's recipe (:mod:`pipesim.config.recipe`).
 
 * ``tensor`` (T): Megatron's tensor parallelism (Shoeybi et al., arXiv 1909.08053): attention
   heads and the MLP's inner width split T ways, two all-reduces per layer in the forward pass
@@ -18,8 +19,6 @@ every other dimension, so that one value describes what ``--tensor-parallel``,
   distributed optimizer: optimizer state and fp32 master weights divided by D; gradients
   reduce-scattered, parameters all-gathered).
 * ``data`` (D): data-parallel replicas of the whole T x K model.
-* ``overlap_grad_reduce``: the gradient reduction of the step overlaps each stage's last
-  backward (PyTorch DDP's buckets, Megatron's ``--overlap-grad-reduce``); off, it follows it.
 """
 
 from __future__ import annotations
@@ -109,7 +108,6 @@ class Parallelism:
         recompute: activation recomputation.
         zero: optimizer sharding stage, 0 or 1.
         data: D, data-parallel replicas.
-        overlap_grad_reduce: the data-parallel gradient reduction overlaps the last backward.
     """
 
     tensor: int = 1
@@ -117,7 +115,6 @@ class Parallelism:
     recompute: Recompute = NO_RECOMPUTE
     zero: int = 0
     data: int = 1
-    overlap_grad_reduce: bool = False
 
     def __post_init__(self) -> None:
         checks.positive_int(named("tensor_parallel"), self.tensor)
@@ -126,9 +123,10 @@ class Parallelism:
             raise SpecError(f"{named('zero')} must be 0 or 1, got {self.zero!r}")
         if not isinstance(self.recompute, Recompute):
             raise SpecError(f"recompute must be a Recompute, got {self.recompute!r}")
-        for name in ("sequence_parallel", "overlap_grad_reduce"):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise SpecError(
+                f"sequence_parallel must be true or false, got {self.sequence_parallel!r}"
+            )
         if self.sequence_parallel and self.tensor == 1:
             raise SpecError(
                 f"{named('sequence_parallel')} splits the sequence over the tensor-parallel "

@@ -30,12 +30,12 @@ from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes
 from pipesim.common.workers import InProcess, Workers, ordered_map
+from pipesim.config.run_config import RunConfig
 from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
-from pipesim.costs.model_on_hardware import model_on_hardware
+from pipesim.costs.model_on_hardware import layer_costs_on_hardware, model_on_hardware
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.engine import simulate
 from pipesim.errors import named
-from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.memory.forms import MemoryForm
@@ -60,7 +60,6 @@ from pipesim.plan.space import (
     candidates,
     divisors,
 )
-from pipesim.request.cost_request import resolved_model
 from pipesim.schedules import UpdateRule, build
 from pipesim.synthesis.synthesis import SYNTH_NAME
 from pipesim.workload.model import Model
@@ -76,25 +75,34 @@ PLAN_NODE_BUDGET = 5_000  # per memory-aware search with several stages per devi
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """What to plan for. ``model`` and ``hardware`` are names or TOML paths, as on the
-    command line (the re-simulation command repeats them)."""
+    """What to plan for: a run's configuration (its model, hardware and recipe; the parallel
+    layout is what the search chooses, so ``run.parallelism`` is not read), the devices and
+    batch, and the space to search. ``model_name`` and ``hardware_name`` say how the caller
+    named the model and the hardware (a TOML path, as on the command line: a report repeats
+    them); by default their own names."""
 
-    model: str
-    hardware: str
+    run: RunConfig
     devices: int
     batch: int
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
-    optimizer_state: str | None = None
-    master_weights: bool | None = None
-    dtype: str | None = None
     top: int = 5
     chunk_options: tuple[int, ...] = (2, 4)
     tensor_sizes: tuple[int, ...] | None = None
     recompute: tuple[str, ...] | None = None
     zero: tuple[int, ...] = (1,)
     sequence_parallel: tuple[bool, ...] = (True,)
-    attention: str | None = None
-    overlap_grad_reduce: bool = False
+    model_name: str = ""
+    hardware_name: str = ""
+
+    @property
+    def model(self) -> str:
+        """The model as the caller named it."""
+        return self.model_name or self.run.model.name
+
+    @property
+    def hardware(self) -> str:
+        """The hardware as the caller named it."""
+        return self.hardware_name or self.run.hardware.name
 
 
 @dataclass(frozen=True)
@@ -174,14 +182,7 @@ def plan(
             "fixed ones (for the shapes of their best plans); name at least one registered "
             "schedule too"
         )
-    model = resolved_model(
-        settings.model,
-        settings.optimizer_state,
-        settings.master_weights,
-        settings.dtype,
-        settings.attention,
-    )
-    hardware = resolve_hardware(settings.hardware)
+    model, hardware = settings.run.trained_model, settings.run.job_hardware
     limits = space_limits(model, hardware, settings)
     space = list(
         candidates(
@@ -198,7 +199,7 @@ def plan(
             f"schedule of {', '.join(settings.schedules)} for {len(model.layers)} layers "
             f"(tensor-parallel sizes {', '.join(map(str, limits.tensor_sizes))})"
         )
-    context = PlanContext(model, hardware, settings)
+    context = PlanContext(settings)
     ordered = sorted(((context.quick_bound(c), i, c) for i, c in enumerate(space)))
     examined: list[Evaluated] = []
     finished: list[Evaluated] = []
@@ -362,11 +363,12 @@ class PlanContext:
     """Caches shared across candidates: one rank's layer costs per (T, SP, recompute, b),
     schedules' memory forms, balanced partitions per shape, collective slopes per group."""
 
-    def __init__(self, model: Model, hardware: HardwareSpec, settings: PlanSettings) -> None:
-        self.model = model
-        self.hardware = hardware
+    def __init__(self, settings: PlanSettings) -> None:
+        self.run = settings.run
+        self.model = settings.run.trained_model
+        self.hardware = settings.run.job_hardware
         self.settings = settings
-        self.job = hardware.network(settings.devices)
+        self.job = self.hardware.network(settings.devices)
         self.layers: dict[LayerKey, tuple[StageCosts, ...]] = {}
         # per schedule shape: its memory forms (one step, or NO_FLUSH_STEPS without a
         # flush), its placement and whether it flushes
@@ -389,8 +391,11 @@ class PlanContext:
             recompute=Recompute.parse(c.recompute),
             zero=c.zero,
             data=c.data_parallel,
-            overlap_grad_reduce=self.settings.overlap_grad_reduce,
         )
+
+    def run_of(self, c: Candidate) -> RunConfig:
+        """The run's configuration under ``c``'s parallel layout."""
+        return self.run.with_parallelism(self.parallelism(c))
 
     def tensor_group(self, tensor: int) -> TensorGroup | None:
         """Where the tensor-parallel collectives run: the first T ranks of the job."""
@@ -470,7 +475,7 @@ class PlanContext:
         one micro-batch through every stage and back (forward and input gradient)."""
         work, path, optimizer, gradients, weights = self._sums(c)
         sync = 0.0
-        if c.data_parallel > 1 and not self.settings.overlap_grad_reduce:
+        if c.data_parallel > 1 and not self.run.recipe.overlap_grad_reduce:
             terms = self.sync_terms(c)
             sync = (
                 terms.gradient_per_byte * gradients
@@ -590,6 +595,7 @@ class PlanContext:
             self.job,
             RankLayout(c.tensor, c.devices, c.data_parallel),
             self.parallelism(c),
+            self.run.recipe.overlap_grad_reduce,
         )
         with_sync = [
             add_to_optimizer_step(s, extra) for s, extra in zip(stage_costs, sync, strict=True)
@@ -639,14 +645,12 @@ class PlanContext:
             if base.oom:
                 continue
             costs = model_on_hardware(
-                self.model,
-                self.hardware,
+                self.run_of(shape),
                 shape.devices,
                 1,
                 shape.microbatch_size,
                 base.partition,
                 placement=tuple(range(shape.devices)),
-                parallelism=self.parallelism(shape),
             )
             key = _shape_key(shape)
             chosen: tuple[int, Any, tuple[float, ...]] | None = None
@@ -705,20 +709,20 @@ class PlanContext:
         return offered
 
     def simulate(self, item: Evaluated) -> Evaluated:
-        """``item`` simulated in full with the default engine, its costs built from the model
-        and hardware the context holds by :func:`model_on_hardware`, as ``pipesim simulate``
-        builds them for the same settings: the plan and its re-simulation agree exactly."""
+        """``item`` simulated in full with the default engine, its costs built from the run's
+        configuration under its layout by :func:`model_on_hardware`, as ``pipesim simulate``
+        builds them for the same settings (from the per-layer costs the search has already:
+        merged, not costed again): the plan and its re-simulation agree exactly."""
         c = item.candidate
         schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-        costs = model_on_hardware(
-            self.model,
-            self.hardware,
+        costs = layer_costs_on_hardware(
+            self.run_of(c),
             c.devices,
             c.chunks,
             c.microbatch_size,
+            self.layer_costs(c),
             item.partition,
             placement=schedule.placement,
-            parallelism=self.parallelism(c),
         )
         result = simulate(schedule, costs, steps=item.steps)
         return dataclasses.replace(

@@ -3,8 +3,9 @@ hardware spec. A request builds :class:`PipelineCosts` for any (K, v, M), which 
 command line or a sweep over shapes needs. Requests are plain data, so they pickle to worker
 processes.
 
-A model request resolves its names, chooses the partition its objective asks for
-(:mod:`pipesim.partition`) and builds the costs with
+A model request holds a run's configuration (:class:`~pipesim.config.run_config.RunConfig`,
+resolved and checked once), splits the batch and chooses the partition its objective asks for
+(:mod:`pipesim.partition`) for each shape, and builds the costs with
 :func:`~pipesim.costs.model_on_hardware.model_on_hardware`, the function the planner's finalists
 use too."""
 
@@ -16,18 +17,17 @@ from typing import TYPE_CHECKING
 
 from pipesim.common.checks import SpecError, non_negative, positive_int, slack
 from pipesim.common.limits import Limit, check
-from pipesim.costs.model_on_hardware import check_tensor_placement, model_on_hardware
+from pipesim.config.run_config import RunConfig
+from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.errors import named
-from pipesim.hardware import resolve_hardware
 from pipesim.hardware.catalogue import HardwareSpec
-from pipesim.parallel.config import IDENTITY, Parallelism, Recompute, RecomputeMode
+from pipesim.parallel.config import Parallelism, Recompute, RecomputeMode
 from pipesim.parallel.groups import TensorGroup
 from pipesim.partition.from_model import choose_partition, objective
 from pipesim.workload import resolve_model
 from pipesim.workload.optimizer import with_optimizer
-from pipesim.workload.sharding import sharded_layers, with_attention
 
 if TYPE_CHECKING:
     from pipesim.schedules.schedule import Schedule
@@ -66,42 +66,22 @@ class SyntheticRequest:
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """``--model NAME|FILE --hardware NAME|FILE [--batch N] [--partition ...]
-    [--optimizer NAME|BYTES] [--master-weights] [--data-parallel N] [--tensor-parallel T]
-    [--sequence-parallel] [--recompute MODE] [--zero 0|1] [--microbatch-size b] ...``.
+    """A run's configuration (:class:`~pipesim.config.run_config.RunConfig`: the model, the
+    hardware, the parallel layout and the software recipe, checked when it was made) and how
+    its batch and layers are cut for each pipeline shape.
 
-    ``partition`` is layer counts per stage, or an objective of :mod:`pipesim.partition`
-    (``balanced``, ``memory-aware``, ``even``, ``blocks``); ``memory-aware`` needs the schedule
-    at :meth:`build`. ``parallelism`` holds the tensor, sequence, recompute, ZeRO and overlap
-    settings; ``data_parallel`` replicas add their gradient communication
-    (:mod:`pipesim.costs.data_parallel`). ``microbatch_size`` fixes b (the batch is then
-    b x M x D, or must equal it). ``attention`` (eager or flash) overrides the model's.
-    ``blocking_p2p`` makes sends occupy their sender. ``memory_reserve_bytes`` and
-    ``fragmentation`` override the hardware's allowances. ``tensor_across_nodes`` lets T
-    exceed a node.
+    ``batch`` is the global batch (None: the model's own); ``microbatch_size`` fixes b instead
+    (the batch is then b x M x D, or must equal it). ``partition`` is layer counts per stage,
+    or an objective of :mod:`pipesim.partition` (``balanced``, ``memory-aware``, ``even``,
+    ``blocks``); ``memory-aware`` needs the schedule at :meth:`build`. ``optimizer=False``
+    leaves the optimizer step's time out.
     """
 
-    model: str
-    hardware: str
+    run: RunConfig
     batch: int | None = None
     partition: tuple[int, ...] | str | None = None
     optimizer: bool = True
-    dtype: str | None = None
-    optimizer_state: str | None = None
-    master_weights: bool | None = None
-    data_parallel: int = 1
-    parallelism: Parallelism = IDENTITY
     microbatch_size: int | None = None
-    attention: str | None = None
-    blocking_p2p: bool = False
-    memory_reserve_bytes: float | None = None
-    fragmentation: float | None = None
-    tensor_across_nodes: bool = False
-
-    def resolved_parallelism(self) -> Parallelism:
-        """The parallel configuration with the data-parallel size of ``--data-parallel``."""
-        positive_int(named("data_parallel"), self.data_parallel)
-        return dataclasses.replace(self.parallelism, data=self.data_parallel)
 
     def build(
         self,
@@ -114,7 +94,8 @@ class ModelRequest:
         """The model cut into K·v stages on K devices, the batch split into M micro-batches
         (per replica under data parallelism); ``schedule`` and ``steps`` serve the
         memory-aware partition and the checks that pair a schedule with recomputation."""
-        parallelism = self.resolved_parallelism()
+        run = self.run
+        parallelism = run.parallelism
         tensor, replicas = parallelism.tensor, parallelism.data
         cluster = devices * tensor * replicas
         check(
@@ -124,24 +105,17 @@ class ModelRequest:
             + (f" x {named('tensor_parallel')} {tensor:,}" if tensor > 1 else "")
             + f" x {named('data_parallel')} {replicas:,}: {cluster:,} devices",
         )
-        model = resolved_model(
-            self.model, self.optimizer_state, self.master_weights, self.dtype, self.attention
-        )
-        batch = resolved_batch(model, self.batch, self.microbatch_size, microbatches, replicas)
-        hardware = with_allowances(
-            resolve_hardware(self.hardware), self.memory_reserve_bytes, self.fragmentation
-        )
-        check_tensor_placement(hardware, tensor, across_nodes=self.tensor_across_nodes)
+        batch = resolved_batch(run.model, self.batch, self.microbatch_size, microbatches, replicas)
         if schedule is not None:
             check_schedule_pairing(schedule, parallelism)
         microbatch_size = batch / (microbatches * replicas)
-        sharded = sharded_layers(model, parallelism)
+        sharded = run.sharded()
         partition = self.partition
         if isinstance(partition, str):
-            goal = objective(partition)
+            hardware = run.job_hardware
             partition = choose_partition(
-                goal,
-                model,
+                objective(partition),
+                run.trained_model,
                 hardware.cluster(devices, rank_stride=tensor),
                 microbatch_size,
                 chunks,
@@ -152,16 +126,13 @@ class ModelRequest:
                 tensor_group=tensor_group_of(hardware, parallelism, devices),
             )
         return model_on_hardware(
-            model,
-            hardware,
+            run,
             devices,
             chunks,
             microbatch_size,
             partition,
             optimizer=self.optimizer,
             placement=None if schedule is None else schedule.placement,
-            parallelism=parallelism,
-            blocking_p2p=self.blocking_p2p,
             sharded=sharded,
         )
 
@@ -226,7 +197,7 @@ def tensor_group_of(
     hardware: HardwareSpec, parallelism: Parallelism, devices: int
 ) -> TensorGroup | None:
     """Where the first pipeline device's tensor-parallel collectives run (every group is
-    alike: :func:`~pipesim.costs.model_on_hardware.check_tensor_placement`)."""
+    alike: :func:`~pipesim.config.run_config.check_tensor_placement`)."""
     tensor = parallelism.tensor
     return TensorGroup.first(hardware.network(tensor * devices * parallelism.data), tensor)
 
@@ -266,17 +237,14 @@ def resolved_model(
     optimizer_state: str | None,
     master_weights: bool | None,
     dtype: str | None,
-    attention: str | None = None,
 ) -> Model:
     """The model named (or the TOML file at) ``name`` with its optimizer state and master
-    weights as asked, in ``dtype`` when given, with the attention implementation asked for:
-    the one reading of ``--model``, ``--optimizer``, ``--master-weights``, ``--dtype`` and
-    ``--attention`` that simulating and planning share."""
+    weights as asked, in ``dtype`` when given: the one reading of the model, optimizer, master
+    weights and dtype fields that simulating and planning share (how the software runs it is
+    the run's recipe)."""
     model = with_optimizer(resolve_model(name), optimizer_state, master_weights)
     if dtype is not None:
         model = dataclasses.replace(model, dtype=dtype)
-    if attention is not None:
-        model = with_attention(model, attention)
     return model
 
 

@@ -22,7 +22,6 @@ from pipesim.request.cost_request import (
     CostRequest,
     ModelRequest,
     check_split_backward_recompute,
-    resolved_model,
 )
 from pipesim.schedules import build, schedule_info, unsupported_reason
 from pipesim.schedules.registry import check_size
@@ -143,25 +142,13 @@ def sweep_points(
 
 def preflight(costs: CostRequest) -> None:
     """Check what every row of a sweep shares before any row runs: a synthetic request's
-    figures, or a model request's model, optimizer, hardware and dtype (names or files). Errors that
-    depend on the shape (more stages than layers, a batch M does not divide) stay per row."""
+    figures, or a model request's layers as one tensor-parallel rank holds them and its batch
+    (the run's configuration checked itself when it was made). Errors that depend on the shape
+    (more stages than layers, a batch M does not divide) stay per row."""
     if not isinstance(costs, ModelRequest):
         costs.build(1, 1, 1)
         return
-    from pipesim.costs.model_on_hardware import check_tensor_placement
-    from pipesim.hardware import resolve_hardware
-    from pipesim.workload.sharding import sharded_layers
-
-    # The model exactly as every row will read it (optimizer state, master weights, dtype,
-    # attention), and its layers as one tensor-parallel rank holds them.
-    model = resolved_model(
-        costs.model, costs.optimizer_state, costs.master_weights, costs.dtype, costs.attention
-    )
-    hardware = resolve_hardware(costs.hardware)
-    hardware.accelerator.achievable_flops_per_s(model.dtype)
-    parallelism = costs.resolved_parallelism()
-    sharded_layers(model, parallelism)
-    check_tensor_placement(hardware, parallelism.tensor, across_nodes=costs.tensor_across_nodes)
+    costs.run.sharded()
     if costs.batch is not None:
         checks.positive_int(named("batch"), costs.batch)
 
@@ -186,10 +173,9 @@ def run_point(
     except PipesimError as error:
         return {**_identity(point), "error": str(error)}
     if limit is not None:
-        parallelism = getattr(costs, "parallelism", None)
-        if parallelism is not None:
+        if isinstance(costs, ModelRequest):
             try:
-                check_split_backward_recompute(SYNTH_NAME, parallelism.recompute)
+                check_split_backward_recompute(SYNTH_NAME, costs.run.parallelism.recompute)
             except PipesimError as error:
                 return {**_identity(point), "error": str(error)}
         placement = looped(point.devices, point.chunks)

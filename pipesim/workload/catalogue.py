@@ -104,7 +104,6 @@ def from_architecture(
     optimizer_bytes: float = 8.0,
     master_weight_bytes: float = 4.0,
     optimizer_temporary_bytes: float = 4.0,
-    fused_gradient_accumulation: bool = True,
 ) -> Model:
     """A model whose layers are ``arch``'s (embedding, blocks, output layer) on one device;
     by default trained with Adam (8 bytes of state, 4 of master weights, 4 of temporaries in
@@ -114,7 +113,6 @@ def from_architecture(
         transformer_layers(
             arch,
             gradient_bytes=gradient_bytes,
-            fused_accumulation=fused_gradient_accumulation,
         ),
         input_bytes=TOKEN_BYTES * arch.seq,
         dtype=dtype,
@@ -126,7 +124,6 @@ def from_architecture(
         master_weight_bytes_per_parameter=master_weight_bytes,
         architecture=arch,
         optimizer_temporary_bytes_per_parameter=optimizer_temporary_bytes,
-        fused_gradient_accumulation=fused_gradient_accumulation,
     )
 
 
@@ -190,13 +187,12 @@ def _megatron_style(
 
 
 def megatron_gpt(size: str) -> Model:
-    """A GPT model of Megatron-LM's Table 1 (arXiv 2104.04473) as its runs trained it
+    """A GPT model of Megatron-LM's Table 1 (arXiv 2104.04473) in the precision its runs used
     (examples/sc21: ``--fp16``, no fp32 gradient accumulation): learned positions, tied
     embeddings, dropout; fp16 weights and gradients, fp32 master weights and Adam (16 bytes
-    per parameter); apex's fused Adam allocates nothing while it steps. Those runs (August
-    2021) came before Megatron-LM fused the gradient accumulation into the weight-gradient
-    matmuls (February 2022): each weight gradient is added to the buffer by a pass of its
-    own."""
+    per parameter); apex's fused Adam allocates nothing while it steps. How those runs'
+    software ran it (unfused gradient accumulation, blocking messages) is the recipe
+    ``megatron-lm-2021`` (:mod:`pipesim.config.recipes`), not the model's."""
     layers, hidden, heads, batch = MEGATRON_SHAPES[size]
     arch = TransformerArchitecture(layers, hidden, heads, 4 * hidden, 2048, 51200)
     return from_architecture(
@@ -207,7 +203,6 @@ def megatron_gpt(size: str) -> Model:
         description=f"Megatron-LM GPT {size.upper()} (arXiv 2104.04473 Table 1): {layers} "
         f"layers, hidden {hidden}, {heads} heads, seq 2048, vocab 51,200",
         optimizer_temporary_bytes=0.0,
-        fused_gradient_accumulation=False,
     )
 
 

@@ -109,9 +109,11 @@ class Model:
         optimizer_temporary_bytes_per_parameter: what the optimizer step allocates while it
             runs, per parameter it updates (PyTorch's multi-tensor Adam: the square root of
             the second moment, 4 bytes in fp32; 0 for a fused optimizer).
-        fused_gradient_accumulation: the weight-gradient matmuls add into the gradient buffer
-            themselves (Megatron-LM's gradient-accumulation fusion, from February 2022); False:
-            each weight gradient is written, then added to the buffer by a pass of its own.
+        fused_gradient_accumulation: how ``layers`` were built: the weight-gradient matmuls add
+            into the gradient buffer themselves; False: each weight gradient is written, then
+            added by a pass of its own. The catalogue and TOML files build every model fused;
+            a run's recipe rebuilds the layers unfused where its software was
+            (:attr:`pipesim.config.run_config.RunConfig.trained_model`).
     """
 
     name: str

@@ -9,7 +9,6 @@ its own, unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from pipesim.common.checks import SpecError
@@ -84,9 +83,9 @@ def sharded_layers(model: Model, parallelism: Parallelism) -> ShardedLayers:
     return ShardedLayers(plain, full, recompute.layers_per_stage)
 
 
-def with_attention(model: Model, attention: str) -> Model:
-    """``model`` with its attention computed as ``attention`` says (``eager`` or ``flash``):
-    only a model given by its architecture has attention to choose."""
+def attention_kind(model: Model, attention: str) -> Attention:
+    """The attention implementation ``attention`` names (``eager`` or ``flash``), for a model
+    that has attention to choose: only a model given by its architecture does."""
     choices = ", ".join(kind.value for kind in Attention)
     try:
         kind = Attention(attention)
@@ -94,21 +93,9 @@ def with_attention(model: Model, attention: str) -> Model:
         raise SpecError(
             f"{named('attention')} must be one of {choices}, got {attention!r}"
         ) from None
-    arch = model.architecture
-    if arch is None:
+    if model.architecture is None:
         raise SpecError(
             f"{named('attention')} {attention}: model {model.name!r} is given as layers, with no "
             "attention to choose; it needs a transformer model"
         )
-    if arch.attention is kind:
-        return model
-    changed = dataclasses.replace(arch, attention=kind)
-    return dataclasses.replace(
-        model,
-        layers=transformer_layers(
-            changed,
-            gradient_bytes=model.gradient_bytes_per_parameter,
-            fused_accumulation=model.fused_gradient_accumulation,
-        ),
-        architecture=changed,
-    )
+    return kind

@@ -47,9 +47,12 @@ or explicit layers, each repeated ``repeat`` times::
 weights; ``master_weight_bytes_per_parameter`` (default 0) may hold the master weights apart,
 so that the memory breakdown shows them as their own term;
 ``optimizer_temporary_bytes_per_parameter`` (default 0) is what the optimizer's step allocates
-on top (PyTorch's foreach Adam: 4 bytes per parameter, :mod:`pipesim.workload.optimizer`);
-``fused_gradient_accumulation = false`` (default true) adds each weight gradient to the
-gradient buffer in a pass of its own, as Megatron-LM did before it fused the two (2022).
+on top (PyTorch's foreach Adam: 4 bytes per parameter, :mod:`pipesim.workload.optimizer`).
+
+How the software runs the model (gradient accumulation fused or not, the attention kernel's
+choice where the architecture leaves it) is the run's recipe, not the model's
+(:mod:`pipesim.config.recipe`): a file that sets ``fused_gradient_accumulation`` is refused
+with a word saying where it went.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from typing import Any, TypeVar
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
-from pipesim.errors import shown
+from pipesim.errors import named, shown
 from pipesim.files.toml_reader import Fields, boolean, read_toml, string
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
@@ -78,14 +81,18 @@ def load_model(path: str | Path) -> Model:
         raise SpecError(
             f"model file {str(path)!r} needs exactly one of a [transformer] table or [[layers]]"
         )
+    if root.has("fused_gradient_accumulation"):
+        raise SpecError(
+            f"model file {str(path)!r}: fused_gradient_accumulation is the run's software, not "
+            f"the model's: name a recipe instead ({named('recipe')} megatron-lm-2021 or "
+            "deepspeed-pipe leave it unfused)"
+        )
     architecture = None
-    fused = root.take("fused_gradient_accumulation", boolean, True)
     if root.has("transformer"):
         architecture = _architecture(root.table("transformer"))
         layers = transformer_layers(
             architecture,
             gradient_bytes=root.take("gradient_bytes_per_parameter", checks.non_negative, 2.0),
-            fused_accumulation=fused,
         )
         input_bytes = root.take(
             "input_bytes", checks.non_negative, float(TOKEN_BYTES * architecture.seq)
@@ -123,7 +130,6 @@ def load_model(path: str | Path) -> Model:
         optimizer_temporary_bytes_per_parameter=root.take(
             "optimizer_temporary_bytes_per_parameter", checks.non_negative, 0.0
         ),
-        fused_gradient_accumulation=fused,
     )
     root.done()
     return model

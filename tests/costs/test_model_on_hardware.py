@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipesim.config import RunConfig
 from pipesim.costs.model_on_hardware import model_on_hardware, with_gathered_messages
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware import hardware
@@ -43,10 +44,10 @@ def test_sequence_parallelism_sends_a_shard_nobody_gathers(
     built, a100 = model("megatron-39.1b"), hardware("a100")
     for sp in (False, True):
         parallelism = Parallelism(tensor=8, sequence_parallel=sp, recompute=Recompute.parse("none"))
-        real = model_on_hardware(built, a100, 2, 1, 1, parallelism=parallelism)
+        real = model_on_hardware(RunConfig(built, a100, parallelism), 2, 1, 1)
         with monkeypatch.context() as patch:
             patch.setattr(composition, "with_gathered_messages", lambda costs, *_: costs)
-            raw = model_on_hardware(built, a100, 2, 1, 1, parallelism=parallelism)
+            raw = model_on_hardware(RunConfig(built, a100, parallelism), 2, 1, 1)
         if sp:
             assert real == raw
             continue

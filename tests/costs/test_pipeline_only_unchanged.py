@@ -6,10 +6,13 @@ tensor parallelism existed (literals recorded from that version, commit 4205bfd,
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.config import RunConfig
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.engine import simulate
 from pipesim.hardware import resolve_hardware
@@ -72,18 +75,12 @@ def test_the_pipeline_only_numbers_are_the_earlier_versions(
 ) -> None:
     name, hardware, schedule_name, chunks, dtype, steps = setup
     built = model(name)
+    if dtype is not None:
+        built = dataclasses.replace(built, dtype=dtype)
     batch = built.default_batch
     schedule = build(schedule_name, 4, 8, chunks)
-    costs = model_on_hardware(
-        built,
-        resolve_hardware(hardware),
-        4,
-        chunks,
-        batch / 8,
-        placement=schedule.placement,
-        dtype=dtype,
-        parallelism=Parallelism(tensor=1),
-    )
+    run = RunConfig(built, resolve_hardware(hardware), Parallelism(tensor=1))
+    costs = model_on_hardware(run, 4, chunks, batch / 8, placement=schedule.placement)
     result = simulate(schedule, costs, steps=steps)
     assert result.iteration_time_s == pytest.approx(iteration, rel=1e-12)
     static = [d.memory.static_bytes for d in result.per_device]

@@ -141,12 +141,19 @@ def test_an_unknown_engine_is_refused_with_the_choices() -> None:
 def test_spec_derived_costs_give_the_same_json(hardware_name: str, name: str) -> None:
     """A catalogue model on catalogue hardware (torus, shared bus, nodes over InfiniBand,
     NVSwitch): the same JSON from both engines, over two steps."""
+    import dataclasses
+
+    from pipesim.config import RunConfig
+    from pipesim.hardware import hardware
     from pipesim.request.cost_request import ModelRequest
     from pipesim.schedules import build
+    from pipesim.workload import model
 
     schedule = build(name, 4, 8)
-    dtype = "fp16" if hardware_name == "p100-pcie" else None  # no bf16 on a P100
-    request = ModelRequest("gpipe-transformer-24", hardware_name, batch=32, dtype=dtype)
+    transformer = model("gpipe-transformer-24")
+    if hardware_name == "p100-pcie":  # no bf16 on a P100
+        transformer = dataclasses.replace(transformer, dtype="fp16")
+    request = ModelRequest(RunConfig(transformer, hardware(hardware_name)), batch=32)
     costs = request.build(4, schedule.chunks, 8)
     reference = simulate(schedule, costs, 2, engine="simpy").to_json()
     fast = simulate(schedule, costs, 2, engine="fast").to_json()

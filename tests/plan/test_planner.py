@@ -3,6 +3,7 @@ plans that ``pipesim simulate`` reproduces number for number."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -23,10 +24,11 @@ from pipesim.plan.report import plan_json, report_json, report_table
 from pipesim.schedules import schedule_names
 from pipesim.synthesis.synthesis import synthesize
 from pipesim.workload import resolve_model
+from tests.plan.settings import plan_case, plan_settings
 
 
 def _context(settings: PlanSettings) -> PlanContext:
-    return PlanContext(resolve_model(settings.model), resolve_hardware(settings.hardware), settings)
+    return PlanContext(settings)
 
 
 def test_slow_interconnect_picks_the_shallowest_pipeline_that_fits(
@@ -40,10 +42,10 @@ def test_slow_interconnect_picks_the_shallowest_pipeline_that_fits(
     # ZeRO-1 would shard the state that makes one device too small; PipeDream-2BW (asked for
     # by name) is what makes the deeper pipeline pay on a fast link
     options = {"zero": (0,), "schedules": (*DEFAULT_SCHEDULES, "pipedream-2bw")}
-    best = plan(PlanSettings(model, slow, 4, 16, **options), show_progress=False).plans[0]  # type: ignore[arg-type]
+    best = plan(plan_settings(model, slow, 4, 16, **options), show_progress=False).plans[0]  # type: ignore[arg-type]
     assert (best.candidate.devices, best.candidate.data_parallel) == (2, 2)
     fast = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e12)
-    best = plan(PlanSettings(model, fast, 4, 16, **options), show_progress=False).plans[0]  # type: ignore[arg-type]
+    best = plan(plan_settings(model, fast, 4, 16, **options), show_progress=False).plans[0]  # type: ignore[arg-type]
     assert best.candidate.devices == 4
 
 
@@ -55,7 +57,7 @@ def test_a_sharded_optimizer_lets_replicas_hold_what_one_could_not(
     each); and the best plan with ZeRO-1 searched beats the best without."""
     model = model_file(optimizer_bytes=1000, parameters=1e5)
     slow = hardware_file(memory_bytes=600e6, bandwidth_bytes_per_s=1e8)
-    settings = PlanSettings(model, slow, 4, 16, zero=(0, 1))
+    settings = plan_settings(model, slow, 4, 16, zero=(0, 1))
     context = _context(settings)
     one_device = [
         c
@@ -68,7 +70,7 @@ def test_a_sharded_optimizer_lets_replicas_hold_what_one_could_not(
     replicated = plan(dataclasses.replace(settings, zero=(0,)), show_progress=False).plans[0]
     assert best.candidate.zero == 1
     assert (best.iteration_time_s or 0.0) < (replicated.iteration_time_s or 0.0)
-    default = plan(PlanSettings(model, slow, 4, 16), show_progress=False).plans[0]
+    default = plan(plan_settings(model, slow, 4, 16), show_progress=False).plans[0]
     assert default.iteration_time_s == best.iteration_time_s  # ZeRO-1 alone, by default
 
 
@@ -77,7 +79,7 @@ def test_tight_memory_leaves_only_rematerialization(
 ) -> None:
     """40 MB of activations per layer and sample on 250 MB devices: every configuration that
     fits re-materializes, and so does every plan."""
-    settings = PlanSettings(
+    settings = plan_settings(
         model_file(activation_bytes=40e6),
         hardware_file(memory_bytes=250e6, bandwidth_bytes_per_s=1e11),
         2,
@@ -94,7 +96,7 @@ def test_tight_memory_leaves_only_rematerialization(
 def test_a_model_that_fits_one_device_runs_pure_data_parallel() -> None:
     """uniform-8 fits one A100 many times over: with flush schedules, four replicas without
     a pipeline beat every pipeline (no bubble)."""
-    settings = PlanSettings(
+    settings = plan_settings(
         "uniform-8", "a100", 4, 16, schedules=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
     )
     best = plan(settings, show_progress=False).plans[0]
@@ -113,7 +115,7 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
 ) -> None:
     """Simulate every configuration that fits: each bound is below its simulated time, and the
     planner's top plans are the exhaustive search's, in order."""
-    settings = PlanSettings(
+    settings = plan_settings(
         model_file(),
         hardware_file(memory_bytes=400e6, bandwidth_bytes_per_s=bandwidth),
         4,
@@ -202,18 +204,20 @@ def test_every_printed_plan_resimulates_to_the_same_numbers(
 # Settings over models, hardware (all-to-all, torus, hierarchical), dtypes, optimizer states and
 # master weights, every schedule (looped and V-shaped placements, no-flush steady states), data
 # parallelism, memory-aware partitions and re-materialization.
-FINALIST_CASES: dict[str, Callable[[Callable[..., str], Callable[..., str]], PlanSettings]] = {
-    "uniform-8 a100": lambda m, h: PlanSettings("uniform-8", "a100", 4, 16),
-    "gpt-355m adam v100": lambda m, h: PlanSettings(
+FINALIST_CASES: dict[
+    str, Callable[[Callable[..., str], Callable[..., str]], tuple[PlanSettings, argparse.Namespace]]
+] = {
+    "uniform-8 a100": lambda m, h: plan_case("uniform-8", "a100", 4, 16),
+    "gpt-355m adam v100": lambda m, h: plan_case(
         "gpt-355m", "v100-16gb-nvlink", 8, 64, optimizer_state="adam", top=3
     ),
-    "gpt-1.3b adam v100 memory-aware": lambda m, h: PlanSettings(
+    "gpt-1.3b adam v100 memory-aware": lambda m, h: plan_case(
         "gpt-1.3b", "v100-16gb-nvlink", 8, 64, optimizer_state="adam", top=3
     ),
-    "zb-1.5b fp16 a100-ib": lambda m, h: PlanSettings(
+    "zb-1.5b fp16 a100-ib": lambda m, h: plan_case(
         "zb-1.5b", "a100-ib", 16, 32, dtype="fp16", master_weights=False, top=3
     ),
-    "amoebanet tpu-v3 every schedule": lambda m, h: PlanSettings(
+    "amoebanet tpu-v3 every schedule": lambda m, h: plan_case(
         "amoebanet-d-18-256",
         "tpu-v3",
         8,
@@ -222,7 +226,7 @@ FINALIST_CASES: dict[str, Callable[[Callable[..., str], Callable[..., str]], Pla
         schedules=schedule_names(),
         top=3,
     ),
-    "gpt-1.3b bf16 master weights h100-ib": lambda m, h: PlanSettings(
+    "gpt-1.3b bf16 master weights h100-ib": lambda m, h: plan_case(
         "gpt-1.3b",
         "h100-ib",
         16,
@@ -232,10 +236,10 @@ FINALIST_CASES: dict[str, Callable[[Callable[..., str], Callable[..., str]], Pla
         dtype="bf16",
         top=3,
     ),
-    "gpt-1.3b V-shaped data parallel on a torus": lambda m, h: PlanSettings(
+    "gpt-1.3b V-shaped data parallel on a torus": lambda m, h: plan_case(
         "gpt-1.3b", "tpu-v3", 16, 64, schedules=("zbv", "dualpipev"), dtype="bf16", top=3
     ),
-    "constructed remat slow links": lambda m, h: PlanSettings(
+    "constructed remat slow links": lambda m, h: plan_case(
         m(activation_bytes=40e6),
         h(memory_bytes=250e6, bandwidth_bytes_per_s=1e8),
         4,
@@ -256,14 +260,14 @@ def test_every_finalist_resimulates_to_the_same_numbers(
     """Every configuration the planner simulated (not only the printed top ones) reports, in
     the JSON ``plan --json`` prints for it, exactly what ``pipesim simulate`` gives for its
     re-simulation command; each device's closed-form peak is the simulator's."""
-    settings = FINALIST_CASES[case](model_file, hardware_file)
+    settings, args = FINALIST_CASES[case](model_file, hardware_file)
     report = plan(settings, show_progress=False)
     finalists = [e for e in report.evaluated if e.simulated]
     assert finalists and report.plans
     printed = report_json(report)["plans"]
     assert [p["iteration_time"] for p in printed] == [e.iteration_time_s for e in report.plans]
     for e in finalists:
-        command = simulate_command(report, e)
+        command = simulate_command(report, e, args)
         result = _assert_simulate_reproduces(plan_json(e, settings.batch), command, capsys)
         assert result["oom"] is e.simulated_oom, command
         peaks = [d["peak_memory_bytes"] for d in result["per_device"]]
@@ -271,7 +275,7 @@ def test_every_finalist_resimulates_to_the_same_numbers(
 
 
 def test_report_json_has_the_documented_fields() -> None:
-    report = plan(PlanSettings("uniform-8", "a100", 4, 16, top=2), show_progress=False)
+    report = plan(plan_settings("uniform-8", "a100", 4, 16, top=2), show_progress=False)
     payload = report_json(report)
     assert set(payload) >= {"plans", "rejected", "evaluated", "seconds"}
     for item in payload["plans"]:
@@ -303,7 +307,7 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
     every fixed schedule simulated for its shape; its printed command gives its numbers."""
     # the pipeline-only space on 40 GB devices, where pipelines win (with tensor parallelism
     # and ZeRO-1 the plain data-parallel plans do)
-    settings = PlanSettings(
+    settings = plan_settings(
         "gpt-1.3b",
         "a100-40gb",
         8,
@@ -330,21 +334,19 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
         assert e.iteration_time_s < min(t for t in fixed if t is not None)
         if c.memory_limit > 1:  # the smallest limit as fast: one less is slower or too big
             costs = model_on_hardware(
-                resolve_model(settings.model),
-                resolve_hardware(settings.hardware),
+                _context(settings).run_of(c),
                 c.devices,
                 1,
                 c.microbatch_size,
                 e.partition,
                 placement=tuple(range(c.devices)),
-                parallelism=_context(settings).parallelism(c),
             )
             less = synthesize(costs, c.microbatches, c.memory_limit - 1).result
             assert (
                 less.iteration_time_s > e.iteration_time_s * (1 + 1e-9)
                 or max(d.peak_memory_bytes for d in less.per_device) > e.capacity_bytes
             )
-        command = simulate_command(report, e)
+        command = simulate_command(report, e, plan_case("gpt-1.3b", "a100-40gb", 8, 64)[1])
         assert f"--schedule synth --memory-limit {c.memory_limit} " in command
         item = plan_json(e, settings.batch)
         assert item["memory_limit"] == c.memory_limit
@@ -353,13 +355,13 @@ def test_plan_offers_a_synthesised_schedule_that_resimulates_exactly(
 
 def test_synth_alone_is_refused() -> None:
     with pytest.raises(SpecError, match=r"^schedules synth: a synthesised schedule is offered"):
-        plan(PlanSettings("uniform-8", "a100", 4, 16, schedules=("synth",)), show_progress=False)
+        plan(plan_settings("uniform-8", "a100", 4, 16, schedules=("synth",)), show_progress=False)
 
 
 def test_repeated_search_values_count_once() -> None:
     """--recompute full,full, --zero 0,1,1 and --tensor-parallel 2,2 each search a value
     once (the plans are not listed twice)."""
-    settings = PlanSettings(
+    settings = plan_settings(
         "gpt-1.3b",
         "a100",
         16,

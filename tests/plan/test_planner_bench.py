@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from pipesim.plan import PlanSettings, plan
+from pipesim.plan import plan
 from pipesim.plan.report import report_json
+from tests.plan.settings import plan_settings
 
 CASES = [
     ("gpt-3.8b", "v100-16gb-nvlink", 64, 512),  # PipeDream-2BW's setting
@@ -20,7 +21,7 @@ CASES = [
 @pytest.mark.bench
 @pytest.mark.parametrize(("model", "hardware", "devices", "batch"), CASES)
 def test_plan_search_rate(model: str, hardware: str, devices: int, batch: int) -> None:
-    report = plan(PlanSettings(model, hardware, devices, batch), show_progress=False)
+    report = plan(plan_settings(model, hardware, devices, batch), show_progress=False)
     payload = report_json(report)
     assert payload["plans"]
     keys = ("evaluated", "examined", "simulated", "seconds", "configurations_per_second")

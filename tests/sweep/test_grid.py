@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from application.sweeps import run_sweep
+from pipesim.config import RunConfig
 from pipesim.errors import PipesimError, ScheduleError
+from pipesim.hardware import hardware
 from pipesim.request.cost_request import ModelRequest, SyntheticRequest
 from pipesim.sweep.grid import run_point, sweep_points
+from pipesim.workload import model
 from tests.cli.test_schedule_cli import run
 
 
@@ -33,7 +36,7 @@ def test_parallel_sweep_equals_serial() -> None:
 
 def test_a_shape_the_model_cannot_take_is_an_error_row() -> None:
     points, _ = sweep_points(["1f1b"], [8], [8])
-    row = run_point(points[0], ModelRequest("uniform-4", "a100"))
+    row = run_point(points[0], ModelRequest(RunConfig(model("uniform-4"), hardware("a100"))))
     assert row["error"] == "stages: 8 stages need at least 8 layers, but model 'uniform-4' has 4"
 
 

@@ -113,7 +113,6 @@ gradient_bytes_per_parameter = 2
 optimizer_bytes_per_parameter = 8
 master_weight_bytes_per_parameter = 4
 optimizer_temporary_bytes_per_parameter = 0
-fused_gradient_accumulation = false
 
 [transformer]
 layers = 24
@@ -136,8 +135,13 @@ def test_a_toml_model_is_the_catalogue_model_it_describes(tmp_path: Path) -> Non
     mine, theirs = load_model(path), resolve_model("megatron-1.7b")
     assert mine == theirs and mine.architecture == theirs.architecture
     assert [layer.work for layer in mine.layers] == [layer.work for layer in theirs.layers]
-    fused = load_model_text(tmp_path, MEGATRON_1_7B.replace("= false\n\n", "= true\n\n", 1))
-    assert fused.fused_gradient_accumulation and fused != theirs
+    with pytest.raises(SpecError, match=r"fused_gradient_accumulation is the run's software"):
+        load_model_text(
+            tmp_path,
+            MEGATRON_1_7B.replace(
+                "\n\n[transformer]", "\nfused_gradient_accumulation = false\n\n[transformer]", 1
+            ),
+        )
 
 
 def load_model_text(folder: Path, text: str) -> Model:

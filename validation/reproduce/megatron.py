@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipesim.config import Recipe, RunConfig
+from pipesim.config.recipes import MEGATRON_LM_2021, MEGATRON_LM_2022
 from pipesim.costs.kernel_time import pass_time_s
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.engine import SimulationResult, simulate
@@ -45,7 +47,7 @@ class Run:
     gpus: int
     recompute: str = "full"
     sequence_parallel: bool = False
-    overlap_grad_reduce: bool = False
+    recipe: Recipe = MEGATRON_LM_2021
 
     @property
     def data(self) -> int:
@@ -56,9 +58,8 @@ class Run:
         return self.batch // (self.data * self.microbatch_size)
 
     def simulate(self) -> SimulationResult:
-        """The run as Megatron-LM ran it then: its pipeline messages blocking (until
-        November 2022 every send and receive waited for completion and a device-wide
-        synchronize, ``megatron/p2p_communication.py``; the 2021 and 2022 runs both)."""
+        """The run as Megatron-LM ran it then, by its era's recipe (``megatron-lm-2021`` or
+        ``megatron-lm-2022``: blocking messages, the local DDP's reduce after the backward)."""
         name = "1f1b" if self.chunks == 1 else "interleaved-1f1b"
         schedule = build(name, self.pipeline, self.microbatches, self.chunks)
         parallelism = Parallelism(
@@ -66,18 +67,15 @@ class Run:
             sequence_parallel=self.sequence_parallel,
             recompute=Recompute.parse(self.recompute),
             data=self.data,
-            overlap_grad_reduce=self.overlap_grad_reduce,
         )
+        run = RunConfig(self.model, hardware(HARDWARE), parallelism, self.recipe)
         costs = model_on_hardware(
-            self.model,
-            hardware(HARDWARE),
+            run,
             self.pipeline,
             self.chunks,
             self.microbatch_size,
             blocks_partition(self.model, self.pipeline * self.chunks),
             placement=schedule.placement,
-            parallelism=parallelism,
-            blocking_p2p=True,
         )
         return simulate(schedule, costs)
 
@@ -117,12 +115,19 @@ TABLE_1 = (
     ("1t", 8, 64, 1, 3072, 3072, 1, False, 163),
 )
 TABLE_1_NAME = "2104.04473 Table 1: achieved teraFLOP/s per GPU"
+TORCH_DDP_SOURCE = (
+    "examples/sc21/run_table_1.sh (Megatron-LM de7dc40): DDP=torch, PyTorch's DDP, which "
+    "overlaps the all-reduce with the backward, for the runs without pipelining"
+)
 
 
 def table_1_rows() -> list[Row]:
     rows = []
     for size, t, p, b, batch, gpus, v, torch_ddp, published in TABLE_1:
-        run = Run(model(f"megatron-{size}"), t, p, v, b, batch, gpus, overlap_grad_reduce=torch_ddp)
+        recipe = MEGATRON_LM_2021.with_choices(
+            {"overlap_grad_reduce": torch_ddp}, why=TORCH_DDP_SOURCE
+        )
+        run = Run(model(f"megatron-{size}"), t, p, v, b, batch, gpus, recipe=recipe)
         result = run.simulate()
         rows.append(
             Row(
@@ -148,8 +153,9 @@ GPT3_NAME = "GPT-3 175B on 1024 A100s (Megatron-LM's README)"
 
 
 def gpt3_2021() -> Model:
-    """GPT-3 175B as Megatron-LM's 2021 runs trained it: the megatron family's recipe (fp16
-    weights and gradients, the gradient accumulation a pass of its own, apex's fused Adam)."""
+    """GPT-3 175B in the precision Megatron-LM's 2021 runs used: the megatron family's (fp16
+    weights and gradients, apex's fused Adam); their software is the recipe
+    ``megatron-lm-2021``, every :class:`Run`'s default."""
     arch = model("gpt3-175b").architecture
     assert arch is not None
     return from_architecture(
@@ -159,7 +165,6 @@ def gpt3_2021() -> Model:
         default_batch=1536,
         description="GPT-3 175B, Megatron-LM 2021",
         optimizer_temporary_bytes=0.0,
-        fused_gradient_accumulation=False,
     )
 
 
@@ -250,7 +255,7 @@ def table_5_rows() -> list[Row]:
         )
         gpus = 8 * p
         for recompute, sp, published in (("full", False, full_s), ("selective", True, selective_s)):
-            run = Run(built, 8, p, v, b, batch, gpus, recompute, sp)
+            run = Run(built, 8, p, v, b, batch, gpus, recompute, sp, MEGATRON_LM_2022)
             result = run.simulate()
             label = f"{run.label()}, {gpus} GPUs"
             compared: list[tuple[str, float, float | None]] = [

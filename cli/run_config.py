@@ -1,0 +1,123 @@
+"""The command line's one reading of a run's configuration: ``--model``, ``--hardware``, the
+optimizer and precision flags, the parallel flags and the recipe (``--recipe`` with its
+``--overlap-grad-reduce``, ``--attention`` and ``--blocking-p2p`` changes), into a
+:class:`~pipesim.config.run_config.RunConfig`, checked whole before any work.
+
+``simulate``, ``sweep`` and ``plan`` build theirs here, so the same flags mean the same run
+everywhere; a configuration that sets something no cost reads is warned about on stderr, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pipesim.config import DEFAULT_RECIPE, RECIPES, RunConfig, named_recipe
+from pipesim.parallel.config import IDENTITY, Parallelism
+
+
+def add_recipe_argument(parser: argparse.ArgumentParser | Any) -> None:
+    """``--recipe NAME``: the software the run assumes (``pipesim recipes list``)."""
+    parser.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="the training software's behaviour: "
+        + ", ".join(RECIPES)
+        + f" (default {DEFAULT_RECIPE.name}; pipesim recipes list shows each choice and its "
+        "source); a flag for one of its choices (--attention, --overlap-grad-reduce) changes "
+        "that choice",
+    )
+
+
+def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) -> RunConfig:
+    """The run ``--model`` and ``--hardware`` (names or TOML files) describe with the optimizer,
+    master weights, dtype, memory allowances, the parallel layout (``--tensor-parallel``,
+    ``--sequence-parallel``, ``--recompute``, ``--zero`` and ``data_parallel`` replicas; None:
+    a plan's, which the search chooses) and the recipe asked for (``--recipe`` with the
+    choices its flags change). Every flag is read first, then the library resolves and checks
+    the whole; what the run sets that no cost reads is warned about on stderr."""
+    from pipesim.hardware import resolve_hardware
+    from pipesim.parallel.config import Recompute
+    from pipesim.request.cost_request import resolved_model, with_allowances
+    from pipesim.workload.sharding import attention_kind
+
+    flags = _RunFlags.of(args, data_parallel)
+    model = resolved_model(flags.model, flags.optimizer, flags.master_weights, flags.dtype)
+    hardware = with_allowances(
+        resolve_hardware(flags.hardware), flags.memory_reserve, flags.fragmentation
+    )
+    parallelism = IDENTITY
+    if flags.data is not None:
+        parallelism = Parallelism(
+            tensor=flags.tensor,
+            sequence_parallel=flags.sequence_parallel,
+            recompute=Recompute.parse(flags.recompute),
+            zero=flags.zero,
+            data=flags.data,
+        )
+    changes = dict(flags.recipe_changes)
+    if flags.attention is not None:
+        changes["attention"] = attention_kind(model, flags.attention)
+    chosen = DEFAULT_RECIPE if flags.recipe is None else named_recipe(flags.recipe)
+    run = RunConfig(
+        model, hardware, parallelism, chosen.with_choices(changes), flags.tensor_across_nodes
+    )
+    for note in run.unread_fields():
+        sys.stderr.write(f"pipesim: warning: {note}\n")
+    return run
+
+
+@dataclass(frozen=True)
+class _RunFlags:
+    """The flags of a run's configuration, as given (a command without one of them: its
+    default)."""
+
+    model: str
+    hardware: str
+    optimizer: str | None
+    master_weights: bool | None
+    dtype: str | None
+    memory_reserve: float | None
+    fragmentation: float | None
+    tensor: int
+    sequence_parallel: bool
+    recompute: str
+    zero: int
+    data: int | None
+    recipe: str | None
+    recipe_changes: tuple[tuple[str, object], ...]
+    attention: str | None
+    tensor_across_nodes: bool
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, data_parallel: int | None) -> _RunFlags:
+        def given(name: str, absent: Any = None) -> Any:
+            value = getattr(args, name, None)
+            return absent if value is None else value
+
+        layout = data_parallel is not None  # a plan's flags list what its search tries
+        changes = tuple(
+            (choice, True)
+            for choice in ("overlap_grad_reduce", "blocking_p2p")
+            if getattr(args, choice, False)
+        )
+        return cls(
+            args.model,
+            args.hardware,
+            given("optimizer"),
+            given("master_weights"),
+            given("dtype"),
+            given("memory_reserve"),
+            given("fragmentation"),
+            given("tensor_parallel", 1) if layout else 1,
+            bool(getattr(args, "sequence_parallel", False)) if layout else False,
+            given("recompute", "none") if layout else "none",
+            given("zero", 0) if layout else 0,
+            data_parallel,
+            given("recipe"),
+            changes,
+            given("attention"),
+            bool(getattr(args, "tensor_across_nodes", False)),
+        )
