@@ -126,7 +126,12 @@ def _recipes_list(args: argparse.Namespace) -> int:
     if args.json:
         write_json(
             [
-                {**r.to_json(), "description": r.description, "sources": dict(r.sources)}
+                {
+                    **r.to_json(),
+                    "default": r is DEFAULT_RECIPE,
+                    "description": r.description,
+                    "sources": dict(r.sources),
+                }
                 for r in RECIPES.values()
             ]
         )

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
@@ -65,6 +66,15 @@ class Recipe:
 
     def __post_init__(self) -> None:
         checks.name("recipe.name", self.name)
+        if not isinstance(self.description, str):
+            raise SpecError(f"recipe.description must be text, got {self.description!r}")
+        if not isinstance(self.sources, Mapping) or not all(
+            key in CHOICES and isinstance(text, str) for key, text in self.sources.items()
+        ):
+            raise SpecError(
+                f"recipe.sources must map choices ({', '.join(CHOICES)}) to text, got "
+                f"{self.sources!r}"
+            )
         for flag in ("blocking_p2p", "fused_gradient_accumulation", "overlap_grad_reduce"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"recipe.{flag} must be true or false, got {getattr(self, flag)!r}")
@@ -80,6 +90,8 @@ class Recipe:
         """This recipe with some choices changed (a run's own settings: the command line's
         ``--overlap-grad-reduce``, ``--attention``, ``--blocking-p2p``); its name says what was
         changed, and each changed choice's source is ``why``."""
+        if not isinstance(choices, Mapping):
+            raise SpecError(f"a recipe's changed choices must map names to values, got {choices!r}")
         unknown = sorted(set(choices) - set(CHOICES))
         if unknown:
             raise SpecError(
@@ -99,6 +111,13 @@ class Recipe:
             sources=sources,
             **changed,  # type: ignore[arg-type]  # each checked by __post_init__
         )
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled as its fields, the sources a plain dict (a mapping proxy does not pickle):
+        a worker process rebuilds the same recipe."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["sources"] = dict(self.sources)
+        return _rebuilt, (fields,)
 
     def to_json(self) -> dict[str, object]:
         """The recipe as a result's JSON states it: its name and every choice."""
@@ -130,6 +149,10 @@ class Recipe:
             else f"{self.message_overhead_s * 1e3:g} ms per message",
         ]
         return f"{self.name}: {', '.join(words)}"
+
+
+def _rebuilt(fields: dict[str, Any]) -> Recipe:
+    return Recipe(**fields)
 
 
 def _shown(value: object) -> str:

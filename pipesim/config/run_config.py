@@ -60,6 +60,10 @@ class RunConfig:
             value = getattr(self, attribute)
             if not isinstance(value, kind):
                 raise SpecError(f"run.{attribute} must be a {kind.__name__}, got {value!r}")
+        if not isinstance(self.tensor_across_nodes, bool):
+            raise SpecError(
+                f"run.tensor_across_nodes must be true or false, got {self.tensor_across_nodes!r}"
+            )
         check_tensor_placement(
             self.hardware, self.parallelism.tensor, across_nodes=self.tensor_across_nodes
         )

@@ -122,7 +122,9 @@ def _on_the_job(
     if group is not None and not parallelism.sequence_parallel:
         costs = with_gathered_messages(costs, where, group)
     costs = with_data_parallel(costs, where, job, parallelism, recipe.overlap_grad_reduce)
-    return dataclasses.replace(costs, description=f"{costs.description}, recipe {recipe.name}")
+    return dataclasses.replace(
+        costs, description=f"{costs.description}, recipe {recipe.name}", recipe=recipe.to_json()
+    )
 
 
 def with_gathered_messages(

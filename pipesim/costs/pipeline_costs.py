@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipesim.common import checks
@@ -166,6 +166,9 @@ class PipelineCosts:
         flops: the FLOPs accounting that model and hardware FLOPs utilisation are computed
             from (None for synthetic costs).
         cluster: the job's devices and how they are joined, in a line (for reports).
+        recipe: the software recipe the costs assume, its name and every choice
+            (:meth:`pipesim.config.recipe.Recipe.to_json`); None for costs not built from a
+            run's configuration (synthetic, calibrated).
     """
 
     stages: tuple[StageCosts, ...]
@@ -178,6 +181,7 @@ class PipelineCosts:
     fragmentation_fraction: float = 0.0
     flops: FlopsAccount | None = None
     cluster: str = field(default="", compare=False)
+    recipe: Mapping[str, object] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))

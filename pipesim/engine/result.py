@@ -190,6 +190,7 @@ class SimulationResult:
             "speedup": self.speedup,
             "oom": self.oom,
             "costs": self.costs.description,
+            "recipe": None if self.costs.recipe is None else dict(self.costs.recipe),
             "engine": self.engine,
             **self._flops_json(),
             "per_device": [

@@ -11,10 +11,12 @@ size reaches (measured cuBLAS figures, cited in the catalogue), memory-bound ker
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
@@ -55,7 +57,7 @@ class Accelerator:
     """
 
     name: str
-    peak_flops_per_s: Mapping[str, float]
+    peak_flops_per_s: Mapping[str, float] = field(hash=False)
     efficiency: float | None
     memory_bytes: float
     memory_bandwidth_bytes_per_s: float
@@ -105,6 +107,13 @@ class Accelerator:
         checks.fraction("accelerator.random_bandwidth_fraction", self.random_bandwidth_fraction)
         checks.non_negative("accelerator.runtime_reserve_bytes", self.runtime_reserve_bytes)
         checks.slack("accelerator.fragmentation_fraction", self.fragmentation_fraction)
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled as its fields, the peaks a plain dict (a mapping proxy does not pickle): a
+        worker process rebuilds the same accelerator."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["peak_flops_per_s"] = dict(self.peak_flops_per_s)
+        return _rebuilt, (fields,)
 
     @property
     def kernel_level(self) -> bool:
@@ -158,6 +167,10 @@ class Accelerator:
         compute = flops / self.achievable_flops_per_s(dtype)
         memory = memory_traffic_bytes / self.memory_bandwidth_bytes_per_s
         return max(compute, memory) + self.kernel_overhead_s
+
+
+def _rebuilt(fields: dict[str, Any]) -> Accelerator:
+    return Accelerator(**fields)
 
 
 def _curve(points: object) -> tuple[tuple[float, float], ...]:

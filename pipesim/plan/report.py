@@ -84,6 +84,7 @@ def report_json(report: PlanReport, command_for: CommandFor | None = None) -> di
         else None,
         "model": report.settings.model,
         "hardware": report.settings.hardware,
+        "recipe": report.settings.run.recipe.to_json(),
         "cluster_devices": report.settings.devices,
         "cluster": report.cluster,
         "batch": batch,

@@ -84,8 +84,8 @@ def load_model(path: str | Path) -> Model:
     if root.has("fused_gradient_accumulation"):
         raise SpecError(
             f"model file {str(path)!r}: fused_gradient_accumulation is the run's software, not "
-            f"the model's: name a recipe instead ({named('recipe')} megatron-lm-2021 or "
-            "deepspeed-pipe leave it unfused)"
+            f"the model's: it is a choice of the run's {named('recipe')} (pipesim, the "
+            "default, fuses it; megatron-lm-2021 and deepspeed-pipe do not)"
         )
     architecture = None
     if root.has("transformer"):

@@ -147,3 +147,38 @@ def test_a_recipe_s_choices_for_a_model_given_as_layers_are_said_to_change_nothi
     assert "unfused gradient accumulation changes no layer of uniform-8" in notes[0]
     assert "flash attention changes no layer of uniform-8" in notes[1]
     assert len(RunConfig(layers, hardware("a100"), recipe=DEEPSPEED_PIPE).unread_fields()) == 1
+
+
+def test_a_run_configuration_pickles_to_an_equal_one(tmp_path: Path) -> None:
+    """Worker processes receive it pickled: a named recipe's cited sources and a TOML file's
+    accelerator (its peaks a read-only mapping) come back equal, and hash alike."""
+    import copy
+    import pickle
+
+    path = tmp_path / "mine.toml"
+    path.write_text(hardware_toml(hardware("h100")))
+    run = RunConfig(model("gpt-1.3b"), load_hardware(path), Parallelism(data=2), MEGATRON_LM_2021)
+    again = pickle.loads(pickle.dumps(run))
+    assert again == run and hash(again) == hash(run)
+    assert again.recipe.sources == run.recipe.sources
+    assert again.hardware.accelerator.efficiency_given
+    assert copy.deepcopy(run) == run
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"sources": None}, "recipe.sources must map choices"),
+        ({"sources": {"bogus": "y"}}, "recipe.sources must map choices"),
+        ({"description": None}, "recipe.description must be text"),
+    ],
+)
+def test_a_recipe_made_in_python_is_checked(fields: dict[str, object], message: str) -> None:
+    from pipesim.config import Recipe
+
+    with pytest.raises(SpecError, match=message):
+        Recipe(**{"name": "mine", "description": "mine", **fields})  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="changed choices must map names to values"):
+        PIPESIM.with_choices([("blocking_p2p", True)])  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"run\.tensor_across_nodes must be true or false"):
+        RunConfig(model("uniform-8"), hardware("a100"), tensor_across_nodes="yes")  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ import pytest
 
 from application.sweeps import run_sweep
 from pipesim.config import RunConfig
+from pipesim.config.recipes import MEGATRON_LM_2021
 from pipesim.errors import PipesimError, ScheduleError
 from pipesim.hardware import hardware
 from pipesim.request.cost_request import ModelRequest, SyntheticRequest
@@ -32,6 +33,17 @@ def test_parallel_sweep_equals_serial() -> None:
     serial = list(run_sweep(points, request))
     parallel = list(run_sweep(points, request, jobs=2))
     assert serial == parallel and len(serial) == len(points)
+
+
+def test_a_model_sweep_in_worker_processes_equals_the_serial_one() -> None:
+    """A model request holds a run's configuration (a recipe, an accelerator's peaks): it
+    travels to pool workers and gives them the same rows."""
+    points, _ = sweep_points(["1f1b", "gpipe"], [2, 4], [4])
+    run = RunConfig(model("gpt-355m"), hardware("a100"), recipe=MEGATRON_LM_2021)
+    request = ModelRequest(run, batch=16)
+    serial = list(run_sweep(points, request))
+    assert list(run_sweep(points, request, jobs=2)) == serial
+    assert all("error" not in row for row in serial)
 
 
 def test_a_shape_the_model_cannot_take_is_an_error_row() -> None:
