@@ -14,7 +14,7 @@ from cli.schedule_source import add_schedule_source_arguments, read_schedule_sou
 from cli.synthesized import add_memory_limit_argument, read_synthesis, synthesis_line
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_percent, format_seconds
-from pipesim.errors import SHOWN_CHARACTERS, PipesimError, shown
+from pipesim.errors import SHOWN_CHARACTERS, PipesimError
 from pipesim.files.strict_json import json_text, overflow_checked, require_reportable, write_json
 
 
@@ -154,7 +154,7 @@ def read_costs(args: argparse.Namespace) -> CostsAsk:
     if args.costs is not None:
         for flag, value in given_cost_options(args, MODEL_OPTIONS):
             if isinstance(value, str) and (not value or len(value) > SHOWN_CHARACTERS):
-                value = shown(value)  # an empty value seen as one, a long one cut
+                value = repr(value)  # an empty value seen as one; a long one quoted, then cut
             raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")
         return CostsAsk(args, _parse_costs(args.costs))
     if args.hardware is None:
