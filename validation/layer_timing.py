@@ -28,7 +28,6 @@ H100-class GPU); on a CPU it runs too (``--quick``, times from the wall clock), 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -43,13 +42,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from application.command_line import EXIT_BAD_INPUT, ArgumentParser
 from pipesim.costs.kernel_time import pass_time_s
+from pipesim.errors import PipesimError, short_values
+from pipesim.files.inputs import decode_text, read_input
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.parallel.config import Parallelism
 from pipesim.workload.architecture import Attention, TransformerArchitecture
 from pipesim.workload.model import Layer
 from pipesim.workload.transformer import transformer_block
 from pipesim.workload.work import Matmul, PassWork
+from validation.typed_json import FieldRules, decode
 
 DROPOUT = 0.1  # Megatron-LM's attention and hidden dropout
 SQUARE_SIZES = (512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
@@ -543,56 +546,214 @@ def measure(
     return record
 
 
-def report(record: dict[str, Any], accelerator: Accelerator, dtype: str = "bf16") -> list[str]:
+@dataclass(frozen=True)
+class _Bandwidth:
+    copy_bytes_per_s: float
+    triad_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class _SquareMatmul:
+    n: int
+    flops: float
+    flops_per_s: float
+
+
+@dataclass(frozen=True)
+class _MemoryKernel:
+    name: str
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class _BlockShape:
+    hidden: int
+    heads: int
+    ffn: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class _BlockTimes:
+    forward_s: float
+    backward_s: float  # max(0, step - forward): 0 where the step took no longer
+    stash_bytes: float | None = None  # CUDA only
+
+
+@dataclass(frozen=True)
+class _Block:
+    label: str
+    arch: _BlockShape
+    attention: Attention
+    tensor: int
+    microbatch_size: int
+    eager: _BlockTimes
+    fused: _BlockTimes | None = None
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """What :func:`report` reads of a record :func:`measure` wrote (the rest is not read)."""
+
+    device: str
+    torch: str
+    dtype: str
+    bandwidth: _Bandwidth
+    square_matmuls: tuple[_SquareMatmul, ...]
+    memory_kernels: tuple[_MemoryKernel, ...]
+    cases: tuple[_Block, ...]
+
+
+# The most rows of each table a record may hold, checked before any is read (every row is
+# reported; the blocks each predicted): measure writes 20 blocks, 9 square products and 12
+# kernels, and a file of 100,000 rows, inside the input size limit, would take a minute.
+MAX_RECORD_ROWS = 1_000
+
+# Beyond the types: what the report divides by, and the shapes and counts of a block, must be
+# > 0 (a backward may be 0: measure writes max(0, step - forward)); a record measures something.
+RECORD_RULES = FieldRules(
+    positive=frozenset(
+        {
+            "copy_bytes_per_s",
+            "triad_bytes_per_s",
+            "n",
+            "flops",
+            "flops_per_s",
+            "bytes_per_s",
+            "hidden",
+            "heads",
+            "ffn",
+            "seq",
+            "tensor",
+            "microbatch_size",
+            "forward_s",
+            "stash_bytes",
+        }
+    ),
+    non_empty=frozenset({"cases", "square_matmuls", "memory_kernels"}),
+)
+
+
+def layer_record(data: object) -> LayerRecord:
+    """``data`` (a record's parsed JSON) as a :class:`LayerRecord`, strictly: a missing field, a
+    value of the wrong kind, a zero or negative one where a record cannot hold it, or an unknown
+    attention is a one-line :class:`PipesimError` naming the field and the value."""
+    if isinstance(data, dict):
+        for field in ("cases", "square_matmuls", "memory_kernels"):
+            rows = data.get(field)
+            if isinstance(rows, list) and len(rows) > MAX_RECORD_ROWS:
+                raise PipesimError(
+                    f"record.{field} holds {len(rows):,} rows, more than {MAX_RECORD_ROWS:,} "
+                    "(measure writes a few dozen at most): not a record this module wrote"
+                )
+    return decode(data, LayerRecord, "record", RECORD_RULES)
+
+
+def read_layer_record(path: Path, what: str = "--report") -> LayerRecord:
+    """The record at ``path``, read as every input is (:func:`read_input`: size-limited, a
+    device or a pipe read no further than the limit, a named pipe without a writer given up
+    on), then :func:`layer_record`: anything wrong is one line naming ``what`` file it is."""
+    where = f"{what} file {str(path)!r}"
+    text = decode_text(read_input(path, what), where)
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise PipesimError(f"{where}: not JSON (nested too deeply)") from None
+    except ValueError as error:
+        raise PipesimError(f"{where}: not JSON ({error})") from None
+    try:
+        return layer_record(data)
+    except PipesimError as error:
+        raise PipesimError(f"{where}: {_first_line(error)}") from None
+
+
+def _ratio(numerator: float, denominator: float, where: str) -> float:
+    """``numerator / denominator``, refused naming ``where`` when it overflows a float."""
+    value = numerator / denominator
+    if not math.isfinite(value):
+        raise PipesimError(
+            f"{where}: {numerator:g} / {denominator:g} overflows a float (a value far out of range)"
+        )
+    return value
+
+
+def report(
+    record: LayerRecord | dict[str, Any], accelerator: Accelerator, dtype: str = "bf16"
+) -> list[str]:
     """A record beside pipesim's predictions for ``accelerator``, as Markdown tables: the
     square-product curve, the memory-bound kernels against the triad, and per block the
-    forward, backward and stash, predicted over measured (the fused block where it ran)."""
-    triad = record["bandwidth"]["triad_bytes_per_s"]
-    copy = record["bandwidth"]["copy_bytes_per_s"]
+    forward, backward and stash, predicted over measured (the fused block where it ran).
+
+    A record given as parsed JSON is read by :func:`layer_record` first; a block pipesim cannot
+    describe (heads that do not divide its width, a tensor-parallel size that does not divide
+    its heads) is a :class:`PipesimError` naming it."""
+    if not isinstance(record, LayerRecord):
+        record = layer_record(record)
+    triad = record.bandwidth.triad_bytes_per_s
+    copy = record.bandwidth.copy_bytes_per_s
     lines = [
-        f"{record['device']}, torch {record['torch']}, {record['dtype']}; "
+        f"{record.device}, torch {record.torch}, {record.dtype}; "
         f"triad {triad / 1e12:.2f} TB/s, copy {copy / 1e12:.2f} TB/s",
         "",
         "| m = n = k | measured TFLOP/s | fraction of peak | pipesim's curve |",
         "| --- | --- | --- | --- |",
     ]
     peak = accelerator.peak(dtype)
-    for row in record["square_matmuls"]:
+    for row in record.square_matmuls:
         lines.append(
-            f"| {row['n']} | {row['flops_per_s'] / 1e12:.1f} | {row['flops_per_s'] / peak:.3f} "
-            f"| {accelerator.matmul_fraction(row['flops']):.3f} |"
+            f"| {row.n} | {row.flops_per_s / 1e12:.1f} | {row.flops_per_s / peak:.3f} "
+            f"| {accelerator.matmul_fraction(row.flops):.3f} |"
         )
     lines += ["", "| memory-bound kernel | TB/s | of the triad |", "| --- | --- | --- |"]
-    for row in record["memory_kernels"]:
-        rate = row["bytes_per_s"]
-        lines.append(f"| {row['name']} | {rate / 1e12:.2f} | {rate / triad:.2f} |")
+    for index, kernel in enumerate(record.memory_kernels):
+        rate = kernel.bytes_per_s
+        of_triad = _ratio(rate, triad, f"record.memory_kernels[{index}].bytes_per_s")
+        lines.append(f"| {kernel.name} | {rate / 1e12:.2f} | {of_triad:.2f} |")
     lines += [
         "",
         "| block | attention | forward ms: pipesim / measured | backward ms | step ratio "
         "| eager PyTorch step ratio | stash ratio |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for entry in record["cases"]:
-        shape = {"vocab": entry["tensor"], **entry["arch"]}  # a block does not read vocab
-        arch = TransformerArchitecture(1, **shape, attention=Attention(entry["attention"]))
-        case = LayerCase(entry["label"], arch, entry["tensor"], entry["microbatch_size"])
-        predicted = predict(case, accelerator, dtype)
-        measured = entry.get("fused", entry["eager"])
-        eager = entry["eager"]
+    for index, entry in enumerate(record.cases):
+        where = f"record.cases[{index}]"
+        shape = entry.arch
+        try:  # a block does not read the vocabulary: one the tensor-parallel size divides
+            arch = TransformerArchitecture(
+                1,
+                shape.hidden,
+                shape.heads,
+                shape.ffn,
+                shape.seq,
+                entry.tensor,
+                attention=entry.attention,
+            )
+            case = LayerCase(entry.label, arch, entry.tensor, entry.microbatch_size)
+            predicted = predict(case, accelerator, dtype)
+        except PipesimError as error:
+            raise PipesimError(f"{where}: {_first_line(error)}") from None
+        measured = entry.fused or entry.eager
+        eager = entry.eager
         step = predicted["forward_s"] + predicted["backward_s"]
-        stash = eager.get("stash_bytes")
+        step_ratio = _ratio(step, measured.forward_s + measured.backward_s, where)
+        stash = eager.stash_bytes
+        if stash is None:
+            lines.append(f"| {entry.label} | {entry.attention.value} | | | {step_ratio:.3f} | | |")
+            continue
+        eager_ratio = _ratio(step, eager.forward_s + eager.backward_s, f"{where}.eager")
+        stash_ratio = _ratio(predicted["stash_bytes"], stash, f"{where}.eager.stash_bytes")
         lines.append(
-            f"| {entry['label']} | {entry['attention']} "
-            f"| {predicted['forward_s'] * 1e3:.2f} / {measured['forward_s'] * 1e3:.2f} "
-            f"| {predicted['backward_s'] * 1e3:.2f} / {measured['backward_s'] * 1e3:.2f} "
-            f"| {step / (measured['forward_s'] + measured['backward_s']):.3f} "
-            f"| {step / (eager['forward_s'] + eager['backward_s']):.3f} "
-            f"| {predicted['stash_bytes'] / stash:.3f} |"
-            if stash
-            else f"| {entry['label']} | {entry['attention']} | | | "
-            f"{step / (measured['forward_s'] + measured['backward_s']):.3f} | | |"
+            f"| {entry.label} | {entry.attention.value} "
+            f"| {predicted['forward_s'] * 1e3:.2f} / {measured.forward_s * 1e3:.2f} "
+            f"| {predicted['backward_s'] * 1e3:.2f} / {measured.backward_s * 1e3:.2f} "
+            f"| {step_ratio:.3f} | {eager_ratio:.3f} | {stash_ratio:.3f} |"
         )
     return lines
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _matmul_fields(mm: Matmul, shape: tuple[float, float, float, float]) -> dict[str, Any]:
@@ -611,7 +772,7 @@ def _small_case() -> LayerCase:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validation.layer_timing", description=__doc__)
+    parser = ArgumentParser(prog="python -m validation.layer_timing", description=__doc__)
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument(
         "--report",
@@ -629,27 +790,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.report is not None:
-        from pipesim.errors import PipesimError
-        from pipesim.hardware import resolve_hardware
-
-        try:
-            record = json.loads(args.report.read_text())
-            if not isinstance(record, dict) or "cases" not in record:
-                raise ValueError("not a record this module wrote")
-        except (OSError, ValueError) as error:
-            reason = error.strerror if isinstance(error, OSError) else str(error)
-            parser.error(f"--report {args.report}: cannot read it ({reason})")
-        try:
-            accelerator = resolve_hardware(args.hardware).accelerator
-            lines = report(record, accelerator)
-        except (PipesimError, KeyError, TypeError) as error:
-            parser.error(f"--report {args.report}: {error}")
-        sys.stdout.write("\n".join(lines) + "\n")
-        return 0
+        return _print_report(parser, args.report, args.hardware)
     if args.out is None:
         parser.error("--out is required to measure (or --report FILE to print one)")
     from application.outputs import output_path, write_text_atomically
-    from pipesim.errors import PipesimError
 
     try:
         output_path(args.out, "--out", (".json",))  # refused before minutes of measuring
@@ -677,8 +821,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _print_report(parser: ArgumentParser, path: Path, hardware_name: str) -> int:
+    """``--report``: the record's tables on stdout (exit 0). A bad ``--hardware`` is the
+    parser's one-line error; a record that cannot be read or reported is one line naming the
+    file and the field, exit 2, with no usage: the options were right, the file is not."""
+    from pipesim.hardware import resolve_hardware
+
+    try:
+        accelerator = resolve_hardware(hardware_name).accelerator
+    except PipesimError as error:
+        parser.error(f"--hardware: {_first_line(error)}")
+    try:
+        record = read_layer_record(path)  # its errors name the file
+        try:
+            lines = report(record, accelerator)
+        except PipesimError as error:
+            raise PipesimError(f"--report file {str(path)!r}: {_first_line(error)}") from None
+    except PipesimError as error:
+        sys.stderr.write(f"{parser.prog}: error: {short_values(_first_line(error))}\n")
+        return EXIT_BAD_INPUT
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["BlockShard", "LayerCase", "measure", "predict", "table_1_cases"]
+__all__ = [
+    "BlockShard",
+    "LayerCase",
+    "LayerRecord",
+    "layer_record",
+    "measure",
+    "predict",
+    "read_layer_record",
+    "report",
+    "table_1_cases",
+]

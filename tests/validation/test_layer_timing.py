@@ -122,18 +122,25 @@ def test_measure_on_the_cpu_has_no_memory_or_fused_fields() -> None:
     assert "stash_bytes" not in entry["eager"] and "fused" not in entry
 
 
-@pytest.mark.parametrize("text", [None, "[1]", "{not json"])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (None, "cannot read it (No such file or directory)"),
+        ("[1]", "record: expected a JSON object, got list"),
+        ("{not json", "not JSON (Expecting property name enclosed in double quotes"),
+    ],
+)
 def test_a_report_of_an_unreadable_record_is_one_line(
-    text: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    text: str | None, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "layers.json"
     if text is not None:
         path.write_text(text)
-    with pytest.raises(SystemExit) as exit_:
-        main(["--report", str(path)])
-    assert exit_.value.code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
-    assert line.startswith(f"python -m validation.layer_timing: error: --report {path}: cannot")
+    assert main(["--report", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"python -m validation.layer_timing: error: --report file {str(path)!r}: {reason}"
+    )
 
 
 def test_the_stored_h200_record_reports_the_model_within_10_percent(
@@ -174,9 +181,8 @@ def test_bad_measurement_options_are_one_line_before_anything_runs(
     with pytest.raises(SystemExit) as exit_:
         main([*arguments, "--device", "cpu"])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"python -m validation.layer_timing: error: {message}"
-    )
+    prog = "python -m validation.layer_timing"
+    assert capsys.readouterr().err.splitlines() == [f"{prog}: error: {message} (see {prog} --help)"]
     assert list(tmp_path.iterdir()) == []
 
 
