@@ -25,7 +25,7 @@ from typing import Any
 from application.outputs import write_text_atomically
 from pipesim.errors import PipesimError, few
 from pipesim.files.inputs import decode_text, read_input
-from pipesim.files.strict_json import json_text
+from pipesim.files.strict_json import json_text, non_finite_fields
 
 # A row's columns: the schedule, its counts, its numbers, whether it ran out of memory and the
 # error (if any); reading a row back checks each group as such.
@@ -39,6 +39,8 @@ _NUMBERS = (
     "max_peak_memory_bytes",
 )
 COLUMNS = ("schedule", *_COUNTS, *_NUMBERS, "oom", "error")
+# The numbers a row without an error always has (the closed-form bubble may be unknown).
+_MEASURED = tuple(n for n in _NUMBERS if n != "analytic_bubble_fraction")
 
 # Seconds between saves while rows complete; a save also waits SAVE_COST_FACTOR times as long
 # as the last one took, so a huge file is not rewritten more than a few percent of the time.
@@ -226,7 +228,8 @@ def _read_csv(text: str, path: Path) -> dict[Key, dict[str, Any]]:
 def row_problem(row: dict[str, Any]) -> str | None:
     """What is wrong with a row read back, or None: a schedule name, whole counts >= 1 (not
     true/false), numbers that are finite and >= 0 or empty, oom true/false or empty, error
-    text or empty. A row that fails was not written by pipesim (edited, or cut mid-value)."""
+    text or empty; a row without an error has every number but the closed-form bubble, and
+    oom. A row that fails was not written by pipesim (edited, or cut mid-value)."""
     if not isinstance(row.get("schedule"), str) or not row["schedule"]:
         return f"schedule {row.get('schedule')!r} is not a schedule name"
     for column in _COUNTS:
@@ -245,7 +248,34 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return f"oom {row['oom']!r} is not True or False"
     if row.get("error") is not None and not isinstance(row["error"], str):
         return f"error {row['error']!r} is not text"
+    if not row.get("error"):  # a result: printed and compared as numbers
+        for column in (*_MEASURED, "oom"):
+            if row.get(column) is None:
+                return f"{column} is missing (empty or null) in a row without an error"
     return None
+
+
+def result_problem(result: dict[str, Any]) -> str | None:
+    """What is wrong with a result object read back from a sweep's JSON, or None: no NaN or
+    infinity anywhere in it, ``per_device`` (when present) a list of objects whose
+    ``peak_memory_bytes`` are numbers >= 0, and its row (:func:`row_of`) as
+    :func:`row_problem` wants it. Every field is checked before any is used."""
+    try:
+        for field, value in non_finite_fields(result):
+            return f"{field} {value!r} is not a finite number"
+    except RecursionError:
+        return "its values are nested too deeply"
+    if "per_device" in result:
+        devices = result["per_device"]
+        if not isinstance(devices, list):
+            return f"per_device {devices!r} is not a list of devices"
+        for index, device in enumerate(devices):
+            if not isinstance(device, dict):
+                return f"per_device[{index}] {device!r} is not an object"
+            peak = device.get("peak_memory_bytes")
+            if isinstance(peak, bool) or not isinstance(peak, (int, float)) or peak < 0:
+                return f"per_device[{index}].peak_memory_bytes {peak!r} is not a number >= 0"
+    return row_problem(row_of(result))
 
 
 def _cell(text: str) -> Any:
@@ -275,7 +305,7 @@ def _read_json(text: str, path: Path) -> dict[Key, dict[str, Any]]:
         ) from None
     rows: dict[Key, dict[str, Any]] = {}
     for index, result in enumerate(results):
-        problem = row_problem(row_of(result))
+        problem = result_problem(result)
         if problem is not None:
             raise PipesimError(f"--resume: {str(path)!r} results[{index}]: {problem}")
         rows[key_of(result)] = result

@@ -61,11 +61,17 @@ def _parse_costs(text: str) -> tuple[float, float, float]:
 
 
 def _parse_partition(text: str) -> tuple[int, ...] | str:
-    """Layer counts per stage, or an objective: balanced, memory-aware, even."""
+    """Layer counts per stage, or an objective: balanced, memory-aware, even. A count is
+    ASCII digits (a sign is left to the counts' own check, ">= 1"): int() alone would also
+    take "６" (fullwidth) or "4_0", which --recompute and every other count refuse."""
     if text in ("balanced", "memory-aware", "even", "blocks"):
         return text
+    parts = [p.strip() for p in text.split(",")]
+    digits = [p[1:] if p[:1] in ("+", "-") else p for p in parts]
     try:
-        return tuple(int(p) for p in text.split(","))
+        if not all(d.isascii() and d.isdigit() for d in digits):
+            raise ValueError(text)
+        return tuple(int(p) for p in parts)  # ValueError beyond int's 4,300 digits
     except ValueError:
         raise PipesimError(
             "--partition must be balanced, memory-aware, even, blocks or layer counts per "

@@ -25,6 +25,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.common.progress import progress
@@ -163,8 +165,18 @@ def plan(
     """Search ``settings``' space; see the module docstring. ``workers`` other than this process
     (a Dask cluster's, :mod:`application.workers`) partition and simulate candidates ahead of
     the search; the search keeps only what it would have computed itself, so the report is the
-    same as without them."""
-    workers = InProcess() if workers is None else workers
+    same as without them.
+
+    numpy's overflow warnings are silenced throughout (here and in the workers' tasks): a
+    model of absurd costs (1e300 FLOPs or optimizer bytes) overflows the partition solver's
+    sums of squares to infinity, which is expected; what follows (a refusal of the costs, an
+    out-of-memory rejection, or plans of huge but finite times) is reported in one line of
+    its own, and the warnings would only print lines of source code above it."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _plan(settings, show_progress, InProcess() if workers is None else workers)
+
+
+def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> PlanReport:
     started = time.perf_counter()
     if settings.devices < 1 or settings.batch < 1 or settings.top < 1:
         raise SpecError(
@@ -263,9 +275,11 @@ def _evaluations(
 def _evaluate_and_simulate(
     candidate: Candidate, context: PlanContext
 ) -> tuple[Evaluated, Evaluated | None]:
-    """A cluster worker's task: the candidate evaluated, and simulated when it fits."""
-    item = context.evaluate(candidate)
-    return item, None if item.oom else context.simulate(item)
+    """A cluster worker's task: the candidate evaluated, and simulated when it fits (numpy's
+    overflow warnings silenced, as in :func:`plan`)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        item = context.evaluate(candidate)
+        return item, None if item.oom else context.simulate(item)
 
 
 def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -> SpaceLimits:

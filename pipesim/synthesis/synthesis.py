@@ -23,6 +23,18 @@ The synthesiser is the paper's heuristic made into a small portfolio, judged by 
   swaps of neighbouring actions, each kept only when the engine finds it better and the order
   stays within the limit.
 
+The work is bounded by the order's size (3·S·M actions, with split backwards), not only by
+the size limit on it: each candidate is a pass over every action (a greedy order is built
+action by action, and every candidate is simulated), so the portfolio may build and simulate
+at most :data:`PORTFOLIO_WORK` / actions candidates (at least one), and the local search at
+most :data:`SEARCH_WORK` / actions (and :data:`SEARCH_EVALUATIONS`) simulations. An order
+small enough for the whole portfolio (13 candidates with one stage per device: up to 76,923
+actions, K=64 and M=400; 39 or 40 with several: 25,000 actions) tries every candidate as
+before; a larger one tries the fixed schedules within the limit first (built in closed form,
+no greedy pass), then the greedy policies in their order, while the budget lasts. The first
+policy reserves memory for whole micro-batches and always finishes, so there is always a
+candidate.
+
 The objective is the simulated step time, or the zero-bubble paper's largest stage span
 (:func:`largest_stage_span_s`, the measure of its Table 5). The best is returned, named
 ``synth`` (on a tie, a fixed schedule before a greedy order).
@@ -71,6 +83,10 @@ LOOPED_SEEDS = ("interleaved-1f1b", "interleaved-zb", "looped-bfs")
 # order is simulated fewer times).
 SEARCH_EVALUATIONS = 100
 SEARCH_WORK = 50_000
+# The portfolio's budget, in actions times candidates (greedy orders built and candidates
+# simulated): the whole portfolio up to 76,923 actions with one stage per device, one
+# candidate at the size limit's 2^20 (see the module's docstring).
+PORTFOLIO_WORK = 1_000_000
 
 
 def step_time_s(result: SimulationResult) -> float:
@@ -216,8 +232,20 @@ def synthesize(
     count, limit = _limit(costs, placement, memory_limit, weight_fraction, memory_limit_bytes)
     measure = OBJECTIVES[objective]
     bar = progress if progress is not None else SILENT
-    candidates: list[tuple[str, Schedule]] = []
-    for policy in policies(minimum_limit(placement)):
+    portfolio = policies(minimum_limit(placement))
+    seeds = fixed_within(placement, microbatches, limit, count=count)
+    bar.update(len(_seeds(placement)) - len(seeds))  # seeds beyond the limit: none to simulate
+    budget = portfolio_budget(placement, microbatches)
+    everything = budget >= len(portfolio) + len(seeds)
+    # Within the budget, every candidate in the portfolio's order; beyond it, the seeds first.
+    candidates: list[tuple[str, Schedule]] = [] if everything else seeds[:budget]
+    bar.update(0 if everything else len(seeds) - len(candidates))  # seeds beyond the budget
+    spent = len(candidates)
+    for policy in portfolio:
+        if spent >= budget and candidates:
+            bar.update()  # beyond the budget: not built
+            continue
+        spent += 1
         bar.set_postfix_str(policy.name)
         greedy = greedy_schedule(
             costs, microbatches, limit, policy, placement=placement, count=count
@@ -226,9 +254,8 @@ def synthesize(
             candidates.append((policy.name, greedy))
         else:
             bar.update()  # stalled: nothing to simulate
-    seeds = fixed_within(placement, microbatches, limit, count=count)
-    bar.update(len(_seeds(placement)) - len(seeds))  # seeds beyond the limit: none to simulate
-    candidates += seeds
+    if everything:
+        candidates += seeds
     if not candidates:  # pragma: no cover - the reserving policies always finish
         raise ScheduleError(f"no order found within the memory limit {limit:g}")
     results = []
@@ -344,6 +371,13 @@ def synthesis_steps(
         + len(_seeds(placement))
         + _search_budget(placement, microbatches, search_evaluations)
     )
+
+
+def portfolio_budget(placement: Sequence[int], microbatches: int) -> int:
+    """Candidates the portfolio may build and simulate: :data:`PORTFOLIO_WORK` / the order's
+    3·S·M actions, at least one (see the module's docstring)."""
+    actions = 3 * len(placement) * microbatches
+    return max(1, PORTFOLIO_WORK // max(1, actions))
 
 
 def _search_budget(placement: Sequence[int], microbatches: int, asked: int | None) -> int:
