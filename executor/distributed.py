@@ -17,7 +17,9 @@ with a hang (see :mod:`executor.watch`).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import pickle
 import queue
 import socket
@@ -40,6 +42,8 @@ from executor.stash import StashMeter
 from executor.watch import StepWatch
 from executor.worker import DeviceRecord, DeviceWorker
 from pipesim.schedules import Schedule
+
+READY_DIR_VARIABLE = "PIPESIM_READY_DIR"
 
 
 class _BackgroundSender:
@@ -264,6 +268,7 @@ def run_distributed_step(
         )
         try:
             _barrier(watch, timeout_s, "waiting for every device to start the step")
+            _say_ready(device)
             record = DeviceRecord(device, Clock(tensor_device))
             worker = DeviceWorker(
                 device,
@@ -309,6 +314,18 @@ def run_distributed_step(
         tuple(g["stash"] for g in gathered),
         tuple(g["cuda"] for g in gathered),
     )
+
+
+def _say_ready(device: int) -> None:
+    """With ``PIPESIM_READY_DIR`` set, create ``ready-<rank>`` in that folder (once: the first
+    step) when every rank has met at the step's start. A watcher, a test bounding how soon the
+    ranks end after a failure, starts its clock there: past starting the process, importing
+    torch and the rendezvous, which on a busy machine take what they take. Best effort."""
+    folder = os.environ.get(READY_DIR_VARIABLE)
+    if folder:
+        with contextlib.suppress(OSError):  # already there (a later step), or no such folder
+            path = os.path.join(folder, f"ready-{device}")
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
 
 
 def _gather_objects(mine: dict[str, Any], watch: StepWatch, timeout_s: float) -> list[Any]:

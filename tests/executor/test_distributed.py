@@ -8,7 +8,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
+from executor.distributed import READY_DIR_VARIABLE
 from executor.watch import DIAGNOSIS_WINDOW_S
 from pipesim.schedules import build, schedule_names
 
@@ -24,6 +26,14 @@ from . import distributed_workers as workers
 from .reference import assert_close, reference_step
 
 pytestmark = pytest.mark.distributed
+
+# Starting the ranks (spawning, importing torch, the rendezvous) only measures the machine: it
+# is bounded generously. What a test measures is bounded from when every rank is ready (in the
+# step: see executor.distributed's PIPESIM_READY_DIR), each test's limit raised to hold both.
+READY_WITHIN_S = 240.0
+# After a failure every rank must end within this: less than the survivors' 60 s wait timeout,
+# so one that waited it out instead of learning of the failure is still alive at the bound.
+ENDED_WITHIN_S = 45.0
 
 
 Case = tuple[str, int, int | None, int]
@@ -86,35 +96,61 @@ def test_a_few_schedules_at_four_devices() -> None:
 
 def run_failing(mode: str, world: int) -> list[dict[str, Any]]:
     """Run ``failing_peer`` on ``world`` ranks; the outcomes that ranks wrote, by rank (a rank
-    that died or stalled writes none: the last rank for ``stall``, rank 1 for ``die``)."""
-    # The join bound is a hang guard, not a measurement: a survivor that waited out its 60 s
-    # timeout instead of learning of the failure would still be alive at the bound.
+    that died or stalled writes none: the last rank for ``stall``, rank 1 for ``die``).
+
+    Once every rank is in the step (or gone), each but a stalled one must end within
+    ``ENDED_WITHIN_S``."""
     out = Path(tempfile.mkdtemp(prefix="pipesim-dist-"))
+    ready = out / "ready"
+    ready.mkdir()
     try:  # the folder goes whatever happens: a hung rank's assertion included
-        context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
-            workers.failing_peer,
-            args=(world, str(out / "init"), str(out), mode),
-            nprocs=world,
-            join=False,
-            start_method="spawn",
-        )
+        with pytest.MonkeyPatch.context() as patch:  # what the spawned ranks inherit
+            patch.setenv(READY_DIR_VARIABLE, str(ready))
+            context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
+                workers.failing_peer,
+                args=(world, str(out / "init"), str(out), mode),
+                nprocs=world,
+                join=False,
+                start_method="spawn",
+            )
         processes = list(context.processes)
         stalled = processes[-1] if mode == "stall" else None
         try:
+            wait_until_ready(processes, ready)
+            started = time.monotonic()
             for process in processes:
                 if process is not stalled:
-                    process.join(timeout=45)
-                    assert not process.is_alive(), "a rank hung"
+                    process.join(timeout=max(0.0, started + ENDED_WITHIN_S - time.monotonic()))
+                    assert not process.is_alive(), (
+                        f"a rank hung: alive {ENDED_WITHIN_S:g} s after every rank was ready"
+                    )
         finally:
-            if stalled is not None:
-                stalled.kill()
-                stalled.join(timeout=10)
+            for process in processes:  # a stalled rank, or any left by a failed assertion
+                if process.is_alive():
+                    process.kill()
+                    process.join(timeout=10)
         written = [out / f"outcome-{rank}.pt" for rank in range(world)]
         return [torch.load(path) for path in written if path.exists()]
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def wait_until_ready(processes: Sequence[Any], ready: Path) -> None:
+    """Until each rank has written ``ready/ready-<rank>`` (it met the others at the step's
+    start) or ended; at most ``READY_WITHIN_S``."""
+    deadline = time.monotonic() + READY_WITHIN_S
+    waiting = dict(enumerate(processes))
+    while waiting:
+        for rank, process in list(waiting.items()):
+            if (ready / f"ready-{rank}").exists() or not process.is_alive():
+                del waiting[rank]
+        assert time.monotonic() < deadline, (
+            f"ranks {sorted(waiting)} not in the step within {READY_WITHIN_S:g} s of starting"
+        )
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(READY_WITHIN_S + ENDED_WITHIN_S + 60)
 def test_a_stage_that_raises_ends_every_rank_with_its_message() -> None:
     survivor, failed = run_failing("raise", 2)
     cause = (
@@ -128,6 +164,7 @@ def test_a_stage_that_raises_ends_every_rank_with_its_message() -> None:
     )
 
 
+@pytest.mark.timeout(READY_WITHIN_S + ENDED_WITHIN_S + 60)
 def test_a_rank_that_died_is_named_by_the_survivor() -> None:
     (survivor,) = run_failing("die", 2)
     assert survivor["error"] == "PeerError", survivor
@@ -140,6 +177,7 @@ def test_a_rank_that_died_is_named_by_the_survivor() -> None:
     assert "timed out" not in message.lower()  # learned from the closed connection, not a timeout
 
 
+@pytest.mark.timeout(READY_WITHIN_S + ENDED_WITHIN_S + 60)
 def test_a_nan_in_one_stage_stops_every_rank_naming_the_first_bad_action() -> None:
     survivor, failed = run_failing("nan", 2)
     first = "device 1: NaN first appeared in the output of 1F1 (stage 1 forward of micro-batch 1, step 0)"
@@ -148,6 +186,7 @@ def test_a_nan_in_one_stage_stops_every_rank_naming_the_first_bad_action() -> No
     assert survivor["message"] == f"device 0: the step stopped after a failure on device 1: {first}"
 
 
+@pytest.mark.timeout(READY_WITHIN_S + ENDED_WITHIN_S + 60)
 def test_a_stalled_rank_is_named_by_every_other_rank() -> None:
     """Device 2 stops (SIGSTOP) in its first forward. Device 1 waits on it; device 0 waits on
     device 1, which is alive but blocked: both must name device 2, and neither device 1."""
@@ -160,32 +199,45 @@ def test_a_stalled_rank_is_named_by_every_other_rank() -> None:
         assert "device 1 stopped" not in message and "devices 1" not in message, message
 
 
-def test_torchrun_launcher_checks_gradients() -> None:
+@pytest.mark.timeout(READY_WITHIN_S + 120 + 60)
+def test_torchrun_launcher_checks_gradients(tmp_path: Path) -> None:
+    """Under torchrun: once both ranks are in their first step, the two steps, the check and
+    the teardown take at most 120 s (starting torchrun and its ranks is bounded apart)."""
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to this Python")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [
-            str(torchrun),
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "executor",
-            "--schedule",
-            "zb-h1",
-            "-M",
-            "4",
-            "--steps",
-            "2",
-            "--check",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "gradients match the unpipelined model" in result.stdout
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", READY_DIR_VARIABLE: str(ready)}
+    command = [
+        str(torchrun),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "executor",
+        "--schedule",
+        "zb-h1",
+        "-M",
+        "4",
+        "--steps",
+        "2",
+        "--check",
+    ]
+    stdout, stderr = tmp_path / "out", tmp_path / "err"
+    with stdout.open("w") as out, stderr.open("w") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env)
+    try:
+        deadline = time.monotonic() + READY_WITHIN_S
+        while process.poll() is None and not all(
+            (ready / f"ready-{rank}").exists() for rank in range(2)
+        ):
+            assert time.monotonic() < deadline, f"no step began within {READY_WITHIN_S:g} s"
+            time.sleep(0.05)
+        returncode = process.wait(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+    output = stdout.read_text()
+    assert returncode == 0, output + stderr.read_text()
+    assert "gradients match the unpipelined model" in output

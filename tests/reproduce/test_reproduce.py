@@ -6,6 +6,8 @@ import csv
 import math
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,13 +26,57 @@ PAPERS = {
 }
 
 
+# The zero-bubble suite spends most of its time synthesising schedules for Table 5's twelve
+# settings (about 35 s on a quiet 2-core machine, many minutes under load). The default run
+# reproduces three of them, (model, m): p = 8 and 16, about 2 s; the full table runs under
+# `pytest -m bench`.
+REDUCED_TABLE_5 = (("1.5B", 24), ("6.2B", 32), ("14.6B", 48))
+
+
+@contextmanager
+def zero_bubble_table_5(settings: Sequence[tuple[str, int]] | None) -> Iterator[None]:
+    """The zero-bubble suite run on Table 5's rows of these (model, m) ``settings`` only
+    (None: on all of them)."""
+    from validation.reproduce import zero_bubble
+
+    with pytest.MonkeyPatch.context() as patch:
+        if settings is not None:
+            entries = [e for e in zero_bubble.TABLE_5 if (e[0], e[2]) in settings]
+            assert len(entries) == len(settings)
+            patch.setattr(zero_bubble, "TABLE_5", entries)
+        zero_bubble.table_5_rows.cache_clear()  # computed once per process, from TABLE_5
+        try:
+            yield
+        finally:
+            zero_bubble.table_5_rows.cache_clear()
+
+
+@pytest.fixture
+def reduced_zero_bubble() -> Iterator[None]:
+    with zero_bubble_table_5(REDUCED_TABLE_5):
+        yield
+
+
 def test_the_suites_of_the_issue_are_registered() -> None:
     assert set(experiment_names()) == set(PAPERS)
 
 
-@pytest.mark.parametrize("name", sorted(PAPERS))
-def test_each_suite_writes_table_csv_figures_and_readme(name: str, tmp_path: Path) -> None:
-    outcome, paths = reproduce(name, tmp_path)
+SUITES = [
+    *(
+        pytest.param(name, REDUCED_TABLE_5 if name == "zero-bubble" else None, id=name)
+        for name in sorted(PAPERS)
+    ),
+    pytest.param("zero-bubble", None, id="zero-bubble-full", marks=pytest.mark.bench),
+]
+
+
+@pytest.mark.parametrize(("name", "table_5"), SUITES)
+def test_each_suite_writes_table_csv_figures_and_readme(
+    name: str, table_5: Sequence[tuple[str, int]] | None, tmp_path: Path
+) -> None:
+    """(zero-bubble on three of Table 5's settings; all of them under ``-m bench``.)"""
+    with zero_bubble_table_5(table_5):
+        outcome, paths = reproduce(name, tmp_path)
     rows = list(csv.DictReader(paths["csv"].open()))
     assert tuple(rows[0]) == CSV_COLUMNS
     assert len(rows) == len(outcome.rows) > 0
@@ -60,6 +106,7 @@ def ratios(name: str, tmp_path: Path, table: str) -> list[float]:
     return [r.ratio for r in outcome.rows if r.table == table and r.ratio is not None]
 
 
+@pytest.mark.usefixtures("reduced_zero_bubble")  # its checks read no row of Table 5
 def test_zero_bubble_and_interleaved_formulas_hold_exactly(tmp_path: Path) -> None:
     zb = ratios("zero-bubble", tmp_path / "zb", "Bubble rate at T_F = T_B = T_W")
     assert zb and all(r == pytest.approx(1.0) for r in zb)
@@ -79,16 +126,27 @@ def test_zero_bubble_and_interleaved_formulas_hold_exactly(tmp_path: Path) -> No
     assert len(bubble) == 24 and all(r == pytest.approx(1.0) for r in bubble)
 
 
-def test_zero_bubble_table_5_on_its_profiled_times(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("table_5", "count"),
+    [
+        pytest.param(REDUCED_TABLE_5, 18, id="three-settings"),
+        pytest.param(None, 72, id="full", marks=pytest.mark.bench),
+    ],
+)
+def test_zero_bubble_table_5_on_its_profiled_times(
+    table_5: Sequence[tuple[str, int]] | None, count: int, tmp_path: Path
+) -> None:
     """1F1B, ZB-H1 and ZB-H2 as built, and the synthesised schedule at p micro-batches in
     flight against ZB-1p, give the published bubble rates to their four printed digits (the
     paper's cost is the largest stage span); at 2p the synthesised schedule stays above ZB-2p
-    (what pipesim's memory count lacks is in the note)."""
+    (what pipesim's memory count lacks is in the note). Six rows per setting: three of the
+    twelve by default, all of them under ``-m bench``."""
     from validation.reproduce.zero_bubble import TABLE_5_NAME
 
-    outcome, _ = reproduce("zero-bubble", tmp_path)
+    with zero_bubble_table_5(table_5):
+        outcome, _ = reproduce("zero-bubble", tmp_path)
     rows = [r for r in outcome.rows if r.table == TABLE_5_NAME]
-    assert len(rows) == 72
+    assert len(rows) == count
     for row in rows:
         assert row.paper is not None and row.simulated is not None
         if row.model.startswith("ZB-2p: synth"):
@@ -148,6 +206,7 @@ def test_megatron_table_1_within_the_issues_bounds() -> None:
         assert 0.85 <= (row.ratio or math.nan) <= 1.15, (row.model, row.quantity, row.ratio)
 
 
+@pytest.mark.usefixtures("reduced_zero_bubble")  # its checks read no row of Table 5
 def test_the_controllable_memory_v_schedules(tmp_path: Path) -> None:
     """2405.15362: every peak equals its formula; V-ZB has no bubble; V-Min's rate is within
     2 points of 2B/3; the synthesis at V-Half's memory is never worse than V-Half's block."""
