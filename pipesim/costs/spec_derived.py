@@ -147,23 +147,61 @@ def costs_from_model(
     for layer_range in ranges:
         layers = sharded.for_stage(layer_range)
         first_input = _stage_input_bytes(model, sharded, layer_range, b)
-        inputs = [first_input] + [layer.output_bytes * b for layer in layers[:-1]]
         per_stage.append(
-            [
-                layer_costs(
-                    layer,
-                    model,
-                    cluster.accelerator,
-                    b,
-                    received,
-                    optimizer=optimizer,
-                    parallelism=parallelism,
-                    tensor_group=tensor_group,
-                )
-                for layer, received in zip(layers, inputs, strict=True)
-            ]
+            costs_of_layers(
+                layers,
+                first_input,
+                model,
+                cluster.accelerator,
+                b,
+                optimizer=optimizer,
+                parallelism=parallelism,
+                tensor_group=tensor_group,
+            )
         )
     return _pipeline_costs(model, cluster, sharded, ranges, per_stage, b, parallelism)
+
+
+def costs_of_layers(
+    layers: Sequence[Layer],
+    first_input_bytes: float,
+    model: Model,
+    accelerator: Accelerator,
+    microbatch_size: float,
+    *,
+    optimizer: bool = True,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
+) -> list[StageCosts]:
+    """:func:`layer_costs` of each of ``layers`` in a row, the first receiving
+    ``first_input_bytes`` per micro-batch and each later one its predecessor's output. A
+    transformer's blocks are one layer repeated: each distinct (layer, input) is costed once
+    (layers that differ in their name only cost the same)."""
+    b = microbatch_size
+    inputs = [first_input_bytes] + [layer.output_bytes * b for layer in layers[:-1]]
+    costed: dict[tuple[int, float], StageCosts] = {}
+    out = []
+    for layer, received in zip(layers, inputs, strict=True):
+        key = (_identity(layer), received)
+        if key not in costed:
+            costed[key] = layer_costs(
+                layer,
+                model,
+                accelerator,
+                b,
+                received,
+                optimizer=optimizer,
+                parallelism=parallelism,
+                tensor_group=tensor_group,
+            )
+        out.append(costed[key])
+    return out
+
+
+def _identity(layer: Layer) -> int:
+    """What a layer computes: the kernel description a transformer's blocks share, or the
+    layer itself."""
+    return id(layer.work) if layer.work is not None else id(layer)
 
 
 def costs_from_layer_costs(

@@ -12,7 +12,7 @@ from enum import Enum
 
 from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.costs.spec_derived import layer_costs as spec_layer_costs
+from pipesim.costs.spec_derived import costs_of_layers
 from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Cluster
@@ -23,7 +23,7 @@ from pipesim.parallel.placement import looped
 from pipesim.partition.problem import PartitionProblem
 from pipesim.partition.solver import balanced, memory_aware
 from pipesim.schedules.schedule import Schedule
-from pipesim.workload.model import Layer, Model
+from pipesim.workload.model import Model
 from pipesim.workload.sharding import sharded_layers
 from pipesim.workload.stage_layers import even_partition
 
@@ -65,32 +65,18 @@ def layer_costs(
     ``tensor_group``). Under ``--recompute N`` the layers are the ones built without
     recomputation (the partitioner does not choose partitions for it)."""
     sharded = sharded_layers(model, parallelism)
-    b = microbatch_size
-    inputs = [model.input_bytes * b] + [layer.output_bytes * b for layer in sharded.layers[:-1]]
-    # A transformer's blocks are one layer repeated: each distinct (layer, input) is costed once.
-    costed: dict[tuple[int, float], StageCosts] = {}
-    out = []
-    for layer, received in zip(sharded.layers, inputs, strict=True):
-        key = (_identity(layer), received)
-        if key not in costed:
-            costed[key] = spec_layer_costs(
-                layer,
-                model,
-                cluster.accelerator,
-                b,
-                received,
-                optimizer=optimizer,
-                parallelism=parallelism,
-                tensor_group=tensor_group,
-            )
-        out.append(costed[key])
-    return tuple(out)
-
-
-def _identity(layer: Layer) -> int:
-    """Layers that differ in their name only cost the same: the id of what they compute (the
-    kernel description a transformer's blocks share), or of the layer itself."""
-    return id(layer.work) if layer.work is not None else id(layer)
+    return tuple(
+        costs_of_layers(
+            sharded.layers,
+            model.input_bytes * microbatch_size,
+            model,
+            cluster.accelerator,
+            microbatch_size,
+            optimizer=optimizer,
+            parallelism=parallelism,
+            tensor_group=tensor_group,
+        )
+    )
 
 
 def model_problem(
