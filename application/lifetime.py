@@ -4,6 +4,9 @@
   batch system's stop) raise ``KeyboardInterrupt`` in the main thread, so they take the path
   Ctrl-C takes: what finished is saved, temporary directories are removed, worker processes are
   stopped, one line is printed and the exit status is 130.
+* :func:`stop_signals_deferred` holds Ctrl-C and the stop signals back while something that must
+  not be cut half-way runs (a Dask cluster's start-up), then says which arrived; Ctrl-C is
+  blocked meanwhile, so the processes started inside never see a terminal's Ctrl-C.
 * :func:`end_with_parent` makes a worker process (a sweep's pool worker, a validation rank, a
   rank under torchrun) exit within a second of its parent's death, even a ``kill -9`` that
   gave the parent no chance to stop it: a daemon thread watches the parent's process id, which
@@ -75,6 +78,54 @@ def terminate_as_interrupt() -> Iterator[None]:
 
     with signals_handled(interrupt, STOP_SIGNALS):
         yield
+
+
+class DeferredStops:
+    """The stop signals that arrived while :func:`stop_signals_deferred` held them back."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def record(self, signum: int, frame: FrameType | None) -> None:
+        """A signal handler: note the signal, do nothing else."""
+        self.received.append(signum)
+
+    def __bool__(self) -> bool:
+        return bool(self.received)
+
+    def interrupt(self) -> KeyboardInterrupt:
+        """The interrupt the first signal received would have raised (Ctrl-C's or a
+        :class:`StopSignal`)."""
+        first = self.received[0]
+        if first == signal.SIGINT:
+            return KeyboardInterrupt()
+        return StopSignal(signal.Signals(first).name)
+
+
+@contextlib.contextmanager
+def stop_signals_deferred() -> Iterator[DeferredStops]:
+    """Inside the block, SIGINT, SIGTERM and SIGHUP (those not ignored) are only recorded in
+    the :class:`DeferredStops` yielded, for the caller to act on afterwards. SIGINT is also
+    blocked in this thread meanwhile: the threads started inside inherit the block, and so do
+    the processes they start, which never see a terminal's Ctrl-C (a Ctrl-C meant for the
+    parent, which stops them). A SIGINT that came while blocked is recorded on leaving.
+    Outside the main thread this records nothing."""
+    stops = DeferredStops()
+    if threading.current_thread() is not threading.main_thread():
+        yield stops
+        return
+    block = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    with signals_handled(stops.record, (signal.SIGINT, *STOP_SIGNALS)):
+        if block:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield stops
+        finally:
+            if block:
+                if signal.SIGINT in signal.sigpending() and signal.SIGINT not in stops.received:
+                    stops.received.append(signal.SIGINT)
+                # a pending SIGINT is delivered now, to the recording handler
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def end_with_parent(

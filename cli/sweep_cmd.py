@@ -18,7 +18,7 @@ from cli.simulate_cmd import (
 )
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes, format_percent, format_seconds
-from pipesim.errors import Interrupted, PipesimError, shown
+from pipesim.errors import Interrupted, PipesimError, RunFailed, shown
 from pipesim.files.strict_json import write_json
 
 
@@ -154,6 +154,18 @@ def _sweep(args: argparse.Namespace) -> int:
             raise Interrupted(
                 f"{len(sink):,} of {len(points):,} points saved to {args.out}; run the same "
                 "command with --resume to finish the sweep"
+            ) from None
+        except RunFailed as error:  # the cluster failed (its scheduler went away): keep the rows
+            if sink is None:
+                raise
+            if not sink.save():
+                raise RunFailed(
+                    f"{error}; no point had finished without an error, nothing written to "
+                    f"{args.out}"
+                ) from None
+            raise RunFailed(
+                f"{error}; {len(sink):,} of {len(points):,} points saved to {args.out}; run the "
+                "same command with --resume to finish the sweep"
             ) from None
     if sink is not None:
         sink.save()
