@@ -435,11 +435,15 @@ def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
     if not math.isfinite(bottleneck):
         return None
     limit = bottleneck + _TOLERANCE * max(1.0, abs(bottleneck))
+    # the tie-break squares each stage's value over the bottleneck's: within the limit they are
+    # at most about 1, so costs beyond 1e154 (squared: inf) or below 1e-154 (squared: 0) still
+    # compare, instead of every split tying at infinity or zero
+    scale = bottleneck if bottleneck > 0 else 1.0
     squares = np.full(layers + 1, np.inf)
     squares[0] = 0.0
     choices = []
     for matrix in matrices:
-        within = np.where(matrix <= limit, np.square(np.maximum(matrix, 0.0)), np.inf)
+        within = np.where(matrix <= limit, np.square(np.maximum(matrix, 0.0) / scale), np.inf)
         total = squares[:, None] + within
         choice = np.argmin(total, axis=0)
         squares = total[choice, np.arange(layers + 1)]

@@ -213,6 +213,17 @@ def test_literal_balanced_case() -> None:
     assert found.stage_times_s == (6.0, 9.0, 6.0)
 
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-160, 1.0, 1e160, 1e300])
+def test_the_balanced_answer_does_not_depend_on_the_unit(scale: float) -> None:
+    """The literal case above at any scale: squares of costs beyond 1e154 overflow to
+    infinity and below 1e-154 underflow to zero, so the tie-break must not square raw costs
+    (it did: at 1e155 every split tied at infinity and the solver refused them all)."""
+    layers = tuple(StageCosts(t * scale, 0.0, 0.0) for t in (1, 2, 3, 4, 5, 6))
+    found = balanced(PartitionProblem(layers, 0.0, (0, 1, 2)))
+    assert found.counts == (3, 2, 1)
+    assert found.stage_times_s == pytest.approx((6 * scale, 9 * scale, 6 * scale), rel=1e-12)
+
+
 def test_slow_link_moves_the_cut_to_the_small_boundary() -> None:
     """Four equal layers whose outputs are 8, 1, 8 bytes: on a slow link the cut goes where
     only 1 byte crosses, even though the compute is then as balanced as anywhere."""
