@@ -15,7 +15,7 @@ import pytest
 from cli.main import main
 from pipesim.errors import PipesimError
 from validation.reproduce import experiment_names, reproduce
-from validation.reproduce.framework import CSV_COLUMNS, Row, summary_lines
+from validation.reproduce.framework import CSV_COLUMNS, Outcome, Row, summary_lines
 
 PAPERS = {
     "gpipe": "arXiv 1811.06965",
@@ -26,17 +26,21 @@ PAPERS = {
 }
 
 
-# The zero-bubble suite spends most of its time synthesising schedules for Table 5's twelve
-# settings (about 35 s on a quiet 2-core machine, many minutes under load). The default run
-# reproduces three of them, (model, m): p = 8 and 16, about 2 s; the full table runs under
-# `pytest -m bench`.
+# The zero-bubble suite spends most of its time synthesising schedules: for Table 5's twelve
+# settings (about 35 s on a quiet 2-core machine, many minutes under load) and for the
+# controllable-memory rows at p = 4, 6, 8 (about 7 s quiet, 26 s at a load of 8). The default
+# run reproduces three Table 5 settings, (model, m): p = 8 and 16, about 2 s, and the
+# controllable-memory rows at p = 4; everything runs under `pytest -m bench`.
 REDUCED_TABLE_5 = (("1.5B", 24), ("6.2B", 32), ("14.6B", 48))
+REDUCED_DEPTHS = (4,)
 
 
 @contextmanager
-def zero_bubble_table_5(settings: Sequence[tuple[str, int]] | None) -> Iterator[None]:
-    """The zero-bubble suite run on Table 5's rows of these (model, m) ``settings`` only
-    (None: on all of them)."""
+def zero_bubble_table_5(
+    settings: Sequence[tuple[str, int]] | None, depths: Sequence[int] | None = None
+) -> Iterator[None]:
+    """The zero-bubble suite run on Table 5's rows of these (model, m) ``settings`` only and
+    the controllable-memory rows of these pipeline ``depths`` only (None: all of them)."""
     from validation.reproduce import zero_bubble
 
     with pytest.MonkeyPatch.context() as patch:
@@ -44,17 +48,40 @@ def zero_bubble_table_5(settings: Sequence[tuple[str, int]] | None) -> Iterator[
             entries = [e for e in zero_bubble.TABLE_5 if (e[0], e[2]) in settings]
             assert len(entries) == len(settings)
             patch.setattr(zero_bubble, "TABLE_5", entries)
-        zero_bubble.table_5_rows.cache_clear()  # computed once per process, from TABLE_5
+        if depths is not None:
+            assert set(depths) <= set(zero_bubble.CONTROLLABLE_DEPTHS)
+            patch.setattr(zero_bubble, "CONTROLLABLE_DEPTHS", tuple(depths))
+        cached = (zero_bubble.table_5_rows, zero_bubble.controllable_memory_rows)
+        for rows in cached:  # each computed once per process, from the constants above
+            rows.cache_clear()
         try:
             yield
         finally:
-            zero_bubble.table_5_rows.cache_clear()
+            for rows in cached:
+                rows.cache_clear()
 
 
-@pytest.fixture
-def reduced_zero_bubble() -> Iterator[None]:
-    with zero_bubble_table_5(REDUCED_TABLE_5):
-        yield
+@pytest.fixture(scope="module")
+def reduced_zero_bubble_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Outcome, dict[str, Path]]:
+    """The reduced zero-bubble suite, run once for every test that reads it."""
+    with zero_bubble_table_5(REDUCED_TABLE_5, REDUCED_DEPTHS):
+        return reproduce("zero-bubble", tmp_path_factory.mktemp("zero-bubble") / "out")
+
+
+def run_suite(
+    request: pytest.FixtureRequest, name: str, table_5: object, out: Path
+) -> tuple[Outcome, dict[str, Path]]:
+    """Suite ``name`` written into ``out``; the zero-bubble suite reduced (``table_5`` not
+    None) is the module's one run instead, or everything under ``-m bench`` (None)."""
+    if name != "zero-bubble":
+        return reproduce(name, out)
+    if table_5 is not None:
+        run: tuple[Outcome, dict[str, Path]] = request.getfixturevalue("reduced_zero_bubble_run")
+        return run
+    with zero_bubble_table_5(None, None):
+        return reproduce(name, out)
 
 
 def test_the_suites_of_the_issue_are_registered() -> None:
@@ -72,11 +99,14 @@ SUITES = [
 
 @pytest.mark.parametrize(("name", "table_5"), SUITES)
 def test_each_suite_writes_table_csv_figures_and_readme(
-    name: str, table_5: Sequence[tuple[str, int]] | None, tmp_path: Path
+    name: str,
+    table_5: Sequence[tuple[str, int]] | None,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """(zero-bubble on three of Table 5's settings; all of them under ``-m bench``.)"""
-    with zero_bubble_table_5(table_5):
-        outcome, paths = reproduce(name, tmp_path)
+    outcome, paths = run_suite(request, name, table_5, tmp_path / "out")
+    folder = paths["csv"].parent
     rows = list(csv.DictReader(paths["csv"].open()))
     assert tuple(rows[0]) == CSV_COLUMNS
     assert len(rows) == len(outcome.rows) > 0
@@ -97,7 +127,7 @@ def test_each_suite_writes_table_csv_figures_and_readme(
     )
     assert outcome.figures
     for file in outcome.figures.values():
-        assert (tmp_path / file).stat().st_size > 5000
+        assert (folder / file).stat().st_size > 5000
         assert f"]({file})" in table
 
 
@@ -106,21 +136,32 @@ def ratios(name: str, tmp_path: Path, table: str) -> list[float]:
     return [r.ratio for r in outcome.rows if r.table == table and r.ratio is not None]
 
 
-@pytest.mark.usefixtures("reduced_zero_bubble")  # its checks read no row of Table 5
-def test_zero_bubble_and_interleaved_formulas_hold_exactly(tmp_path: Path) -> None:
-    zb = ratios("zero-bubble", tmp_path / "zb", "Bubble rate at T_F = T_B = T_W")
+def test_zero_bubble_and_interleaved_formulas_hold_exactly(
+    tmp_path: Path, reduced_zero_bubble_run: tuple[Outcome, dict[str, Path]]
+) -> None:
+    outcome, paths = reduced_zero_bubble_run  # its checks read no row of Table 5
+    zb = [
+        r.ratio
+        for r in outcome.rows
+        if r.table == "Bubble rate at T_F = T_B = T_W" and r.ratio is not None
+    ]
     assert zb and all(r == pytest.approx(1.0) for r in zb)
     # Where the formula says the bubble vanishes (ZB-H2, ZB-V), no ratio exists: the
     # difference must be zero instead.
-    outcome, paths = reproduce("zero-bubble", tmp_path / "zb0")
     vanishing = [r for r in outcome.rows if r.paper == 0]
-    assert len(vanishing) == 13
+    assert len(vanishing) == 10 + len(REDUCED_DEPTHS)  # ZB-H2's and ZB-V's, V-ZB's per p
     assert {r.model for r in vanishing} == {"zb-h2", "zbv", "V-ZB: synth at 1F1B's memory"}
     assert all(r.difference == pytest.approx(0.0, abs=1e-12) for r in vanishing)
     cells = list(csv.DictReader(paths["csv"].open()))
     zero_cells = [c for c in cells if c["paper"] and float(c["paper"]) == 0]
-    assert len(zero_cells) == 13 and all(float(c["difference"]) == 0 for c in zero_cells)
-    memory = ratios("zero-bubble", tmp_path / "zb2", "Table 2: peak activation memory (in M_B)")
+    assert len(zero_cells) == len(vanishing) and all(
+        float(c["difference"]) == 0 for c in zero_cells
+    )
+    memory = [
+        r.ratio
+        for r in outcome.rows
+        if r.table == "Table 2: peak activation memory (in M_B)" and r.ratio is not None
+    ]
     assert memory and all(r == pytest.approx(1.0) for r in memory)
     bubble = ratios("interleaved", tmp_path / "il", "Bubble (fraction of the ideal time)")
     assert len(bubble) == 24 and all(r == pytest.approx(1.0) for r in bubble)
@@ -134,7 +175,10 @@ def test_zero_bubble_and_interleaved_formulas_hold_exactly(tmp_path: Path) -> No
     ],
 )
 def test_zero_bubble_table_5_on_its_profiled_times(
-    table_5: Sequence[tuple[str, int]] | None, count: int, tmp_path: Path
+    table_5: Sequence[tuple[str, int]] | None,
+    count: int,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """1F1B, ZB-H1 and ZB-H2 as built, and the synthesised schedule at p micro-batches in
     flight against ZB-1p, give the published bubble rates to their four printed digits (the
@@ -143,8 +187,7 @@ def test_zero_bubble_table_5_on_its_profiled_times(
     twelve by default, all of them under ``-m bench``."""
     from validation.reproduce.zero_bubble import TABLE_5_NAME
 
-    with zero_bubble_table_5(table_5):
-        outcome, _ = reproduce("zero-bubble", tmp_path)
+    outcome, _ = run_suite(request, "zero-bubble", table_5, tmp_path / "out")
     rows = [r for r in outcome.rows if r.table == TABLE_5_NAME]
     assert len(rows) == count
     for row in rows:
@@ -206,19 +249,30 @@ def test_megatron_table_1_within_the_issues_bounds() -> None:
         assert 0.85 <= (row.ratio or math.nan) <= 1.15, (row.model, row.quantity, row.ratio)
 
 
-@pytest.mark.usefixtures("reduced_zero_bubble")  # its checks read no row of Table 5
-def test_the_controllable_memory_v_schedules(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("table_5", "depths"),
+    [
+        pytest.param(REDUCED_TABLE_5, REDUCED_DEPTHS, id="p4"),
+        pytest.param(None, (4, 6, 8), id="full", marks=pytest.mark.bench),
+    ],
+)
+def test_the_controllable_memory_v_schedules(
+    table_5: Sequence[tuple[str, int]] | None,
+    depths: tuple[int, ...],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
     """2405.15362: every peak equals its formula; V-ZB has no bubble; V-Min's rate is within
     2 points of 2B/3; the synthesis at V-Half's memory is never worse than V-Half's block."""
     from validation.reproduce.zero_bubble import CONTROLLABLE_NAME
 
-    outcome, _ = reproduce("zero-bubble", tmp_path)
+    outcome, _ = run_suite(request, "zero-bubble", table_5, tmp_path / "out")
     rows = [r for r in outcome.rows if r.table == CONTROLLABLE_NAME]
-    assert len(rows) == 24
+    assert len(rows) == 8 * len(depths)  # four schedules, a peak and a rate each, per p
     memory = [r for r in rows if r.quantity.startswith("peak")]
-    assert len(memory) == 12 and all(r.simulated == r.paper for r in memory)
+    assert len(memory) == 4 * len(depths) and all(r.simulated == r.paper for r in memory)
     rate = {(r.model, r.devices): r for r in rows if r.quantity == "bubble rate"}
-    for p in (4, 6, 8):
+    for p in depths:
         assert rate["V-ZB: synth at 1F1B's memory", p].simulated == pytest.approx(0.0, abs=1e-12)
         v_min = rate["V-Min (building block)", p]
         assert abs((v_min.simulated or 0) - (v_min.paper or 0)) < 0.02
