@@ -15,7 +15,7 @@ devices                    ``PIPESIM_MAX_DEVICES``           1,024      K
 cluster devices            ``PIPESIM_MAX_CLUSTER_DEVICES``   65,536     K x data parallelism
 chunks                     ``PIPESIM_MAX_CHUNKS``            64         v
 layers                     ``PIPESIM_MAX_LAYERS``            100,000    a model's layers, repeated
-configurations             ``PIPESIM_MAX_CONFIGS``           100,000    sweep points, bench configs
+configurations             ``PIPESIM_MAX_CONFIGS``           100,000    sweep points, a plan's space
 partition table cells      ``PIPESIM_MAX_PARTITION_CELLS``   2**26      stages x (layers + 1)**2
 input file bytes           ``PIPESIM_MAX_INPUT_BYTES``       64 MiB     a TOML or CSV file read
 =========================  ================================  =========  ==========================

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Generator
@@ -29,6 +30,7 @@ import numpy as np
 
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
+from pipesim.common.limits import limit as limit_now
 from pipesim.common.progress import progress
 from pipesim.common.units import format_bytes
 from pipesim.common.workers import InProcess, Workers, ordered_map
@@ -196,14 +198,24 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
         )
     model, hardware = settings.run.trained_model, settings.run.job_hardware
     limits = space_limits(model, hardware, settings)
+    # the space is bounded as it is enumerated, before it is held or any candidate costed
+    most = limit_now(Limit.CONFIGS)
     space = list(
-        candidates(
-            settings.devices,
-            settings.batch,
-            limits,
-            settings.schedules,
-            settings.chunk_options,
+        itertools.islice(
+            candidates(
+                settings.devices,
+                settings.batch,
+                limits,
+                settings.schedules,
+                settings.chunk_options,
+            ),
+            most + 1,
         )
+    )
+    check(
+        Limit.CONFIGS,
+        len(space),
+        f"plan of {settings.devices:,} devices and batch {settings.batch:,}: its search space",
     )
     if not space:
         raise SpecError(

@@ -17,6 +17,7 @@ from cli.main import main
 from cli.plan_command import simulate_command
 from pipesim.common.checks import SpecError
 from pipesim.costs.model_on_hardware import model_on_hardware
+from pipesim.errors import LimitError
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
 from pipesim.plan.planner import PlanContext, _shape_key, space_limits
@@ -101,6 +102,25 @@ def test_a_model_that_fits_one_device_runs_pure_data_parallel() -> None:
     )
     best = plan(settings, show_progress=False).plans[0]
     assert (best.candidate.devices, best.candidate.data_parallel) == (1, 4)
+
+
+def test_a_search_space_beyond_the_configurations_limit_is_refused_before_any_costing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same space passes at its own size and is refused one configuration below it,
+    naming the limit's variable; nothing was costed (the refusal comes before the bounds)."""
+    settings = plan_settings("uniform-8", "a100", 4, 16, schedules=("gpipe", "1f1b"))
+    size = plan(settings, show_progress=False).configurations
+    monkeypatch.setenv("PIPESIM_MAX_CONFIGS", str(size))
+    assert plan(settings, show_progress=False).configurations == size
+    monkeypatch.setenv("PIPESIM_MAX_CONFIGS", str(size - 1))
+    monkeypatch.setattr(PlanContext, "quick_bound", _never_called)
+    with pytest.raises(LimitError, match=r"search space: beyond the limit of .* PIPESIM_MAX_C"):
+        plan(settings, show_progress=False)
+
+
+def _never_called(*arguments: object) -> float:
+    raise AssertionError("a candidate was costed")
 
 
 @pytest.mark.parametrize(
