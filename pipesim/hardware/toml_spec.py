@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.errors import shown
 from pipesim.files.toml_reader import Fields, boolean, read_toml, string
+from pipesim.files.toml_writer import number
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Link, Topology
@@ -154,18 +154,6 @@ def hardware_toml(spec: HardwareSpec) -> str:
     """``spec`` as a hardware TOML file that :func:`load_hardware` reads back to an equal
     spec: a catalogue entry to start a user's own from."""
     import json
-
-    def number(value: float) -> str:
-        """The shortest text that reads back to ``value`` exactly (1e+14 rather than
-        100000000000000.0)."""
-        if value == math.inf:
-            return "inf"
-        plain = repr(float(value))
-        for digits in range(17):
-            short = f"{value:.{digits}e}".replace("e+", "e")
-            if float(short) == value:
-                return short if len(short) < len(plain) else plain
-        return plain
 
     acc = spec.accelerator
     peaks = ", ".join(f"{json.dumps(k)} = {number(v)}" for k, v in acc.peak_flops_per_s.items())

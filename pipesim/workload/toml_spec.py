@@ -28,6 +28,7 @@ Either a transformer stack::
     embedding_dropout = false
     fused_output_norm = true            # false: the final norm's output stashed as well
     element_bytes = 2                   # 4 for fp32 activations
+    mask_bytes = 1                      # a dropout mask's element (default element_bytes / 2)
 
 or explicit layers, each repeated ``repeat`` times::
 
@@ -74,16 +75,33 @@ from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
 def load_model(path: str | Path) -> Model:
     """Read a model TOML file into a :class:`Model`."""
-    root = Fields(read_toml(path, "model"), "")
-    name = root.take("name", string, Path(path).stem)
+    return model_from_table(
+        read_toml(path, "model"),
+        f"model file {str(path)!r}",
+        default_name=Path(path).stem,
+        description=f"from {path}",
+    )
+
+
+def model_from_table(
+    table: dict[str, Any],
+    where: str,
+    *,
+    prefix: str = "",
+    default_name: str | None = None,
+    description: str = "",
+) -> Model:
+    """A :class:`Model` from a parsed model table (a model file's, or a run file's inline
+    ``[model]``, whose fields are then named under ``prefix``); ``where`` names the file in
+    messages about the table as a whole."""
+    root = Fields(table, prefix)
+    name = root.take("name", string, *(() if default_name is None else (default_name,)))
     dtype = root.take("dtype", string)
     if root.has("transformer") == root.has("layers"):
-        raise SpecError(
-            f"model file {str(path)!r} needs exactly one of a [transformer] table or [[layers]]"
-        )
+        raise SpecError(f"{where} needs exactly one of a [transformer] table or [[layers]]")
     if root.has("fused_gradient_accumulation"):
         raise SpecError(
-            f"model file {str(path)!r}: fused_gradient_accumulation is the run's software, not "
+            f"{where}: fused_gradient_accumulation is the run's software, not "
             f"the model's: it is a choice of the run's {named('recipe')} (pipesim, the "
             "default, fuses it; megatron-lm-2021 and deepspeed-pipe do not)"
         )
@@ -101,7 +119,7 @@ def load_model(path: str | Path) -> Model:
         entries = root.take("layers", _layer_tables)
         built: list[Layer] = []
         for index, entry in enumerate(entries):
-            layer, repeat = _layer(Fields(entry, f"layers[{index}]"))
+            layer, repeat = _layer(Fields(entry, root.field(f"layers[{index}]")))
             total = len(built) + repeat
             check(
                 Limit.LAYERS, total, f"layers[{index}].repeat = {repeat:,}: {total:,} layers in all"
@@ -122,7 +140,7 @@ def load_model(path: str | Path) -> Model:
             "optimizer_bytes_per_parameter", checks.non_negative, 12.0
         ),
         default_batch=root.take("default_batch", checks.positive_int),
-        description=root.take("description", string, f"from {path}"),
+        description=root.take("description", string, description),
         master_weight_bytes_per_parameter=root.take(
             "master_weight_bytes_per_parameter", checks.non_negative, 0.0
         ),
@@ -133,6 +151,78 @@ def load_model(path: str | Path) -> Model:
     )
     root.done()
     return model
+
+
+def model_table(model: Model) -> dict[str, Any]:
+    """``model`` as the table :func:`model_from_table` reads back to an equal model (its
+    layers, precision and optimizer state; a transformer by its architecture, every field
+    written out). A model whose layers were rebuilt by a run (unfused accumulation,
+    recomputation) or carry kernel-level work without an architecture has no such table:
+    ``ValueError``."""
+    if not model.fused_gradient_accumulation:
+        raise ValueError(f"model {model.name!r}: its layers are a run's, not a model file's")
+    table: dict[str, Any] = {
+        "name": model.name,
+        "description": model.description or None,
+        "dtype": model.dtype,
+        "default_batch": model.default_batch,
+        "weight_bytes_per_parameter": model.weight_bytes_per_parameter,
+        "gradient_bytes_per_parameter": model.gradient_bytes_per_parameter,
+        "optimizer_bytes_per_parameter": model.optimizer_bytes_per_parameter,
+        "master_weight_bytes_per_parameter": model.master_weight_bytes_per_parameter,
+        "optimizer_temporary_bytes_per_parameter": model.optimizer_temporary_bytes_per_parameter,
+    }
+    arch = model.architecture
+    if arch is not None:
+        if model.input_bytes != TOKEN_BYTES * arch.seq:
+            table["input_bytes"] = model.input_bytes
+        table["transformer"] = {
+            "layers": arch.layers,
+            "hidden": arch.hidden,
+            "ffn": arch.ffn,
+            "heads": arch.heads,
+            "kv_heads": arch.kv_heads,
+            "seq": arch.seq,
+            "vocab": arch.vocab,
+            "mlp": arch.mlp.value,
+            "attention": arch.attention.value,
+            "norm": arch.norm.value,
+            "position": arch.position.value,
+            "tied_embeddings": arch.tied_embeddings,
+            "linear_bias": arch.linear_bias,
+            "dropout": arch.dropout,
+            "embedding_dropout": arch.embedding_dropout,
+            "fused_output_norm": arch.fused_output_norm,
+            "element_bytes": arch.element_bytes,
+            "mask_bytes": arch.mask_bytes,
+        }
+        return table
+    table["input_bytes"] = model.input_bytes
+    groups: list[tuple[Layer, int]] = []
+    for layer in model.layers:
+        if layer.work is not None or layer.recompute_flops or layer.shared_parameters:
+            raise ValueError(
+                f"model {model.name!r}: layer {layer.name!r} has more than a model file states"
+            )
+        if groups and groups[-1][0] == layer:
+            groups[-1] = (layer, groups[-1][1] + 1)
+        else:
+            groups.append((layer, 1))
+    table["layers"] = [
+        {
+            "name": layer.name,
+            "repeat": repeat,
+            "forward_flops": layer.forward_flops,
+            "input_grad_flops": layer.input_grad_flops,
+            "weight_grad_flops": layer.weight_grad_flops,
+            "parameters": layer.parameters,
+            "activation_bytes": layer.activation_bytes,
+            "weight_grad_activation_bytes": layer.weight_grad_activation_bytes,
+            "output_bytes": layer.output_bytes,
+        }
+        for layer, repeat in groups
+    ]
+    return table
 
 
 def _architecture(spec: Fields) -> TransformerArchitecture:
@@ -165,7 +255,7 @@ def _architecture(spec: Fields) -> TransformerArchitecture:
         embedding_dropout=spec.take("embedding_dropout", boolean, False),
         fused_output_norm=spec.take("fused_output_norm", boolean, True),
         element_bytes=element_bytes,
-        mask_bytes=max(1, element_bytes // 2),
+        mask_bytes=spec.take("mask_bytes", checks.positive_int, max(1, element_bytes // 2)),
     )
     spec.done()
     return architecture
