@@ -27,11 +27,12 @@ from pipesim.parallel.config import Parallelism, Recompute, RecomputeMode
 from pipesim.parallel.groups import TensorGroup
 from pipesim.partition.from_model import choose_partition, objective
 from pipesim.workload import resolve_model
+from pipesim.workload.model import Model
 from pipesim.workload.optimizer import with_optimizer
+from pipesim.workload.transformer import at_sequence_length
 
 if TYPE_CHECKING:
     from pipesim.schedules.schedule import Schedule
-    from pipesim.workload.model import Model
 
 
 @dataclass(frozen=True)
@@ -233,16 +234,28 @@ def check_split_backward_recompute(schedule_name: str, recompute: Recompute) -> 
 
 
 def resolved_model(
-    name: str,
+    name: str | Model,
     optimizer_state: str | None,
     master_weights: bool | None,
     dtype: str | None,
+    seq_length: int | None = None,
 ) -> Model:
-    """The model named (or the TOML file at) ``name`` with its optimizer state and master
-    weights as asked, in ``dtype`` when given: the one reading of the model, optimizer, master
-    weights and dtype fields that simulating and planning share (how the software runs it is
-    the run's recipe)."""
-    model = with_optimizer(resolve_model(name), optimizer_state, master_weights)
+    """The model named (or the file at, or stated inline as) ``name`` with its optimizer state
+    and master weights as asked, in ``dtype`` and trained on sequences of ``seq_length`` tokens
+    when given: the one reading of the model, optimizer, master weights, dtype and sequence
+    fields that simulating and planning share (how the software runs it is the run's recipe).
+    A Hugging Face config is read at that sequence directly (its checks depend on it)."""
+    if isinstance(name, Model):  # a run file's inline one
+        found = name
+    elif seq_length is not None and name.endswith(".json"):
+        from pipesim.workload.huggingface import model_from_hf_config
+
+        found = model_from_hf_config(name, seq=seq_length)
+    else:
+        found = resolve_model(name)
+    if seq_length is not None:
+        found = at_sequence_length(found, seq_length)
+    model = with_optimizer(found, optimizer_state, master_weights)
     if dtype is not None:
         model = dataclasses.replace(model, dtype=dtype)
     return model

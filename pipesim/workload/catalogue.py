@@ -408,9 +408,15 @@ def model(name: str) -> Model:
 
 
 def resolve_model(name_or_path: str) -> Model:
-    """A catalogue name, or a path to a ``.toml`` file."""
-    if Path(name_or_path).suffix == ".toml":
+    """A catalogue name, a path to a model ``.toml`` file, or a path to a Hugging Face
+    ``config.json`` (:mod:`pipesim.workload.huggingface`)."""
+    suffix = Path(name_or_path).suffix
+    if suffix == ".toml":
         from pipesim.workload.toml_spec import load_model
 
         return load_model(name_or_path)
+    if suffix == ".json":
+        from pipesim.workload.huggingface import model_from_hf_config
+
+        return model_from_hf_config(name_or_path)
     return model(name_or_path)

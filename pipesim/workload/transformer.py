@@ -56,7 +56,7 @@ from pipesim.errors import named
 from pipesim.hardware.collectives import Collective
 from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
 from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
-from pipesim.workload.model import Layer
+from pipesim.workload.model import Layer, Model
 from pipesim.workload.work import CollectiveCall, LayerWork, Matmul, PassWork, Scaled
 
 TOKEN_BYTES = 8  # int64 token ids, PyTorch's default
@@ -586,6 +586,36 @@ def transformer_layers(
         recompute=parallelism.recompute,
     )
     return _rank_layers(arch, rank, gradient_bytes, recompute, fused_accumulation)
+
+
+def at_sequence_length(model: Model, seq: int) -> Model:
+    """``model`` trained on sequences of ``seq`` tokens (a run's choice, as Megatron-LM's
+    ``--seq-length`` and torchtitan's ``training.seq_len`` make it): a transformer's layers and
+    input rebuilt from its architecture with the sequence changed. pipesim sizes a learned
+    position table by the sequence, so such a model's parameter count follows ``seq``. A model
+    given as layers has no sequence to change: :class:`SpecError` naming ``seq_length``."""
+    checks_positive = seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
+    if checks_positive < 1:
+        raise SpecError(f"{named('seq_length')} must be an integer >= 1, got {seq!r}")
+    arch = model.architecture
+    if arch is None:
+        raise SpecError(
+            f"{named('seq_length')} {seq}: model {model.name!r} is given as layers, with no "
+            "sequence to change"
+        )
+    if arch.seq == seq:
+        return model
+    changed = dataclasses.replace(arch, seq=seq)
+    return dataclasses.replace(
+        model,
+        layers=transformer_layers(
+            changed,
+            gradient_bytes=model.gradient_bytes_per_parameter,
+            fused_accumulation=model.fused_gradient_accumulation,
+        ),
+        input_bytes=TOKEN_BYTES * seq,
+        architecture=changed,
+    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -249,3 +249,34 @@ def test_without_dropout_nothing_draws_random_numbers() -> None:
     for layer in layers:
         assert layer.work is not None
         assert all(p.random_bytes == 0 for p in layer.work.passes())
+
+
+def test_a_model_at_another_sequence_length_is_the_same_model_built_at_it() -> None:
+    """``at_sequence_length`` equals building the architecture with the sequence changed (the
+    catalogue's llama3-8b at 4,096 tokens), is the model itself at its own length, and refuses
+    a model given as layers."""
+    import dataclasses as dc
+
+    from pipesim.common.checks import SpecError as Refused
+    from pipesim.workload import resolve_model
+    from pipesim.workload.catalogue import from_architecture
+    from pipesim.workload.transformer import at_sequence_length
+
+    model = resolve_model("llama3-8b")
+    assert at_sequence_length(model, model.architecture.seq) is model  # type: ignore[union-attr]
+    shorter = at_sequence_length(model, 4096)
+    arch = dc.replace(model.architecture, seq=4096)
+    built = from_architecture(
+        "llama3-8b",
+        arch,
+        dtype="bf16",
+        default_batch=model.default_batch,
+        description="",
+        gradient_bytes=4,
+    )
+    assert shorter.layers == built.layers and shorter.input_bytes == built.input_bytes
+    assert shorter.architecture == arch
+    with pytest.raises(Refused, match="seq_length 4096: model 'uniform-8' is given as layers"):
+        at_sequence_length(resolve_model("uniform-8"), 4096)
+    with pytest.raises(Refused, match="seq_length must be an integer >= 1"):
+        at_sequence_length(model, 0)

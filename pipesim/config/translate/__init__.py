@@ -1,0 +1,1 @@
+"""Translators between pipesim's run configuration and the frameworks' own files."""

@@ -1,0 +1,620 @@
+"""Megatron-LM's launch arguments read into run files and written back
+(pipesim.config.translate.megatron): the sc21 Table 1 rows translate to the catalogue's models
+and the script's layout, a plan's run survives the round trip, every refusal is one line
+naming the option, and every option of every fixture is in exactly one table."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.common.checks import SpecError
+from pipesim.config.run_file import RunFile
+from pipesim.config.translate.megatron import (
+    COST_NEUTRAL,
+    ERAS,
+    MAPPED,
+    MEGATRON_RECIPES,
+    REFUSED,
+    SINCE,
+    UNTIL,
+    known,
+    megatron_args,
+    megatron_model,
+    megatron_partition,
+    megatron_words_from_text,
+    padded_vocab,
+    parse_options,
+    run_from_megatron_args,
+)
+from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
+from pipesim.workload.catalogue import model as catalogue_model
+
+FIXTURES = Path(__file__).parent / "fixtures" / "megatron"
+SC21_1_7B = FIXTURES / "sc21_table1_1.7b.txt"
+SC21_145_6B = FIXTURES / "sc21_table1_145.6b.txt"
+GPT3_175B = FIXTURES / "gpt3_175b_distributed.txt"
+LLAMA3_8B = FIXTURES / "llama3_8b_h100_fp8.txt"
+
+
+def words_of(path: Path) -> list[str]:
+    return megatron_words_from_text(path.read_text(), str(path))
+
+
+def read(path: Path, world_size: int | None, **keywords: object) -> RunFile:
+    run, _ = run_from_megatron_args(
+        words_of(path),
+        hardware="a100",
+        world_size=world_size,
+        allow_ignored=True,
+        **keywords,  # type: ignore[arg-type]
+    )
+    return run
+
+
+def architecture_of(run: RunFile) -> TransformerArchitecture:
+    assert not isinstance(run.model, str)
+    assert run.model.architecture is not None
+    return run.model.architecture
+
+
+def catalogue_architecture(name: str) -> TransformerArchitecture:
+    arch = catalogue_model(name).architecture
+    assert arch is not None
+    return arch
+
+
+def fields(arch: TransformerArchitecture) -> dict[str, object]:
+    return dataclasses.asdict(arch)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sc21 Table 1 rows (examples/sc21/run_table_1.sh at 6985e58)
+
+
+def test_the_1_7b_row_is_the_catalogue_model_with_megatron_s_own_padding_at_t1() -> None:
+    """The script's T = 1 pads GPT-2's 50,257 tokens to 50,304; the paper (and the catalogue)
+    count 51,200 for every row. Every other field is the catalogue's."""
+    run = read(SC21_1_7B, world_size=4 * 8)  # SBATCH --nodes=4, SRUN 8 tasks a node
+    arch = architecture_of(run)
+    assert arch.vocab == 50304 == padded_vocab(50257, 128, 1)
+    assert not isinstance(run.model, str) and "GPT2BPETokenizer's 50,257" in run.model.description
+    assert fields(arch) == fields(catalogue_architecture("megatron-1.7b")) | {"vocab": 50304}
+    assert (run.tensor_parallel, run.pipeline_parallel, run.data_parallel) == (1, 1, 32)
+    assert (run.microbatch_size, run.batch, run.microbatches) == (16, 512, 1)
+    assert (run.schedule, run.chunks, run.partition) == ("1f1b", 1, "26")
+    assert run.recompute == "full"  # --activations-checkpoint-method uniform, 1 layer a unit
+    assert run.recipe == "megatron-lm-2021"
+    assert run.overlap_grad_reduce is True  # DDP=torch
+    assert (run.zero, run.sequence_parallel, run.attention, run.blocking_p2p) == (
+        0,
+        False,
+        None,
+        None,
+    )
+
+
+def test_the_1_7b_row_padded_as_the_paper_counts_is_the_catalogue_model_exactly() -> None:
+    words = [*words_of(SC21_1_7B), "--make-vocab-size-divisible-by", "1024"]
+    run, _ = run_from_megatron_args(
+        words, hardware="a100", world_size=32, allow_ignored=True, name="megatron-1.7b"
+    )
+    assert run.model == catalogue_model("megatron-1.7b")
+
+
+def test_the_145_6b_row_is_the_catalogue_model_and_the_script_s_layout() -> None:
+    run = read(SC21_145_6B, world_size=192 * 8, name="megatron-145.6b")
+    assert fields(architecture_of(run)) == fields(catalogue_architecture("megatron-145.6b"))
+    assert run.model == catalogue_model("megatron-145.6b")
+    assert (run.tensor_parallel, run.pipeline_parallel, run.data_parallel) == (8, 8, 24)
+    assert (run.microbatch_size, run.batch, run.microbatches) == (2, 2304, 48)
+    assert (run.schedule, run.chunks) == ("interleaved-1f1b", 2)  # 80 / (8 x 5)
+    assert run.partition == ",".join(["6", *["5"] * 14, "6"])
+    assert run.recompute == "full"
+    assert (run.recipe, run.overlap_grad_reduce, run.blocking_p2p) == (
+        "megatron-lm-2021",
+        None,
+        None,
+    )
+
+
+def test_the_sc21_rows_round_trip_in_sc21_s_own_option_names() -> None:
+    for path, world in ((SC21_1_7B, 32), (SC21_145_6B, 1536)):
+        run = read(path, world_size=world)
+        assert not isinstance(run.model, str)
+        words, unexpressed = megatron_args(run, run.model)
+        assert unexpressed == ()
+        assert "--activations-checkpoint-method" in words and "--recompute-method" not in words
+        back, ignored = run_from_megatron_args(words, hardware="a100", world_size=world)
+        assert back == run and ignored == ()
+
+
+def test_without_the_world_size_nothing_is_inferred() -> None:
+    run = read(SC21_145_6B, world_size=None)
+    assert (run.data_parallel, run.microbatches) == (None, None)
+    assert (run.batch, run.microbatch_size) == (2304, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Today's examples (the snapshot d98e8a6)
+
+
+def test_the_gpt3_example_needs_a_world_its_own_script_does_not_give() -> None:
+    with pytest.raises(SpecError) as error:
+        read(GPT3_175B, world_size=8)  # the script's GPUS_PER_NODE x NUM_NODES
+    message = str(error.value)
+    assert "\n" not in message and "world size 8" in message and "= 128" in message
+    run = read(GPT3_175B, world_size=1024)
+    assert fields(architecture_of(run)) == fields(catalogue_architecture("gpt3-175b"))
+    assert run.recipe == "megatron-core-2024"  # --attention-backend: 9dc7fef, 2024-12-07
+    assert (run.data_parallel, run.microbatches, run.partition) == (
+        8,
+        192,
+        ",".join(["7", *["6"] * 14, "7"]),
+    )
+    assert run.attention is None  # auto under Transformer Engine: the recipe's flash
+    assert not isinstance(run.model, str)
+    assert (run.model.dtype, run.model.gradient_bytes_per_parameter) == ("fp16", 2.0)
+
+
+def test_cost_neutral_options_are_refused_unless_allowed_and_then_listed() -> None:
+    words = words_of(GPT3_175B)
+    with pytest.raises(SpecError) as error:
+        run_from_megatron_args(words, hardware="a100", world_size=1024)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("Megatron-LM arguments: --step-batch-size-schedule ")
+    assert "; allow_ignored would list it as ignored" in message
+    _, ignored = run_from_megatron_args(words, hardware="a100", world_size=1024, allow_ignored=True)
+    listed = {line.split(" ", 1)[0] for line in ignored}
+    assert listed == {o for o in parse_options(words) if o in COST_NEUTRAL}
+    assert all(": ignored (" in line for line in ignored)
+
+
+def test_the_llama_example_is_refused_for_what_pipesim_does_not_model() -> None:
+    with pytest.raises(SpecError) as error:
+        read(LLAMA3_8B, world_size=8)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("Megatron-LM arguments: --cross-entropy-loss-fusion: ")
+    for option in ("--overlap-param-gather", "--fp8-format", "--fp8-param-gather"):
+        assert option in message
+
+
+def test_the_llama_example_without_its_refused_options_is_llama3_8b() -> None:
+    """NullTokenizer's vocabulary is --vocab-size + 1 (until c9dfe34), padded to 128; the
+    attention is the recipe's (flash), not the architecture's."""
+    options = parse_options(words_of(LLAMA3_8B))
+    words = [w for o, v in options.items() if o not in REFUSED for w in (o, *v)]
+    run, ignored = run_from_megatron_args(words, hardware="h100", world_size=8, allow_ignored=True)
+    arch = architecture_of(run)
+    assert arch.vocab == padded_vocab(128256 + 1, 128, 1) == 128384
+    assert fields(arch) == fields(catalogue_architecture("llama3-8b")) | {
+        "vocab": 128384,
+        "attention": Attention.EAGER,
+    }
+    assert (run.recipe, run.attention, run.zero, run.overlap_grad_reduce) == (
+        "megatron-core-2024",
+        None,
+        1,
+        True,
+    )
+    assert run.sequence_parallel is False
+    assert any(line.startswith("--sequence-parallel: ignored (") for line in ignored)
+    assert not isinstance(run.model, str)
+    assert run.model.gradient_bytes_per_parameter == 2.0  # --grad-reduce-in-bf16
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.txt")), ids=lambda p: p.name)
+def test_every_option_of_every_fixture_is_in_exactly_one_table(path: Path) -> None:
+    options = parse_options(words_of(path))
+    assert options
+    for option in options:
+        assert sum(option in table for table in (MAPPED, REFUSED, COST_NEUTRAL)) == 1, option
+
+
+def test_the_tables_are_disjoint_and_the_era_tables_name_known_options() -> None:
+    assert not set(MAPPED) & set(REFUSED)
+    assert not set(MAPPED) & set(COST_NEUTRAL)
+    assert not set(REFUSED) & set(COST_NEUTRAL)
+    assert all(known(option) for option in (*SINCE, *UNTIL))
+    assert all(re.fullmatch(r"--[A-Za-z0-9-]+", option) for option in (*MAPPED, *REFUSED))
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", date) for date, _ in SINCE.values())
+    assert tuple(ERAS) == MEGATRON_RECIPES
+
+
+# ---------------------------------------------------------------------------------------------
+# The recipe
+
+
+def small_line(*extra: str) -> list[str]:
+    return [
+        "--num-layers",
+        "4",
+        "--hidden-size",
+        "64",
+        "--num-attention-heads",
+        "4",
+        "--seq-length",
+        "32",
+        "--max-position-embeddings",
+        "32",
+        "--micro-batch-size",
+        "1",
+        "--global-batch-size",
+        "8",
+        *extra,
+    ]
+
+
+def recipe_of(*extra: str, recipe: str | None = None) -> str | None:
+    run, _ = run_from_megatron_args(
+        small_line(*extra), hardware="a100", world_size=2, recipe=recipe
+    )
+    return run.recipe
+
+
+def test_the_recipe_is_the_era_the_newest_option_shows() -> None:
+    assert recipe_of() == "megatron-lm-2021"
+    assert recipe_of("--activations-checkpoint-method", "uniform") == "megatron-lm-2021"
+    assert recipe_of("--recompute-activations") == "megatron-lm-2022"
+    assert recipe_of("--use-distributed-optimizer") == "megatron-lm-2022"
+    assert recipe_of("--overlap-grad-reduce") == "megatron-core-2024"
+    assert recipe_of("--use-flash-attn") == "megatron-core-2024"
+    assert recipe_of("--overlap-grad-reduce", recipe="megatron-lm-2021") == "megatron-lm-2021"
+
+
+def test_a_line_no_megatron_runs_and_a_foreign_recipe_are_refused() -> None:
+    with pytest.raises(SpecError, match=r"--DDP-impl \(removed.*--overlap-grad-reduce"):
+        recipe_of("--DDP-impl", "torch", "--overlap-grad-reduce")
+    with pytest.raises(SpecError, match="recipe must be one of megatron-lm-2021"):
+        recipe_of(recipe="torchtitan")
+
+
+def test_interleaving_overlaps_messages_in_megatron_core_2024_only() -> None:
+    line = [
+        *("--num-layers", "8", "--pipeline-model-parallel-size", "4"),
+        *("--num-layers-per-virtual-pipeline-stage", "1"),
+    ]
+    for recipe, blocking in (("megatron-lm-2022", None), ("megatron-core-2024", False)):
+        run, _ = run_from_megatron_args(
+            small_line(*line), hardware="a100", world_size=4, recipe=recipe
+        )
+        assert (run.schedule, run.chunks) == ("interleaved-1f1b", 2)
+        assert run.blocking_p2p is blocking
+    run, _ = run_from_megatron_args(
+        small_line(*line, "--no-overlap-p2p-communication"), hardware="a100", world_size=4
+    )
+    assert run.blocking_p2p is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: one line, naming the option
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--num-experts", "8"], "--num-experts"),
+        (["--context-parallel-size", "2"], "--context-parallel-size"),
+        (["--expert-model-parallel-size", "2"], "--expert-model-parallel-size"),
+        (["--pipeline-model-parallel-split-rank", "1"], "--pipeline-model-parallel-split-rank"),
+        (["--overlap-param-gather"], "--overlap-param-gather"),
+        (["--fp8-format", "hybrid"], "--fp8-format"),
+        (["--frobnicate", "3"], "--frobnicate"),
+        (["--lr", "0.1"], "--lr"),
+        (
+            [
+                "--recompute-granularity",
+                "full",
+                "--recompute-method",
+                "uniform",
+                "--recompute-num-layers",
+                "2",
+            ],
+            "--recompute-num-layers",
+        ),
+        (["--recompute-granularity", "full"], "--recompute-method"),
+        (["--kv-channels", "32"], "--kv-channels"),
+        (["--tokenizer-type", "HuggingFaceTokenizer"], "--tokenizer-type"),
+        (["--attention-dropout", "0"], "--attention-dropout"),
+        (["--fp16", "--bf16"], "--fp16"),
+        (["--num-layers", "x"], "--num-layers"),
+        (["--fp16", "1"], "--fp16"),
+        (["--normalization", "ScaleNorm"], "--normalization"),
+        (["--global-batch-size", "7"], "--global-batch-size"),
+        (["--max-position-embeddings", "64"], "--max-position-embeddings"),
+        (
+            ["--no-gradient-accumulation-fusion", "--sequence-parallel"],
+            "--no-gradient-accumulation-fusion",
+        ),
+        (["--data-path", "$DATA"], "$DATA"),
+    ],
+)
+def test_each_refusal_is_one_line_naming_the_option(extra: list[str], named: str) -> None:
+    with pytest.raises(SpecError) as error:
+        run_from_megatron_args(small_line(*extra), hardware="a100", world_size=2)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("Megatron-LM arguments: ")
+    assert named in message
+
+
+def test_a_refused_feature_switched_off_is_accepted() -> None:
+    run, _ = run_from_megatron_args(
+        small_line("--context-parallel-size", "1", "--num-experts", "0"),
+        hardware="a100",
+        world_size=2,
+    )
+    assert run.data_parallel == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch scripts
+
+
+SCRIPT = """#!/bin/bash
+# a launch script: comments, continuations, quotes, a pipe
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+torchrun --nproc_per_node 8 pretrain_gpt.py \\
+    --num-layers 4 --hidden-size 64 \\
+    --num-attention-heads 4 # heads
+    --seq-length 32 --max-position-embeddings 32
+    --micro-batch-size=1 \\
+    --data-path 'a b#c' \\
+    --global-batch-size 8 2>&1 | tee log.txt
+echo done
+"""
+
+
+def test_a_script_s_words_from_the_first_megatron_option_to_the_shell_syntax() -> None:
+    assert megatron_words_from_text(SCRIPT, "train.sh") == [
+        *("--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4"),
+        *("--seq-length", "32", "--max-position-embeddings", "32"),
+        *("--micro-batch-size=1", "--data-path", "a b#c", "--global-batch-size", "8"),
+    ]
+    words = megatron_words_from_text("python x.py --foo 1 --num-layers 2 ; echo", "s")
+    assert words == ["--foo", "1", "--num-layers", "2"]  # the options start after the .py
+
+
+def test_a_script_s_variables_and_second_commands_are_refused() -> None:
+    with pytest.raises(SpecError) as error:
+        megatron_words_from_text("python pretrain_gpt.py --num-layers $LAYERS", "s.sh")
+    message = str(error.value)
+    assert "\n" not in message and "'$LAYERS'" in message and "expand" in message
+    with pytest.raises(SpecError, match="more than one command"):
+        megatron_words_from_text("A=(\n--num-layers 2\n)\nB=(\n--hidden-size 4\n)", "s.sh")
+    with pytest.raises(SpecError, match="no Megatron-LM option"):
+        megatron_words_from_text("echo hello", "s.sh")
+    srun = 'CMD="python -u ${MEGATRON_CODE_DIR}/pretrain_gpt.py ${MEGATRON_PARAMS}"'  # SRUN.sh
+    with pytest.raises(SpecError, match=r"no Megatron-LM option found; .*MEGATRON_CODE_DIR"):
+        megatron_words_from_text(srun, "SRUN.sh")
+    with pytest.raises(SpecError, match="line 1"):
+        megatron_words_from_text("python p.py --num-layers 'open", "s.sh")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: what Megatron cannot express is named
+
+
+def base_run(**changes: object) -> tuple[RunFile, object]:
+    arch = TransformerArchitecture(8, 64, 4, 256, 32, padded_vocab(50257, 128, 2))
+    model = megatron_model(arch, dtype="bf16", default_batch=16)
+    run = RunFile(
+        model,
+        "a100",
+        batch=16,
+        microbatch_size=1,
+        tensor_parallel=2,
+        sequence_parallel=False,
+        pipeline_parallel=4,
+        data_parallel=2,
+        zero=0,
+        recompute="none",
+        schedule="1f1b",
+        chunks=1,
+        microbatches=8,
+        partition="3,2,2,3",
+        remat=False,
+        recipe="megatron-core-2024",
+    )
+    return dataclasses.replace(run, **changes), model  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"schedule": "zb-h1"}, "schedule zb-h1"),
+        ({"schedule": "gpipe"}, "schedule gpipe"),
+        ({"partition": "2,3,2,3"}, "partition 2,3,2,3"),
+        ({"partition": "balanced"}, "partition balanced"),
+        ({"schedule": "interleaved-1f1b", "chunks": 2, "partition": None, "remat": True}, "remat"),
+        ({"steps": 3}, "steps = 3"),
+        ({"recipe": None}, "recipe pipesim"),
+        ({"recipe": "megatron-lm-2021", "sequence_parallel": True}, "--sequence-parallel"),
+        ({"recipe": "megatron-lm-2021", "recompute": "selective"}, "recompute selective"),
+        ({"recipe": "megatron-lm-2021", "zero": 1}, "--use-distributed-optimizer"),
+        ({"blocking_p2p": False}, "blocking_p2p false"),
+        ({"schedule": "interleaved-1f1b", "chunks": 3, "partition": None}, "3 chunks"),
+    ],
+)
+def test_what_megatron_cannot_express_is_named(changes: dict[str, object], named: str) -> None:
+    run, model = base_run(**changes)
+    words, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+    assert any(named in line for line in unexpressed), unexpressed
+    assert all("\n" not in line for line in unexpressed)
+    assert words[:2] == ["--num-layers", "8"]
+
+
+def test_an_uneven_end_partition_is_megatron_core_s_first_and_last_stage_counts() -> None:
+    run, model = base_run(partition="2,3,3,2")  # 1 + 1 blocks first, 3, 3, 1 + 1 last
+    words, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+    assert unexpressed == ()
+    assert words[-4:] == [
+        "--decoder-first-pipeline-num-layers",
+        "1",
+        "--decoder-last-pipeline-num-layers",
+        "1",
+    ]
+    back, _ = run_from_megatron_args(words, hardware="a100", world_size=16, recipe=run.recipe)
+    assert back == run
+
+
+def test_a_model_given_as_layers_has_no_megatron_arguments() -> None:
+    run, _ = base_run()
+    with pytest.raises(SpecError, match="given as layers"):
+        megatron_args(run, catalogue_model("uniform-8"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The round trip
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
+    """A run every Megatron-LM era expresses (its options existing then), and its world."""
+    recipe = draw(st.sampled_from(MEGATRON_RECIPES))
+    later, core = recipe != MEGATRON_RECIPES[0], recipe == MEGATRON_RECIPES[-1]
+    tensor = draw(st.sampled_from([1, 2, 4]))
+    pipeline = draw(st.sampled_from([1, 2, 3, 4]))
+    chunks = draw(st.sampled_from([2, 3])) if pipeline >= 3 and draw(st.booleans()) else 1
+    per_stage = draw(st.integers(1, 3))
+    layers = pipeline * chunks * per_stage
+    partition = megatron_partition(layers, pipeline, chunks)
+    if core and chunks == 1 and pipeline >= 3 and draw(st.booleans()):
+        first, last = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        layers = first + last + (pipeline - 2) * per_stage
+        partition = megatron_partition(layers, pipeline, 1, first, last)
+    heads = tensor * draw(st.sampled_from([1, 2]))
+    dtype = draw(st.sampled_from(["fp16", "bf16", "fp32"]))
+    vocab = padded_vocab(50257, draw(st.sampled_from([128, 1024])), tensor)
+    arch_options: dict[str, object] = {}
+    if core:
+        vocab = draw(st.sampled_from([vocab, tensor * draw(st.integers(2, 40000))]))
+        dropout = draw(st.booleans())
+        arch_options = {
+            "kv_heads": draw(st.sampled_from([heads, tensor])),
+            "mlp": draw(st.sampled_from(list(Mlp))),
+            "norm": draw(st.sampled_from(list(Norm))),
+            "position": draw(st.sampled_from(list(Position))),
+            "tied_embeddings": draw(st.booleans()),
+            "linear_bias": draw(st.booleans()),
+            "dropout": dropout,
+            "embedding_dropout": dropout,
+        }
+    arch = TransformerArchitecture(
+        layers,
+        heads * draw(st.sampled_from([8, 16])),
+        heads,
+        tensor * draw(st.integers(4, 64)),
+        tensor * draw(st.sampled_from([8, 16])),
+        vocab,
+        element_bytes=4 if dtype == "fp32" else 2,
+        **arch_options,  # type: ignore[arg-type]
+    )
+    gradients = {"fp16": [2.0, 4.0], "bf16": [4.0, 2.0] if core else [4.0], "fp32": [4.0]}
+    micro, data = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    microbatches = pipeline * draw(st.integers(1, 3))
+    batch = micro * microbatches * data
+    model = megatron_model(
+        arch,
+        dtype=dtype,
+        default_batch=batch,
+        gradient_bytes=draw(st.sampled_from(gradients[dtype])),
+        optimizer_bytes=draw(st.sampled_from([8.0, 4.0, 0.0])),
+    )
+    recomputes = ["none", "full", str(draw(st.integers(1, layers // pipeline)))]
+    zero = draw(st.sampled_from([0, 1])) if later else 0
+    # Megatron before Megatron-Core overlaps the reduce with PyTorch's DDP only, which it
+    # refuses beside fp32 gradients and the distributed optimizer
+    torch_ddp = dtype == "fp32" or (dtype == "fp16" and model.gradient_bytes_per_parameter == 2)
+    overlap = core or (torch_ddp and zero == 0)
+    run = RunFile(
+        model,
+        "a100",
+        batch=batch,
+        microbatch_size=micro,
+        tensor_parallel=tensor,
+        sequence_parallel=later and tensor > 1 and draw(st.booleans()),
+        pipeline_parallel=pipeline,
+        data_parallel=data,
+        zero=zero,
+        recompute=draw(st.sampled_from([*recomputes, "selective"] if later else recomputes)),
+        schedule="interleaved-1f1b" if chunks > 1 else "1f1b",
+        chunks=chunks,
+        microbatches=microbatches,
+        partition=",".join(map(str, partition)),
+        remat=False,
+        recipe=recipe,
+        overlap_grad_reduce=draw(st.sampled_from([None, True])) if overlap else None,
+        attention=draw(st.sampled_from([None, "eager"])) if core else None,
+        blocking_p2p=draw(st.sampled_from([None, False])) if core and chunks > 1 else None,
+    )
+    return run, tensor * pipeline * data
+
+
+@settings(max_examples=60, deadline=None)
+@given(plans())
+def test_a_plan_s_run_survives_the_megatron_arguments(plan: tuple[RunFile, int]) -> None:
+    run, world = plan
+    assert not isinstance(run.model, str)
+    words, unexpressed = megatron_args(run, run.model)
+    assert unexpressed == ()
+    back, ignored = run_from_megatron_args(
+        words, hardware=run.hardware, world_size=world, recipe=run.recipe
+    )
+    assert ignored == ()
+    assert back == run
+
+
+@pytest.mark.parametrize(
+    ("extra", "recompute"),
+    [
+        ([], "none"),
+        (["--checkpoint-activations"], "full"),
+        (["--activations-checkpoint-method", "uniform"], "full"),
+        (
+            [
+                "--activations-checkpoint-method",
+                "block",
+                "--activations-checkpoint-num-layers",
+                "3",
+            ],
+            "3",
+        ),
+        (["--recompute-activations"], "selective"),
+        (["--recompute-granularity", "selective"], "selective"),
+        (["--recompute-granularity", "full", "--recompute-method", "uniform"], "full"),
+        (
+            [
+                "--recompute-granularity",
+                "full",
+                "--recompute-method",
+                "block",
+                "--recompute-num-layers",
+                "2",
+            ],
+            "2",
+        ),
+    ],
+)
+def test_recomputation_reads_as_pipesim_s(extra: list[str], recompute: str) -> None:
+    run, _ = run_from_megatron_args(small_line(*extra), hardware="a100", world_size=2)
+    assert run.recompute == recompute
+
+
+def test_the_catalogue_1_7b_at_t1_pads_gpt2_s_vocabulary_by_1024() -> None:
+    model = catalogue_model("megatron-1.7b")
+    run = dataclasses.replace(read(SC21_1_7B, world_size=32), model="megatron-1.7b")
+    words, unexpressed = megatron_args(run, model)
+    assert unexpressed == ()
+    assert words[words.index("--make-vocab-size-divisible-by") + 1] == "1024"
