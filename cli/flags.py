@@ -14,6 +14,7 @@ from types import MappingProxyType
 FLAGS: MappingProxyType[str, str] = MappingProxyType(
     {
         "activation_bytes": "--activation-bytes",
+        "allow_ignored": "--allow-ignored",
         "attention": "--attention",
         "batch": "--batch",
         "chunks": "--chunks",
@@ -46,10 +47,12 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "saved_sweep": "pipesim sweep --out FILE.json",
         "schedule": "--schedule",
         "schedules": "--schedules",
+        "seq_length": "--seq-length",
         "sequence_parallel": "--sequence-parallel",
         "tensor_across_nodes": "--tensor-across-nodes",
         "tensor_parallel": "--tensor-parallel",
         "top": "--top",
+        "world_size": "--world-size",
         "zero": "--zero",
     }
 )

@@ -39,6 +39,7 @@ def build_parser() -> ArgumentParser:
         plan_cmd,
         plot_cmd,
         reproduce_cmd,
+        run_cmd,
         schedule_cmd,
         simulate_cmd,
         sweep_cmd,
@@ -67,6 +68,7 @@ def build_parser() -> ArgumentParser:
     plot_cmd.register(commands)
     partition_cmd.register(commands)
     plan_cmd.register(commands)
+    run_cmd.register(commands)
     return parser
 
 
@@ -113,7 +115,11 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         with _stop_signals_end_the_process():
             parser = build_parser()
-        args = parser.parse_args(argv)
+        from cli.run_file import argv_with_run_file, with_inline_model
+
+        with fields_spelled(FLAGS):  # a run file's translation speaks flags too
+            words, run_file = argv_with_run_file(sys.argv[1:] if argv is None else argv)
+        args = with_inline_model(parser.parse_args(words), run_file)
         check_environment()
         with terminate_as_interrupt(), fields_spelled(FLAGS):
             status: int = args.handler(args)

@@ -13,6 +13,7 @@ from application.command_line import (
     positive_ints,
 )
 from cli.run_config import add_recipe_argument
+from cli.run_file import add_run_argument
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
@@ -67,6 +68,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--dtype", metavar="NAME", help="compute dtype (default: the model's)")
     parser.add_argument(
+        "--seq-length",
+        type=int,
+        metavar="N",
+        help="train on sequences of N tokens (default: the model's; a Hugging Face config's is "
+        "its max_position_embeddings)",
+    )
+    parser.add_argument(
         "--tensor-parallel",
         metavar="T,T",
         help="tensor-parallel sizes to try (default: every divisor of a node's devices that "
@@ -95,7 +103,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--overlap-grad-reduce",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="gradient reductions overlap each stage's last backward (DDP buckets)",
     )
     parser.add_argument(
@@ -103,6 +112,13 @@ def register(subparsers: Any) -> None:
     )
     add_cluster_argument(parser, "partitioning and simulation of candidates")
     add_recipe_argument(parser)
+    add_run_argument(parser)
+    parser.add_argument(
+        "--export",
+        metavar="DIR",
+        help="write each ranked plan into DIR as a run file, plan-N.toml (for pipesim "
+        "simulate --run), beside the framework files each translator can write",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_plan)
 
@@ -148,6 +164,7 @@ def _plan(args: argparse.Namespace) -> int:
 
         figure_path(args.plot, "--plot")  # before the search: a bad path loses no work
     run = run_config_of(args)
+    model_name = args.model if isinstance(args.model, str) else args.model.name  # inline: --run
     batch = args.batch if args.batch is not None else run.model.default_batch
     schedules = (
         tuple(s.strip() for s in args.schedules.split(",") if s.strip())
@@ -169,11 +186,15 @@ def _plan(args: argparse.Namespace) -> int:
         PlanSettings.sequence_parallel
         if args.sequence_parallel is None
         else {"on": (True,), "off": (False,), "both": (False, True)}[args.sequence_parallel],
-        model_name=args.model,
+        model_name=model_name,
         hardware_name=args.hardware,
     )
     if args.cluster is not None:
         check_cluster_address(args.cluster)
+    if args.export is not None:
+        from application.outputs import output_directory
+
+        output_directory(args.export, "--export", create=False)  # before the search
 
     def command_for(report: PlanReport, e: Evaluated) -> str:
         return simulate_command(report, e, args)
@@ -185,13 +206,17 @@ def _plan(args: argparse.Namespace) -> int:
         from plots.style import save
 
         save(plan_figure(report), args.plot, field="--plot")
+    if args.export is not None:
+        from cli.plan_export import export_plans
+
+        export_plans(report, args)
     if args.json:
         write_json(report_json(report, command_for))
     else:
         sys.stdout.write(report_table(report, command_for))
     if not report.plans:  # the search ran, and nothing fits: the table says why, per config
         sys.stderr.write(
-            f"pipesim: failed: no configuration of {args.model} on {args.devices:,} devices "
+            f"pipesim: failed: no configuration of {model_name} on {args.devices:,} devices "
             f"fits memory ({len(report.evaluated):,} examined; the best rejected are listed)\n"
         )
         return EXIT_CHECK_FAILED

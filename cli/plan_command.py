@@ -1,60 +1,81 @@
-"""The ``pipesim simulate`` command line that reproduces a plan: command-line vocabulary, so it
-lives with the command line; ``pipesim plan`` hands it to the library's report
-(:func:`pipesim.plan.report.report_json`, :func:`~pipesim.plan.report.report_table`)."""
+"""A plan as a run file (:class:`~pipesim.config.run_file.RunFile`), and the ``pipesim
+simulate`` command line that reproduces it: the run file's flags (:func:`cli.run_file.run_flags`),
+so the printed command and a written run file say the same thing. ``pipesim plan`` hands the
+command to the library's report (:func:`pipesim.plan.report.report_json`,
+:func:`~pipesim.plan.report.report_table`) and writes the run files (``--export``)."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 
+from cli.run_file import INLINE_MODEL, run_flag_pairs, words_of
+from pipesim.config.run_file import RunFile
 from pipesim.plan.planner import Evaluated, PlanReport
+from pipesim.workload.model import Model
+
+
+def plan_run_file(report: PlanReport, e: Evaluated, args: argparse.Namespace) -> RunFile:
+    """``e`` as a run file: every layout choice stated (none left to a default a base run
+    file could fill), with the model, hardware, optimizer, precision and recipe the plan was
+    given (``args``)."""
+    s, c = report.settings, e.candidate
+    given = getattr(args, "model", None)  # a run file's inline model (--run), or a name
+    model: str | Model = given if isinstance(given, Model) else s.model
+    return RunFile(
+        model,
+        s.hardware,
+        batch=s.batch,
+        microbatch_size=c.microbatch_size,
+        optimizer=args.optimizer,
+        master_weights=args.master_weights,
+        dtype=args.dtype,
+        seq_length=getattr(args, "seq_length", None),
+        tensor_parallel=c.tensor,
+        sequence_parallel=c.sequence_parallel,
+        pipeline_parallel=c.devices,
+        data_parallel=c.data_parallel,
+        zero=c.zero,
+        recompute=c.recompute,
+        schedule=c.schedule,
+        chunks=c.chunks,
+        microbatches=c.microbatches,
+        partition=",".join(map(str, e.partition)),
+        remat=c.remat,
+        memory_limit=c.memory_limit,
+        steps=e.steps,
+        recipe=args.recipe,
+        overlap_grad_reduce=True if args.overlap_grad_reduce else None,
+        attention=args.attention,
+    )
+
+
+# Flags a plan's command leaves out at these values, simulate's defaults (None: always; the
+# micro-batch size follows from the batch, M and D), unless a run file is in play.
+_DEFAULTS: dict[str, str | None] = {
+    "--tensor-parallel": "1",
+    "--zero": "0",
+    "--recompute": "none",
+    "--no-sequence-parallel": None,
+    "--no-remat": None,
+    "--microbatch-size": None,
+}
 
 
 def simulate_command(report: PlanReport, e: Evaluated, args: argparse.Namespace) -> str:
-    """The ``pipesim simulate`` command line that reproduces ``e``, with the optimizer,
-    precision and recipe flags the plan was given (``args``)."""
-    s, c = report.settings, e.candidate
-    words = [
-        "pipesim",
-        "simulate",
-        "--model",
-        s.model,
-        "--hardware",
-        s.hardware,
-        "--schedule",
-        c.schedule,
-        *(["--memory-limit", str(c.memory_limit)] if c.memory_limit is not None else []),
-        "-K",
-        str(c.devices),
-        "-M",
-        str(c.microbatches),
-        "-v",
-        str(c.chunks),
-        "--batch",
-        str(s.batch),
-        "--data-parallel",
-        str(c.data_parallel),
-        *(["--tensor-parallel", str(c.tensor)] if c.tensor > 1 else []),
-        *(["--sequence-parallel"] if c.sequence_parallel else []),
-        *(["--recompute", c.recompute] if c.recompute != "none" else []),
-        *(["--zero", str(c.zero)] if c.zero else []),
-        "--partition",
-        ",".join(map(str, e.partition)),
-        "--steps",
-        str(e.steps),
-    ]
-    if c.remat:
-        words.append("--remat")
-    if args.optimizer is not None:
-        words += ["--optimizer", args.optimizer]
-    if args.master_weights is not None:
-        words.append("--master-weights" if args.master_weights else "--no-master-weights")
-    if args.dtype is not None:
-        words += ["--dtype", args.dtype]
-    if args.recipe is not None:
-        words += ["--recipe", args.recipe]
-    if args.attention is not None:
-        words += ["--attention", args.attention]
-    if args.overlap_grad_reduce:
-        words.append("--overlap-grad-reduce")
-    return shlex.join(words)
+    """The ``pipesim simulate`` command line that reproduces ``e``. With a model stated inline
+    in the plan's run file (``--run``), the command reads that file and states every other
+    setting, defaults included, so nothing of the file's layout leaks in."""
+    run = plan_run_file(report, e, args)
+    pairs, _, _ = run_flag_pairs(run, "simulate")
+    base = ["pipesim", "simulate"]
+    if isinstance(run.model, Model):
+        pairs = [(flag, value) for flag, value in pairs if value != INLINE_MODEL]
+        base += ["--run", str(getattr(args, "run", None))]
+    else:
+        pairs = [
+            (flag, value)
+            for flag, value in pairs
+            if flag not in _DEFAULTS or (_DEFAULTS[flag] is not None and value != _DEFAULTS[flag])
+        ]
+    return shlex.join(base + words_of(pairs))

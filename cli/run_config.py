@@ -44,7 +44,9 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
     from pipesim.workload.sharding import attention_kind
 
     flags = _RunFlags.of(args, data_parallel)
-    model = resolved_model(flags.model, flags.optimizer, flags.master_weights, flags.dtype)
+    model = resolved_model(
+        flags.model, flags.optimizer, flags.master_weights, flags.dtype, flags.seq_length
+    )
     hardware = with_allowances(
         resolve_hardware(flags.hardware), flags.memory_reserve, flags.fragmentation
     )
@@ -79,6 +81,7 @@ class _RunFlags:
     optimizer: str | None
     master_weights: bool | None
     dtype: str | None
+    seq_length: int | None
     memory_reserve: float | None
     fragmentation: float | None
     tensor: int
@@ -109,6 +112,7 @@ class _RunFlags:
             given("optimizer"),
             given("master_weights"),
             given("dtype"),
+            given("seq_length"),
             given("memory_reserve"),
             given("fragmentation"),
             given("tensor_parallel", 1) if layout else 1,

@@ -53,7 +53,10 @@ def add_schedule_source_arguments(parser: argparse.ArgumentParser, *, allow_file
         help="model chunks (stages) per device; default: the schedule's own (1, or 2)",
     )
     parser.add_argument(
-        "--remat", action="store_true", help="GPipe's re-materialization (full backwards only)"
+        "--remat",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="GPipe's re-materialization (full backwards only)",
     )
 
 

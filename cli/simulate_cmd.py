@@ -10,6 +10,7 @@ from typing import Any
 from application.command_line import EXIT_OK
 from application.outputs import output_path, write_text_atomically
 from cli.run_config import add_recipe_argument
+from cli.run_file import add_run_argument
 from cli.schedule_source import add_schedule_source_arguments, read_schedule_source
 from cli.synthesized import add_memory_limit_argument, read_synthesis, synthesis_line
 from pipesim.common.limits import Limit, check
@@ -29,6 +30,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_schedule_source_arguments(parser, allow_file=True)
+    add_run_argument(parser)
     add_memory_limit_argument(parser)
     add_cost_arguments(parser)
     add_steps_argument(parser)
@@ -90,6 +92,7 @@ COST_OPTIONS = (
     ("--batch", "batch", None, "model"),
     ("--partition", "partition", None, "model"),
     ("--dtype", "dtype", None, "model"),
+    ("--seq-length", "seq_length", None, "model"),
     ("--optimizer", "optimizer", None, "model"),
     ("--master-weights", "master_weights", None, "model"),
     ("--data-parallel", "data_parallel", None, "model"),
@@ -269,6 +272,13 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         "--dtype", metavar="NAME", help="compute dtype, e.g. fp16 or fp32 (default: the model's)"
     )
     spec.add_argument(
+        "--seq-length",
+        type=int,
+        metavar="N",
+        help="train on sequences of N tokens (default: the model's; a Hugging Face config's is "
+        "its max_position_embeddings)",
+    )
+    spec.add_argument(
         "--no-optimizer", action="store_true", help="leave the optimizer step's time out"
     )
     add_parallel_arguments(parser)
@@ -286,7 +296,8 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     )
     hybrid.add_argument(
         "--sequence-parallel",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="sequence parallelism in each tensor-parallel group: norms and dropouts on 1/T "
         "of the sequence, all-gathers and reduce-scatters instead of all-reduces",
     )
@@ -312,7 +323,8 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     )
     hybrid.add_argument(
         "--overlap-grad-reduce",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="overlap each stage's gradient reduction with its last backward (DDP buckets; "
         "a change to the recipe's choice)",
     )
@@ -324,7 +336,8 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     )
     hybrid.add_argument(
         "--blocking-p2p",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="sends occupy their device until delivered (Megatron's "
         "--no-overlap-p2p-communication)",
     )
@@ -342,7 +355,8 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     )
     hybrid.add_argument(
         "--tensor-across-nodes",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="allow a tensor-parallel size larger than a node (its collectives cross nodes)",
     )
     add_recipe_argument(hybrid)

@@ -10,6 +10,7 @@ from typing import Any
 from application.command_line import EXIT_OK, add_cluster_argument, positive_ints
 from application.outputs import output_path
 from application.rows_file import SweepFile, row_of
+from cli.run_file import add_run_argument
 from cli.simulate_cmd import (
     add_cost_arguments,
     add_engine_argument,
@@ -39,6 +40,7 @@ def register(subparsers: Any) -> None:
         description="Simulate every combination; combinations a schedule cannot take are "
         "listed as skipped with the reason.",
     )
+    add_run_argument(parser)
     parser.add_argument(
         "--schedules",
         required=True,
@@ -52,7 +54,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-v", "--chunks", metavar="N,N,...", help="chunks per device (default: each schedule's own)"
     )
-    parser.add_argument("--remat", action="store_true", help="re-materialization everywhere")
+    parser.add_argument(
+        "--remat",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="re-materialization everywhere",
+    )
     parser.add_argument(
         "--memory-limits",
         metavar="N,N,...",

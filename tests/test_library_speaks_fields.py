@@ -43,6 +43,18 @@ FORMATTED = "0"
 # an option of the same name: (file under the repository, flag) and why.
 CITED: dict[tuple[str, str], str] = {
     ("pipesim/config/recipes.py", "--overlap-grad-reduce"): "Megatron-LM's flag, a recipe's source",
+    # the Megatron-LM translator reads and writes Megatron's own options, five of which are
+    # spelled as pipesim's flags are
+    **{
+        ("pipesim/config/translate/megatron.py", flag): "Megatron-LM's option, translated"
+        for flag in (
+            "--seq-length",
+            "--optimizer",
+            "--sequence-parallel",
+            "--overlap-grad-reduce",
+            "--save",
+        )
+    },
 }
 
 

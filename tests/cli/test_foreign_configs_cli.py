@@ -1,0 +1,238 @@
+"""Framework files on the command line: a Megatron-LM launch, a torchtitan job TOML and a Hugging
+Face ``config.json`` each simulate number for number as the same run stated by pipesim's flags;
+a plan is written back as both frameworks' files, whose layout reads back; refusals are one
+line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.run_file import read_run_source
+from pipesim.config.run_file import load_run_file
+
+from .test_schedule_cli import run
+
+ROOT = Path(__file__).resolve().parents[2]
+MEGATRON = ROOT / "tests" / "config" / "fixtures" / "megatron"
+TORCHTITAN = ROOT / "tests" / "config" / "fixtures" / "torchtitan"
+HUGGING_FACE = ROOT / "tests" / "workload" / "fixtures" / "huggingface"
+
+
+def _simulated(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    status, out, err = run(capsys, "simulate", *argv, "--json")
+    assert status == 0, err
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+def _same_numbers(a: dict[str, object], b: dict[str, object]) -> None:
+    """Every field equal but the costs' one-line description, which names the model as its
+    source names it (megatron-gpt, llama-3.1-8b)."""
+    assert {k: v for k, v in a.items() if k != "costs"} == {
+        k: v for k, v in b.items() if k != "costs"
+    }
+
+
+def test_the_sc21_145b_launch_simulates_as_table_1s_row_stated_by_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Megatron-LM's own reproduction script for Table 1's 145.6B row (T=8, P=8, 1,536 GPUs,
+    interleaved with 5 layers per virtual stage, full recomputation)."""
+    translated = _simulated(
+        capsys,
+        "--megatron-args",
+        str(MEGATRON / "sc21_table1_145.6b.txt"),
+        "--hardware",
+        "a100",
+        "--world-size",
+        "1536",
+        "--allow-ignored",
+    )
+    by_flags = _simulated(
+        capsys,
+        *("--model", "megatron-145.6b", "--hardware", "a100", "--recipe", "megatron-lm-2021"),
+        *("--tensor-parallel", "8", "-K", "8", "--data-parallel", "24"),
+        *("--schedule", "interleaved-1f1b", "-v", "2", "-M", "48", "--batch", "2304"),
+        *("--recompute", "full", "--partition", "blocks"),
+    )
+    _same_numbers(translated, by_flags)
+
+
+def test_a_torchtitan_job_simulates_as_the_same_run_stated_by_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    translated = _simulated(
+        capsys,
+        "--torchtitan",
+        str(TORCHTITAN / "llama3_8b_ddp8.toml"),
+        "--hardware",
+        "h100",
+        "--allow-ignored",
+    )
+    by_flags = _simulated(
+        capsys,
+        *("--model", "llama3-8b", "--hardware", "h100", "--recipe", "torchtitan"),
+        *("--data-parallel", "8", "-K", "1", "--schedule", "1f1b", "-M", "1", "--batch", "8"),
+        *("--recompute", "selective", "--partition", "34"),
+    )
+    assert translated == by_flags
+
+
+def test_a_hugging_face_config_simulates_as_the_catalogue_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Llama 3.1 8B's config.json at the catalogue's sequence is the catalogue's llama3-8b."""
+    shape = ("--hardware", "h100", "-K", "4", "--schedule", "1f1b", "-M", "8", "--batch", "8")
+    from_config = _simulated(
+        capsys,
+        "--model",
+        str(HUGGING_FACE / "llama-3.1-8b.json"),
+        "--seq-length",
+        "8192",
+        *shape,
+    )
+    _same_numbers(from_config, _simulated(capsys, "--model", "llama3-8b", *shape))
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--megatron-args", str(MEGATRON / "sc21_table1_1.7b.txt"), "--hardware", "a100"],
+            "--allow-ignored would list it as ignored",
+        ),
+        (["--megatron-args", str(MEGATRON / "sc21_table1_1.7b.txt")], "needs --hardware"),
+        (
+            [
+                "--torchtitan",
+                str(TORCHTITAN / "llama3_8b.toml"),
+                *("--hardware", "h100", "--world-size", "64", "--allow-ignored"),
+            ],
+            "parallelism.data_parallel_shard_degree",
+        ),
+        (
+            [
+                "--torchtitan",
+                str(TORCHTITAN / "llama3_8b_ddp8.toml"),
+                "--run",
+                "x.toml",
+                "--hardware",
+                "h100",
+            ],
+            "give one file describing the run",
+        ),
+        (
+            [
+                "--model",
+                str(HUGGING_FACE / "mixtral-8x7b.json"),
+                "--hardware",
+                "h100",
+                "--schedule",
+                "1f1b",
+                "-K",
+                "2",
+                "-M",
+                "4",
+            ],
+            "mixture-of-experts models are not modelled yet",
+        ),
+    ],
+)
+def test_a_file_pipesim_cannot_state_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    status, out, err = run(capsys, "simulate", *argv)
+    assert (status, out) == (2, ""), err
+    assert err.startswith("pipesim: error: ") and err.count("\n") == 1 and said in err, err
+
+
+def test_a_plan_is_written_back_as_framework_files_whose_layout_reads_back(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The Megatron-LM arguments of each plan translate back to the plan's layout (T, P, v,
+    D, M, b, recomputation, sequence parallelism, ZeRO); the torchtitan file names what it
+    cannot express."""
+    out_dir = tmp_path / "plans"
+    status, out, err = run(
+        capsys,
+        "plan",
+        *("--model", "megatron-1.7b", "--hardware", "a100", "--devices", "32"),
+        *("--batch", "512", "--top", "2", "--recipe", "megatron-lm-2022"),
+        *("--schedules", "1f1b,interleaved-1f1b", "--export", str(out_dir), "--json"),
+    )
+    assert status == 0, err
+    assert len(json.loads(out)["plans"]) == 2
+    layout = (
+        "tensor_parallel",
+        "sequence_parallel",
+        "pipeline_parallel",
+        "chunks",
+        "data_parallel",
+        "microbatches",
+        "microbatch_size",
+        "batch",
+        "recompute",
+        "zero",
+        "schedule",
+    )
+    for rank in (1, 2):
+        planned = load_run_file(out_dir / f"plan-{rank}.toml")
+        found = read_run_source(
+            [
+                "--megatron-args",
+                str(out_dir / f"plan-{rank}.megatron.args"),
+                "--hardware",
+                "a100",
+                "--world-size",
+                "32",
+            ]
+        )
+        assert found is not None
+        translated = found[0]
+        assert {k: getattr(translated, k) or 0 for k in layout} == {
+            k: getattr(planned, k) or 0 for k in layout
+        }
+        titan = (out_dir / f"plan-{rank}.torchtitan.toml").read_text()
+        assert "# not expressed: model 'megatron-1.7b' is not a torchtitan llama3 flavor" in titan
+
+
+def test_run_show_keeps_a_translation_as_a_run_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = [
+        "--megatron-args",
+        str(MEGATRON / "sc21_table1_1.7b.txt"),
+        "--hardware",
+        "a100",
+        "--world-size",
+        "32",
+        "--allow-ignored",
+    ]
+    kept = tmp_path / "kept.toml"
+    status, out, err = run(capsys, "run", "show", *source, "--write", str(kept))
+    assert status == 0, err
+    assert "parameters 1.6" in out and "note       --data-path" in out
+    _same_numbers(_simulated(capsys, "--run", str(kept)), _simulated(capsys, *source))
+
+
+def test_a_plan_of_a_hugging_face_model_at_its_sequence_reproduces_from_its_run_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The plan's run file and its printed command keep --seq-length (without it the config's
+    131,072 tokens would be simulated: 100 times slower)."""
+    out_dir = tmp_path / "plans"
+    config = str(HUGGING_FACE / "llama-3.1-8b.json")
+    status, out, err = run(
+        capsys,
+        "plan",
+        *("--model", config, "--seq-length", "8192", "--hardware", "h100"),
+        *("--devices", "16", "--batch", "64", "--top", "1", "--export", str(out_dir), "--json"),
+    )
+    assert status == 0, err
+    best = json.loads(out)["plans"][0]
+    assert "--seq-length 8192" in best["simulate_command"]
+    again = _simulated(capsys, "--run", str(out_dir / "plan-1.toml"))
+    assert again["iteration_time"] == best["iteration_time"]
