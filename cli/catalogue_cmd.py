@@ -1,4 +1,5 @@
-"""``pipesim hardware list|show``, ``pipesim models list`` and ``pipesim recipes list|show``."""
+"""``pipesim hardware list|show``, ``pipesim models list|show`` and ``pipesim recipes
+list|show``."""
 
 from __future__ import annotations
 
@@ -31,6 +32,26 @@ def register(subparsers: Any) -> None:
     listing = model_commands.add_parser("list", help="the model families, with an example each")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.set_defaults(handler=_models_list)
+    show = model_commands.add_parser(
+        "show",
+        help="one model: its architecture, parameter count (in all, by kind of layer, per "
+        "pipeline stage with -K) and the model TOML that reproduces it",
+    )
+    show.add_argument("name", metavar="NAME|FILE", help="a catalogue name, a TOML or config.json")
+    show.add_argument(
+        "--seq-length", type=int, metavar="N", help="at this sequence length (default: its own)"
+    )
+    show.add_argument(
+        "-K", "--devices", type=int, metavar="N", help="also its parameters per pipeline stage"
+    )
+    show.add_argument("-v", "--chunks", type=int, default=1, metavar="N", help="stages per device")
+    show.add_argument(
+        "--toml",
+        action="store_true",
+        help="print only the model TOML (to save, edit and pass back as --model FILE.toml)",
+    )
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.set_defaults(handler=_models_show)
 
     recipes = subparsers.add_parser(
         "recipes", help="the software recipes: how each framework and era runs a step"
@@ -118,6 +139,119 @@ def _models_list(args: argparse.Namespace) -> int:
             f"{row['summary']}  (names: {row['pattern']})\n"
         )
     return EXIT_OK
+
+
+def _models_show(args: argparse.Namespace) -> int:
+    from pipesim.files.toml_writer import toml_text
+    from pipesim.request.cost_request import resolved_model
+    from pipesim.workload.stage_layers import even_partition
+    from pipesim.workload.toml_spec import model_table
+
+    model = resolved_model(args.name, None, None, None, args.seq_length)
+    try:
+        toml = toml_text(model_table(model), header=(f"pipesim models show {args.name}",))
+    except ValueError as error:  # layers with more than a model file states
+        raise PipesimError(f"{args.name}: no model file can state it ({error})") from None
+    if args.toml:
+        sys.stdout.write(toml)
+        return EXIT_OK
+    kinds: dict[str, float] = {}
+    for layer in model.layers:
+        kind = "blocks" if layer.name.startswith("block") else layer.name
+        kinds[kind] = kinds.get(kind, 0.0) + layer.parameters - layer.shared_parameters
+    stages: list[dict[str, Any]] | None = None
+    if args.devices is not None:
+        for field, value in (("-K", args.devices), ("-v", args.chunks)):
+            if value < 1:
+                raise PipesimError(f"{field} must be an integer >= 1, got {value}")
+        stages = [
+            {
+                "layers": len(span),
+                "parameters": sum(model.layers[i].parameters for i in span),
+            }
+            for span in even_partition(model, args.devices * args.chunks)
+        ]
+    arch = model.architecture
+    summary: dict[str, Any] = {
+        "name": model.name,
+        "description": model.description,
+        "architecture": None if arch is None else _architecture_json(arch),
+        "layers": len(model.layers),
+        "parameters": model.parameters,
+        "parameters_by_kind": kinds,
+        "dtype": model.dtype,
+        "bytes_per_parameter": {
+            "weights": model.weight_bytes_per_parameter,
+            "gradients": model.gradient_bytes_per_parameter,
+            "optimizer_state": model.optimizer_bytes_per_parameter,
+            "master_weights": model.master_weight_bytes_per_parameter,
+        },
+        "default_batch": model.default_batch,
+        "stages": stages,
+        "toml": toml,
+    }
+    if args.json:
+        write_json(summary)
+        return EXIT_OK
+    sys.stdout.write(_model_text(summary))
+    return EXIT_OK
+
+
+def _architecture_json(arch: Any) -> dict[str, Any]:
+    return {
+        "layers": arch.layers,
+        "hidden": arch.hidden,
+        "heads": arch.heads,
+        "kv_heads": arch.kv_heads,
+        "ffn": arch.ffn,
+        "seq": arch.seq,
+        "vocab": arch.vocab,
+        "mlp": arch.mlp.value,
+        "attention": arch.attention.value,
+        "norm": arch.norm.value,
+        "position": arch.position.value,
+        "tied_embeddings": arch.tied_embeddings,
+    }
+
+
+def _count(value: float) -> str:
+    """A parameter count in words: 8.03 B, 525.3 M."""
+    if value >= 1e9:
+        return f"{value / 1e9:.2f} B"
+    if value >= 1e6:
+        return f"{value / 1e6:.1f} M"
+    return f"{value:,.0f}"
+
+
+def _model_text(summary: dict[str, Any]) -> str:
+    arch = summary["architecture"]
+    b = summary["bytes_per_parameter"]
+    kinds = ", ".join(f"{kind} {_count(n)}" for kind, n in summary["parameters_by_kind"].items())
+    described = summary["description"]
+    same = described.startswith(summary["name"])  # the catalogue's say the name first
+    lines = [described if same else f"{summary['name']}: {described}"]
+    if arch is not None:
+        lines.append(
+            f"architecture  {arch['layers']} blocks, hidden {arch['hidden']:,}, {arch['heads']} "
+            f"heads ({arch['kv_heads']} key/value), ffn {arch['ffn']:,}, seq {arch['seq']:,}, "
+            f"vocab {arch['vocab']:,}; {arch['mlp']}, {arch['norm']}, {arch['position']} "
+            f"positions, {arch['attention']} attention"
+            + (", tied embeddings" if arch["tied_embeddings"] else "")
+        )
+    lines += [
+        f"parameters    {_count(summary['parameters'])} ({kinds})",
+        f"precision     {summary['dtype']}; bytes per parameter: weights {b['weights']:g}, "
+        f"gradients {b['gradients']:g}, optimizer state {b['optimizer_state']:g}, master "
+        f"weights {b['master_weights']:g}",
+        f"batch         {summary['default_batch']:,} samples per step by default",
+    ]
+    if summary["stages"] is not None:
+        per_stage = ", ".join(
+            f"{_count(s['parameters'])} ({s['layers']} layers)" for s in summary["stages"]
+        )
+        lines.append(f"per stage     {per_stage} (even by FLOPs, simulate's default split)")
+    lines += ["", "as a model file (pipesim models show NAME --toml > my-model.toml):", ""]
+    return "\n".join(lines) + "\n" + summary["toml"]
 
 
 def _recipes_list(args: argparse.Namespace) -> int:

@@ -60,6 +60,10 @@ def _pipesim_commands() -> list[tuple[str, list[str]]]:
     for page in PAGES:
         for command in _console_commands(page.read_text()):
             argv = shlex.split(command, comments=True)
+            for at, word in enumerate(argv):  # a redirection or a pipe ends pipesim's words
+                if word in (">", ">>", "|", "&&", ";", "2>", "&"):
+                    argv = argv[:at]
+                    break
             if argv and argv[0] == "pipesim":
                 found.append((f"{page.relative_to(ROOT)}: {command}", argv[1:]))
     return found
