@@ -469,11 +469,18 @@ def summary(result: Any) -> str:
         else "no closed form for this case"
     )
     lines.append(f"  bubble         {format_percent(result.bubble_fraction)} ({closed})")
+    flops = result.costs.flops
+    ranks = flops.devices if flops is not None else s.devices
+    over = (
+        "over one device"
+        if ranks == s.devices
+        else f"over its {s.devices} pipeline stages run one after another (pipeline speedup; "
+        f"the {ranks:,} ranks' tensor and data parallelism not counted)"
+    )
     lines.append(
         f"  throughput     {result.throughput:.4g} {result.throughput_unit}; speedup "
-        f"{result.speedup:.3g}x over one device"
+        f"{result.speedup:.3g}x {over}"
     )
-    flops = result.costs.flops
     if flops is not None:
         achieved = result.achieved_flops_per_device or 0.0
         lines.append(

@@ -30,10 +30,10 @@ def plan_figure(report: PlanReport) -> Any:
     figure, axes = new_figure(9.0, 4.8)
     batch = report.settings.batch
     simulated = [e for e in report.evaluated if e.simulated]
-    schedules = sorted({e.candidate.schedule for e in simulated})
+    schedules = sorted({e.candidate.schedule_label for e in simulated})
     for index, name in enumerate(schedules):
         style = series_style(index)
-        mine = [e for e in simulated if e.candidate.schedule == name]
+        mine = [e for e in simulated if e.candidate.schedule_label == name]
         axes.scatter(
             [(e.simulated_peak_bytes or 0.0) / GiB for e in mine],
             [batch / (e.iteration_time_s or 1.0) for e in mine],

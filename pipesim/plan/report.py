@@ -110,7 +110,7 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         lines.append(f"cluster: {report.cluster}")
     lines += [
         "",
-        f"{'#':>2} {'T':>2} {'SP':>2} {'K':>3} {'DP':>4} {'schedule':<18}{'v':>2} {'M':>4} "
+        f"{'#':>2} {'T':>2} {'SP':>2} {'K':>3} {'DP':>4} {'schedule':<21}{'v':>2} {'M':>4} "
         f"{'b':>3} {'recompute':>9} {'ZeRO':>4}  {'iteration':>10} {'samples/s':>10} "
         f"{'MFU':>6} {'bubble':>7} {'peak mem':>10} {'headroom':>10}  partition",
     ]
@@ -125,7 +125,7 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         mfu = "" if e.mfu is None else f"{e.mfu:.1%}"
         lines.append(
             f"{rank:>2} {c.tensor:>2} {'on' if c.sequence_parallel else '':>2} {c.devices:>3} "
-            f"{c.data_parallel:>4} {label:<18}{c.chunks:>2} {c.microbatches:>4} "
+            f"{c.data_parallel:>4} {label:<21}{c.chunks:>2} {c.microbatches:>4} "
             f"{c.microbatch_size:>3} {recompute:>9} {c.zero:>4}  {format_seconds(t):>10} "
             f"{s.batch / t:>10.4g} {mfu:>6} {e.bubble_fraction or 0.0:>7.1%} "
             f"{format_bytes(peak):>10} {format_bytes(e.capacity_bytes - peak):>10}  "
@@ -137,9 +137,18 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         best = command_for(report, report.plans[0])
         lines += ["", "re-simulate the best plan:", "  " + best]
     if report.rejected:
-        lines += ["", "best rejected alternatives:"]
+        best = report.plans[0].candidate if report.plans else None
+        lines += [
+            "",
+            "best rejected alternatives (every setting; in brackets plan 1's where it differs):"
+            if best is not None
+            else "best rejected alternatives:",
+        ]
         for e, why in report.rejected:
-            lines.append(f"  {e.candidate.label()}: {why}")
+            lines.append(f"  {e.candidate.full_label()}")
+            if best is not None:
+                lines.append(f"      differs in {e.candidate.differences(best)}")
+            lines.append(f"      rejected: {why}")
     return "\n".join(lines) + "\n"
 
 

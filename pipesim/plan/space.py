@@ -78,10 +78,16 @@ class Candidate:
 
     @property
     def schedule_label(self) -> str:
-        """The schedule's name, with the limit of a synthesised one: ``synth N=3``."""
-        if self.memory_limit is None:
-            return self.schedule
-        return f"{self.schedule} N={self.memory_limit}"
+        """The schedule's name, with the limit of a synthesised one (``synth N=3``); without a
+        pipeline (K=1) ``no pipeline`` with the order its micro-batches run in (1F1B's: one
+        at a time, the gradient accumulated; GPipe's: every forward first), since the
+        schedule's name alone reads as a pipeline that is not there."""
+        name = (
+            self.schedule
+            if self.memory_limit is None
+            else (f"{self.schedule} N={self.memory_limit}")
+        )
+        return f"no pipeline ({name})" if self.devices == 1 else name
 
     @property
     def stages(self) -> int:
@@ -110,6 +116,36 @@ class Candidate:
             f"v={self.chunks} M={self.microbatches} b={self.microbatch_size}{remat}{recompute}"
             f"{zero}"
         )
+
+    def settings(self) -> dict[str, str]:
+        """Every dimension of the configuration by name, defaults included, in the order
+        :meth:`full_label` writes them."""
+        return {
+            "schedule": self.schedule_label,
+            "T": str(self.tensor),
+            "SP": "on" if self.sequence_parallel else "off",
+            "K": str(self.devices),
+            "DP": str(self.data_parallel),
+            "v": str(self.chunks),
+            "M": str(self.microbatches),
+            "b": str(self.microbatch_size),
+            "recompute": "remat" if self.remat else self.recompute,
+            "ZeRO": str(self.zero),
+        }
+
+    def full_label(self) -> str:
+        """Every dimension, none left out at its default: ``1f1b T=8 SP=on K=8 DP=8 v=1
+        M=32 b=2 recompute=none ZeRO=1`` (a rejected alternative beside a plan must not read
+        as the same configuration for a dimension left unsaid)."""
+        settings = self.settings()
+        schedule = settings.pop("schedule")
+        return schedule + " " + " ".join(f"{key}={value}" for key, value in settings.items())
+
+    def differences(self, other: Candidate) -> str:
+        """Where this configuration differs from ``other``: ``T=4 (8), M=48 (96)``."""
+        mine, theirs = self.settings(), other.settings()
+        changed = [f"{k}={mine[k]} ({theirs[k]})" for k in mine if mine[k] != theirs[k]]
+        return ", ".join(changed) if changed else "nothing but its partition"
 
 
 def divisors(n: int) -> list[int]:

@@ -251,3 +251,30 @@ def test_blocks_is_megatrons_layout(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert status == 0
     assert "layers per stage 7,6,6,6,6,6,6,7" in json.loads(out)["costs"]
+
+
+def test_a_hybrid_runs_speedup_is_named_as_the_pipelines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On T x K x D ranks the speedup is over the K stages run one after another, not over one
+    device: the text says so; a pipeline alone keeps the plain wording."""
+    shape = ["--model", "megatron-1.7b", "--hardware", "a100", "-K", "4", "--schedule", "1f1b"]
+    status, out, _ = run(
+        capsys,
+        "simulate",
+        *shape,
+        "-M",
+        "8",
+        "--tensor-parallel",
+        "2",
+        "--data-parallel",
+        "4",
+        "--batch",
+        "32",
+    )
+    assert status == 0
+    assert (
+        "over its 4 pipeline stages run one after another (pipeline speedup; the 32 ranks'" in out
+    )
+    status, out, _ = run(capsys, "simulate", *shape, "-M", "8")
+    assert status == 0 and "x over one device" in out and "pipeline speedup" not in out

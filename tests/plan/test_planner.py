@@ -395,3 +395,48 @@ def test_repeated_search_values_count_once() -> None:
     assert limits.tensor_sizes == (2,)
     space = list(candidates(16, 64, limits, ("1f1b",), (2,)))
     assert len(space) == len(set(space))
+
+
+def test_a_configuration_is_labelled_whole_and_compared_field_by_field() -> None:
+    """A rejected alternative prints every dimension, defaults included, and where it differs
+    from plan 1; a configuration without a pipeline is not called by a pipeline's name."""
+    from pipesim.plan.space import Candidate
+
+    plan_1 = Candidate(
+        16,
+        16,
+        "zbv",
+        2,
+        48,
+        2,
+        False,
+        tensor=4,
+        sequence_parallel=True,
+        recompute="selective",
+        zero=1,
+    )
+    other = dataclasses.replace(plan_1, tensor=8, data_parallel=8, recompute="none")
+    assert other.full_label() == ("zbv T=8 SP=on K=16 DP=8 v=2 M=48 b=2 recompute=none ZeRO=1")
+    assert other.differences(plan_1) == "T=8 (4), DP=8 (16), recompute=none (selective)"
+    assert plan_1.differences(plan_1) == "nothing but its partition"
+    flat = Candidate(1, 32, "1f1b", 1, 4, 4, False)
+    assert flat.schedule_label == "no pipeline (1f1b)"
+    assert (
+        flat.full_label()
+        == "no pipeline (1f1b) T=1 SP=off K=1 DP=32 v=1 M=4 b=4 recompute=none ZeRO=0"
+    )
+
+
+def test_the_table_says_what_each_rejected_alternative_changes_and_why_it_lost() -> None:
+    settings = plan_settings("megatron-1.7b", "a100", 32, 512, top=2)
+    report = plan(settings, show_progress=False)
+    text = report_table(report)
+    section = text.split("best rejected alternatives")[1].splitlines()[1:]
+    assert section and len(section) == 3 * len(report.rejected)
+    for (e, why), at in zip(report.rejected, range(0, len(section), 3), strict=True):
+        assert section[at] == f"  {e.candidate.full_label()}"
+        assert (
+            section[at + 1]
+            == f"      differs in {e.candidate.differences(report.plans[0].candidate)}"
+        )
+        assert section[at + 2] == f"      rejected: {why}"
