@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipesim.common.units import format_bytes, format_seconds
+from pipesim.plan.caveats import assumptions, tie
 from pipesim.plan.planner import Evaluated, PlanReport
 
 
@@ -88,6 +89,15 @@ def report_json(report: PlanReport, command_for: CommandFor | None = None) -> di
         "cluster_devices": report.settings.devices,
         "cluster": report.cluster,
         "batch": batch,
+        "assumptions": assumptions(report),
+        "tie": None
+        if (tied := tie(report)) is None
+        else {
+            "plans": tied.last,
+            "spread": tied.spread,
+            "differ_in": list(tied.differ),
+            "note": tied.sentence(),
+        },
     }
 
 
@@ -133,6 +143,10 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         )
     if any_async:
         lines.append(ASYNC_NOTE)
+    tied = tie(report)
+    if tied is not None:
+        lines += ["", tied.sentence()]
+    lines += ["", "assumed:", *(f"  {line}" for line in assumptions(report))]
     if report.plans and command_for is not None:
         best = command_for(report, report.plans[0])
         lines += ["", "re-simulate the best plan:", "  " + best]
