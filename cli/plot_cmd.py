@@ -35,7 +35,9 @@ def register(subparsers: Any) -> None:
         help="draw a figure from saved results",
         description="Kinds: " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()),
     )
-    parser.add_argument("kind", choices=list(KINDS), help="what to draw")
+    parser.add_argument(
+        "kind", choices=list(KINDS), metavar="KIND", help="what to draw: " + ", ".join(KINDS)
+    )
     parser.add_argument(
         "files",
         nargs="+",

@@ -17,7 +17,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = "cli.md"
-WIDTH = "100"  # help text is wrapped to the terminal; fix it so every build renders the same
+WIDTH = (
+    "76"  # help text is wrapped to the terminal: fixed, and narrow enough for the page's code box
+)
 
 
 @contextmanager
@@ -73,8 +75,22 @@ def render(parser: argparse.ArgumentParser | None = None) -> str:
         for path, sub in walk(parser):
             title = " ".join(("pipesim", *path))
             level = "#" * min(2 + max(len(path) - 1, 0), 4)
-            out += [f"{level} `{title}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+            help_text = fitted_usage(sub.format_help().rstrip(), int(WIDTH))
+            out += [f"{level} `{title}`", "", "```text", help_text, "```", ""]
     return "\n".join(out)
+
+
+def fitted_usage(help_text: str, width: int) -> str:
+    """``help_text`` with its usage block's continuation lines indented by 6 spaces where
+    argparse's alignment under the command's name pushes one past ``width`` (an option group
+    such as ``[--overlap-grad-reduce | --no-overlap-grad-reduce]`` cannot be broken, and the
+    page's code box holds about 80 columns)."""
+    usage, _, rest = help_text.partition("\n\n")
+    lines = usage.splitlines()
+    if all(len(line) <= width for line in lines):
+        return help_text
+    fitted = [lines[0], *("      " + line.strip() for line in lines[1:])]
+    return "\n".join(fitted) + ("\n\n" + rest if rest else "")
 
 
 def on_files(files: Any, config: Any) -> Any:
