@@ -5,7 +5,9 @@
 * every ``$ pipesim ...`` command shown in README.md and docs/ parses with today's parser (a
   command elided with ``...`` must at least name only options its sub-command has);
 * the CLI reference, generated at build time by docs/hooks/cli_reference.py, covers every
-  sub-command, and the API reference pages name only packages that exist;
+  sub-command with its ``--help`` word for word (a usage block re-indented where argparse's
+  alignment would overflow the page's code box), and the API reference pages name only
+  packages that exist;
 * the set-up commands on the site's home page are the README's.
 """
 
@@ -118,11 +120,17 @@ def test_the_cli_reference_covers_every_sub_command() -> None:
     assert set(_subparser_names(parser)) <= paths
     assert {"schedule show", "hardware list", "models list"} <= paths  # nested ones too
     page = hook.render(parser)
-    with hook.terminal_columns(hook.WIDTH):  # each section is exactly the parser's own --help
+    width = int(hook.WIDTH)
+    with hook.terminal_columns(hook.WIDTH):  # each section is the parser's own --help
         for path, sub in hook.walk(parser):
             title = " ".join(("pipesim", *path))
             assert f"`{title}`" in page
-            assert sub.format_help().rstrip() in page, title
+            own = sub.format_help().rstrip()
+            assert hook.fitted_usage(own, width) in page, title
+            # only a usage block's indentation may differ, and only where it overflows
+            words = [line.split() for line in own.splitlines()]
+            fitted = [line.split() for line in hook.fitted_usage(own, width).splitlines()]
+            assert words == fitted, title
 
 
 def _subparser_names(parser: argparse.ArgumentParser) -> list[str]:
