@@ -416,10 +416,24 @@ def _simulate(args: argparse.Namespace) -> int:
         saved = saved_run(result)
         write_text_atomically(args.save, json_text(saved), field="--save")
     if args.timeline is not None:
+        from pipesim.export.saved import SavedRun, layout_label
         from plots import bars_from_timeline, save, timeline_figure
 
         compute, transfers = bars_from_timeline(result.timeline)
-        title = f"{schedule.name}, K={schedule.devices}, M={schedule.microbatches}"
+        title = SavedRun(
+            schedule=schedule.name,
+            devices=schedule.devices,
+            microbatches=schedule.microbatches,
+            chunks=schedule.chunks,
+            iteration_time_s=result.iteration_time_s,
+            bubble_fraction=result.bubble_fraction,
+            oom=result.oom,
+            capacity_bytes=None,
+            compute=(),
+            transfers=(),
+            memory=(),
+            layout=layout_label(result.costs.layout),
+        ).title
         save(timeline_figure(compute, transfers, title=title), args.timeline, field="--timeline")
     if args.json:
         write_json(result.to_json())

@@ -122,8 +122,21 @@ def _on_the_job(
     if group is not None and not parallelism.sequence_parallel:
         costs = with_gathered_messages(costs, where, group)
     costs = with_data_parallel(costs, where, job, parallelism, recipe.overlap_grad_reduce)
+    layout = {
+        "tensor_parallel": parallelism.tensor,
+        "sequence_parallel": parallelism.sequence_parallel,
+        "data_parallel": parallelism.data,
+        "microbatch_size": None  # the costs count the samples of every replica's micro-batch
+        if costs.samples_per_microbatch is None
+        else costs.samples_per_microbatch / parallelism.data,
+        "recompute": parallelism.recompute.label,
+        "zero": parallelism.zero,
+    }
     return dataclasses.replace(
-        costs, description=f"{costs.description}, recipe {recipe.name}", recipe=recipe.to_json()
+        costs,
+        description=f"{costs.description}, recipe {recipe.name}",
+        recipe=recipe.to_json(),
+        layout=layout,
     )
 
 

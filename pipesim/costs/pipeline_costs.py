@@ -169,6 +169,9 @@ class PipelineCosts:
         recipe: the software recipe the costs assume, its name and every choice
             (:meth:`pipesim.config.recipe.Recipe.to_json`); None for costs not built from a
             run's configuration (synthetic, calibrated).
+        layout: the run's dimensions besides the pipeline's (``tensor_parallel``,
+            ``sequence_parallel``, ``data_parallel``, ``microbatch_size``, ``recompute``,
+            ``zero``), for reports and figure titles; None as for ``recipe``.
     """
 
     stages: tuple[StageCosts, ...]
@@ -182,6 +185,7 @@ class PipelineCosts:
     flops: FlopsAccount | None = None
     cluster: str = field(default="", compare=False)
     recipe: Mapping[str, object] | None = field(default=None, compare=False)
+    layout: Mapping[str, object] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))

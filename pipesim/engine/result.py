@@ -191,6 +191,7 @@ class SimulationResult:
             "oom": self.oom,
             "costs": self.costs.description,
             "recipe": None if self.costs.recipe is None else dict(self.costs.recipe),
+            "layout": None if self.costs.layout is None else dict(self.costs.layout),
             "engine": self.engine,
             **self._flops_json(),
             "per_device": [

@@ -152,17 +152,45 @@ class SavedRun:
     compute: tuple[ComputeBar, ...]
     transfers: tuple[TransferBar, ...]
     memory: tuple[tuple[tuple[float, float], ...], ...]
+    layout: str = ""
 
     @property
     def title(self) -> str:
-        """``zbv, K=4, M=8, v=2: step 13.2 s, bubble 8.06%`` (and ``, out of memory``)."""
+        """``zbv, K=4, M=8, v=2: step 13.2 s, bubble 8.06%`` (and ``, out of memory``); a run
+        of a model on hardware with its other dimensions: ``1f1b, K=4, M=8, T=2 SP D=4 b=1:
+        ...``, so that panels of two hybrid runs say every dimension they differ in."""
         chunks = f", v={self.chunks}" if self.chunks > 1 else ""
+        layout = f", {self.layout}" if self.layout else ""
         oom = ", out of memory" if self.oom else ""
         return (
-            f"{self.schedule}, K={self.devices}, M={self.microbatches}{chunks}: step "
+            f"{self.schedule}, K={self.devices}, M={self.microbatches}{chunks}{layout}: step "
             f"{format_seconds(self.iteration_time_s)}, bubble "
             f"{format_percent(self.bubble_fraction)}{oom}"
         )
+
+
+def layout_label(layout: Any) -> str:
+    """A result's ``layout`` in a few words, ``T=2 SP D=4 b=1 recompute=full ZeRO-1`` ("" when
+    the result has none: synthetic costs, or a file saved before it had one); anything but a
+    well-formed layout reads as none, since a title is no place to refuse a file."""
+    if not isinstance(layout, dict):
+        return ""
+    tensor, data = layout.get("tensor_parallel"), layout.get("data_parallel")
+    size = layout.get("microbatch_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (tensor, data)):
+        return ""
+    words = [f"T={tensor}"]
+    if layout.get("sequence_parallel") is True:
+        words.append("SP")
+    words.append(f"D={data}")
+    if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
+        words.append(f"b={size:g}")
+    recompute = layout.get("recompute")
+    if isinstance(recompute, str) and recompute not in ("", "none") and len(recompute) < 20:
+        words.append(f"recompute={recompute}")
+    if layout.get("zero") == 1:
+        words.append("ZeRO-1")
+    return " ".join(words)
 
 
 def saved_run(result: Any) -> dict[str, Any]:
@@ -223,6 +251,7 @@ def load_run(path: str, *, timeline: bool = True, memory: bool = True) -> SavedR
         compute=tuple(_compute(check, data, devices)) if timeline else (),
         transfers=tuple(_transfers(check, data, devices)) if timeline else (),
         memory=tuple(_memory(check, data, devices)) if memory else (),
+        layout=layout_label(result.get("layout")),
     )
     return run
 

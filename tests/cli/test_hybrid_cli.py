@@ -278,3 +278,46 @@ def test_a_hybrid_runs_speedup_is_named_as_the_pipelines(
     )
     status, out, _ = run(capsys, "simulate", *shape, "-M", "8")
     assert status == 0 and "x over one device" in out and "pipeline speedup" not in out
+
+
+def test_the_result_states_its_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """A model run's JSON carries its dimensions besides the pipeline's; synthetic costs none."""
+    status, out, _ = run(
+        capsys,
+        "simulate",
+        "--model",
+        "megatron-1.7b",
+        "--hardware",
+        "a100",
+        "-K",
+        "2",
+        "--schedule",
+        "1f1b",
+        "-M",
+        "4",
+        "--tensor-parallel",
+        "2",
+        "--sequence-parallel",
+        "--data-parallel",
+        "2",
+        "--batch",
+        "16",
+        "--recompute",
+        "full",
+        "--zero",
+        "1",
+        "--json",
+    )
+    assert status == 0
+    assert json.loads(out)["layout"] == {
+        "tensor_parallel": 2,
+        "sequence_parallel": True,
+        "data_parallel": 2,
+        "microbatch_size": 2.0,
+        "recompute": "full",
+        "zero": 1,
+    }
+    status, out, _ = run(
+        capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "4", "--costs", "1,2", "--json"
+    )
+    assert status == 0 and json.loads(out)["layout"] is None

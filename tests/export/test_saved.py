@@ -134,6 +134,45 @@ def test_the_sample_loads_with_its_title(tmp_path: Path) -> None:
     assert run.memory == (((0.0, 0.0), (1.0, 10.0)), ((0.0, 5.0),))
 
 
+@pytest.mark.parametrize(
+    ("layout", "title"),
+    [
+        (
+            {
+                "tensor_parallel": 2,
+                "sequence_parallel": True,
+                "data_parallel": 4,
+                "microbatch_size": 1.0,
+                "recompute": "selective",
+                "zero": 1,
+            },
+            "1f1b, K=2, M=1, T=2 SP D=4 b=1 recompute=selective ZeRO-1: step 3 s, bubble 50 %",
+        ),
+        (
+            {
+                "tensor_parallel": 1,
+                "sequence_parallel": False,
+                "data_parallel": 8,
+                "microbatch_size": 4.0,
+                "recompute": "none",
+                "zero": 0,
+            },
+            "1f1b, K=2, M=1, T=1 D=8 b=4: step 3 s, bubble 50 %",
+        ),
+        (None, "1f1b, K=2, M=1: step 3 s, bubble 50 %"),  # synthetic costs, or an old file
+        ({"tensor_parallel": "2", "data_parallel": 4}, "1f1b, K=2, M=1: step 3 s, bubble 50 %"),
+    ],
+)
+def test_a_hybrid_runs_title_states_its_other_dimensions(
+    tmp_path: Path, layout: Any, title: str
+) -> None:
+    """Two hybrid runs side by side differ in T, D or b as often as in K or M: the panel title
+    says them all."""
+    data = valid_run()
+    data["result"]["layout"] = layout
+    assert load_run(write(tmp_path, data)).title == title
+
+
 def test_sweep_rows_are_checked_and_failed_runs_left_out(tmp_path: Path) -> None:
     good = {"schedule": "gpipe", "devices": 2, "microbatches": 4, "speedup": 1.6, "oom": False}
     path = write(tmp_path, {"results": [good, {"error": "boom", "schedule": 3}]})
