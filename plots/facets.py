@@ -58,12 +58,13 @@ def panel_grid(
 
 
 def log2_axis(axes: Any, values: Sequence[int], key: str) -> None:
-    """A log2 x axis with a tick at each value of ``key`` drawn, named with its letter."""
+    """A log2 x axis with a tick at each value of ``key`` drawn, named with its letter and
+    marked as logarithmic (unmarked, a line linear in M reads as exponential)."""
     axes.set_xscale("log", base=2)
     ticks = sorted(set(values))
     axes.set_xticks(ticks, [str(t) for t in ticks])
     axes.minorticks_off()
-    axes.set_xlabel(AXIS_NAMES[key])
+    axes.set_xlabel(f"{AXIS_NAMES[key]}, log scale")
     axes.grid(alpha=0.3)
 
 

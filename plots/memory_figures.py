@@ -236,7 +236,9 @@ def memory_timeline_figure(
     axes.set_xlabel(f"time ({time_name})")
     axes.set_ylabel(f"memory ({unit})")
     axes.set_ylim(bottom=0)
-    axes.set_title(title or "Memory of each device over time")
+    # over the whole figure: an axes title that long runs into the legend beside it
+    figure.suptitle(title or "Memory of each device over time", fontsize=11)
     axes.grid(alpha=0.3)
-    axes.legend(handles=handles, fontsize=8)
+    # beside the axes, not on them: with many devices a legend inside covers the ramp-up
+    figure.legend(handles=handles, fontsize=8, loc="outside right center")
     return figure

@@ -58,7 +58,7 @@ def test_speedup_has_a_panel_per_k_a_line_per_schedule_and_the_closed_form(
     assert closed.get_linestyle() == "--" and closed.get_color() == "black"
     assert list(closed.get_ydata()) == pytest.approx([4 / 3, 8 / 5, 16 / 9])
     assert panels[0].get_ylabel() == "speedup over one device (×)"
-    assert panels[0].get_xlabel() == "micro-batches per step (M)"
+    assert panels[0].get_xlabel() == "micro-batches per step (M), log scale"
     assert "dashed: GPipe's closed form" in figure.get_suptitle()
     # Colours follow the schedule in every panel.
     k4 = lines_named(panels[1])
@@ -74,7 +74,7 @@ def test_speedup_against_k_has_a_panel_per_m(tmp_path: Path) -> None:
     assert [a.get_title() for a in panels] == ["M = 2", "M = 4", "M = 8"]
     closed = lines_named(panels[0])["closed form K·M/(M+K−1)"]
     assert list(closed.get_xdata()) == [2, 4] and closed.get_ydata()[-1] == pytest.approx(8 / 5)
-    assert panels[0].get_xlabel() == "devices (K)"
+    assert panels[0].get_xlabel() == "devices (K), log scale"
     with pytest.raises(ValueError, match="quantity 'bubble'"):
         throughput_figure(rows, "bubble")
 
@@ -292,13 +292,21 @@ def test_zero_memory_is_refused_not_drawn_flat(tmp_path: Path) -> None:
 
 def test_memory_timeline_units_and_capacity() -> None:
     curves = [[(0.0, 0.0), (1.0, 5.0 * 2**30), (2.0, 0.0)], [(0.0, 1.0 * 2**30)]]
-    axes = memory_timeline_figure(curves, 8 * 2**30).axes[0]
+    figure = memory_timeline_figure(curves, 8 * 2**30)
+    axes = figure.axes[0]
     assert axes.get_ylabel() == "memory (GiB)" and axes.get_xlabel() == "time (ms)"
     assert list(axes.lines[0].get_ydata()) == [0.0, 5.0, 0.0]
-    assert legend_texts(axes) == ["device 0", "device 1", "capacity 8 GiB"]
-    small = memory_timeline_figure([[(0.0, 2048.0)]], 80 * 2**30).axes[0]
-    assert small.get_ylabel() == "memory (KiB)"
-    assert legend_texts(small)[-1] == "capacity 80 GiB (far above: not drawn)"
+    # the legend beside the axes, not on the ramp-up it explains
+    assert axes.get_legend() is None and len(figure.legends) == 1
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == [
+        "device 0",
+        "device 1",
+        "capacity 8 GiB",
+    ]
+    small = memory_timeline_figure([[(0.0, 2048.0)]], 80 * 2**30)
+    assert small.axes[0].get_ylabel() == "memory (KiB)"
+    texts = [t.get_text() for t in small.legends[0].get_texts()]
+    assert texts[-1] == "capacity 80 GiB (far above: not drawn)"
 
 
 def test_paper_vs_simulated_names_its_baseline() -> None:
