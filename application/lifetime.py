@@ -80,6 +80,18 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
 
 
+def interrupts_in_one_line(run: Callable[[], int], prog: str) -> int:
+    """``run()``'s exit status, with Ctrl-C, SIGTERM and SIGHUP ending it in one line,
+    ``PROG: interrupted (Ctrl-C)``, exit 130: for a module run as a command of its own
+    (``python -m validation.layer_timing``), as ``pipesim``'s main does for its commands."""
+    try:
+        with terminate_as_interrupt():
+            return run()
+    except KeyboardInterrupt as interrupt:
+        sys.stderr.write(f"{prog}: interrupted ({interrupt_reason(interrupt)})\n")
+        return 130  # 128 + SIGINT, what a shell reports for Ctrl-C (EXIT_INTERRUPTED)
+
+
 class DeferredStops:
     """The stop signals that arrived while :func:`stop_signals_deferred` held them back."""
 

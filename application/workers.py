@@ -33,6 +33,7 @@ import contextlib
 import importlib.util
 import re
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -298,8 +299,7 @@ def _dask_client(address: str, local_workers: int) -> Iterator[tuple[Any, int]]:
     try:
         yield client, max(1, workers)
     finally:
-        with stop_signals_deferred():  # a second Ctrl-C does not cut the goodbye short
-            _close_quietly(client)
+        _close_then_stop(client)
 
 
 @contextlib.contextmanager
@@ -346,8 +346,17 @@ def _local_cluster(workers: int, scratch: str) -> Iterator[Any]:
     try:
         yield client
     finally:
-        with stop_signals_deferred():  # a second Ctrl-C does not cut the cluster's stop short
-            _close_quietly(client, cluster)
+        _close_then_stop(client, cluster)
+
+
+def _close_then_stop(*things: Any) -> None:
+    """Close ``things`` with the stop signals held back (a Ctrl-C does not cut the goodbye
+    short), then act on one that came meanwhile: raised as the interrupt it was, unless one
+    is already on its way out (a second Ctrl-C during the stop of an interrupted run)."""
+    with stop_signals_deferred() as stops:
+        _close_quietly(*things)
+    if stops and sys.exc_info()[0] is None:
+        raise stops.interrupt() from None
 
 
 def _close_quietly(*things: Any) -> None:

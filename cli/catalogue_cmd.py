@@ -251,7 +251,7 @@ def _model_text(summary: dict[str, Any]) -> str:
         )
         lines.append(f"per stage     {per_stage} (even by FLOPs, simulate's default split)")
     lines += ["", "as a model file (pipesim models show NAME --toml > my-model.toml):", ""]
-    return "\n".join(lines) + "\n" + summary["toml"]
+    return "\n".join(lines) + "\n" + str(summary["toml"])
 
 
 def _recipes_list(args: argparse.Namespace) -> int:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from types import FrameType
-from typing import Any, TextIO
 
 from application.command_line import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
     EXIT_INTERRUPTED,
     ArgumentParser,
+    watching_stdout,
 )
 from application.lifetime import (
     STOP_SIGNALS,
@@ -75,38 +74,9 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status: 0 done, 1 a check or a write failed,
     2 bad input, 130 interrupted. Every failure is one line on stderr (a schedule error adds
-    its marked grid on the lines after the first), never a traceback.
-
-    Standard output that cannot be written (a full disk, ``/dev/full``, a closed descriptor,
-    an I/O error) is a failure of the machine: ``pipesim: failed: cannot write the output:
-    REASON``, exit 1. A reader that went away (``pipesim ... | head``) is not an error: exit
-    0. Either way the output is flushed here, inside the handler, and what could not be
-    written is then discarded, so the interpreter's own flush at exit has nothing to fail on.
-    """
-    stdout = _WatchedStdout(sys.stdout)
-    sys.stdout = stdout
-    try:
-        status = _run(argv)
-        try:
-            stdout.flush()  # the last output is written here, not at exit outside any handler
-        except OSError:
-            if status == 0:
-                raise
-            _discard_output(stdout)  # a failure is already reported: it stays the one line
-    except BrokenPipeError:  # `pipesim ... | head` is not an error
-        _discard_output(stdout)
-        return 0
-    except OSError as error:
-        if error is not stdout.failure:
-            raise
-        _discard_output(stdout)
-        reason = error.strerror or str(error)
-        sys.stderr.write(f"pipesim: failed: cannot write the output: {reason}\n")
-        return EXIT_CHECK_FAILED
-    finally:
-        if sys.stdout is stdout:
-            sys.stdout = stdout.stream
-    return status
+    its marked grid on the lines after the first), never a traceback; standard output that
+    cannot be written is one of them (:func:`application.command_line.watching_stdout`)."""
+    return watching_stdout(lambda: _run(argv), "pipesim")
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -142,66 +112,6 @@ def _run(argv: Sequence[str] | None) -> int:
         )
         return EXIT_CHECK_FAILED
     return status
-
-
-class _WatchedStdout:
-    """``sys.stdout`` while a command runs: writes go to the real stream, and the latest
-    failure to write it is remembered, so :func:`main` tells a failed write of the output
-    from any other ``OSError``. A closed standard output (``sys.stdout`` is None: the script
-    was started with ``>&-``) fails every write with EBADF instead of printing nothing."""
-
-    def __init__(self, stream: TextIO | None) -> None:
-        self.stream = stream
-        self.failure: OSError | None = None
-
-    def _real(self) -> TextIO:
-        if self.stream is None:
-            self.failure = OSError(errno.EBADF, os.strerror(errno.EBADF))
-            raise self.failure
-        return self.stream
-
-    def write(self, text: str) -> int:
-        try:
-            return self._real().write(text)
-        except OSError as error:
-            self.failure = error
-            raise
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        try:
-            if self.stream is not None:
-                self.stream.flush()
-        except OSError as error:
-            self.failure = error
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real(), name)
-
-
-def _discard_output(stdout: _WatchedStdout) -> None:
-    """Point standard output at the null device, as Python's documentation recommends after
-    a SIGPIPE: what is still buffered then goes nowhere at exit, instead of failing again
-    outside any handler (a traceback-like "Exception ignored" and exit status 120)."""
-    stream = stdout.stream
-    if stream is None:
-        return
-    try:
-        descriptor = stream.fileno()
-        null = os.open(os.devnull, os.O_WRONLY)
-    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the process ends
-        return
-    try:
-        os.dup2(null, descriptor)
-    except OSError:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the process ends
-    finally:
-        os.close(null)
 
 
 def _stop_signals_end_the_process() -> AbstractContextManager[None]:

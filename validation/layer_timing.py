@@ -845,7 +845,11 @@ def _print_report(parser: ArgumentParser, path: Path, hardware_name: str) -> int
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from application.command_line import watching_stdout
+    from application.lifetime import interrupts_in_one_line
+
+    PROG = "python -m validation.layer_timing"
+    raise SystemExit(watching_stdout(lambda: interrupts_in_one_line(main, PROG), PROG))
 
 
 __all__ = [

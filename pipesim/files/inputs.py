@@ -7,6 +7,7 @@ import errno
 import os
 import select
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,10 @@ from pipesim.errors import PipesimError
 # its pace is its own: one that computes a schedule for minutes before it writes is waited
 # for, and Ctrl-C ends the wait.
 PIPE_OPEN_WAIT_S = 30.0
+# After this long with a writer that has opened the pipe and written nothing, the command says
+# on stderr, once, what it is waiting for and how to stop it: a wait without a bound is one
+# the user can see.
+SILENT_WRITER_NOTE_S = 10.0
 _CHUNK_BYTES = 1 << 16
 
 
@@ -74,7 +79,9 @@ def _is_stream(path: Path) -> bool:
 def _read_stream(path: Path, most: int) -> bytes:
     """Up to ``most`` bytes of a pipe or device, until its end. Opened without blocking (the
     open of a named pipe waits for a writer, without a bound) and polled: a writer must appear
-    within :data:`PIPE_OPEN_WAIT_S`; one that has appeared is waited for as long as it stays."""
+    within :data:`PIPE_OPEN_WAIT_S`; one that has appeared is waited for as long as it stays
+    (Ctrl-C ends the wait), with a line on stderr once it has been silent for
+    :data:`SILENT_WRITER_NOTE_S`."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         poller = select.poll()
@@ -82,16 +89,26 @@ def _read_stream(path: Path, most: int) -> bytes:
         chunks: list[bytes] = []
         size = 0
         writer_seen = False
-        started = time.monotonic()
+        noted = False  # the note on a silent writer, once
+        started = quiet_since = time.monotonic()
         while size < most:
             try:
                 chunk = os.read(descriptor, min(_CHUNK_BYTES, most - size))
             except BlockingIOError:  # a writer holds it open and has not written yet
                 writer_seen = True
+                if not noted and time.monotonic() - quiet_since >= SILENT_WRITER_NOTE_S:
+                    noted = True
+                    sys.stderr.write(
+                        f"pipesim: note: waiting for the program writing {str(path)!r}: it "
+                        f"opened the pipe and has written nothing for {SILENT_WRITER_NOTE_S:g} "
+                        "s (Ctrl-C stops)\n"
+                    )
+                    sys.stderr.flush()
                 poller.poll(1000)
                 continue
             if chunk:
                 writer_seen = True
+                quiet_since = time.monotonic()
                 chunks.append(chunk)
                 size += len(chunk)
                 continue

@@ -151,17 +151,17 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         best = command_for(report, report.plans[0])
         lines += ["", "re-simulate the best plan:", "  " + best]
     if report.rejected:
-        best = report.plans[0].candidate if report.plans else None
+        first = report.plans[0].candidate if report.plans else None
         lines += [
             "",
             "best rejected alternatives (every setting; in brackets plan 1's where it differs):"
-            if best is not None
+            if first is not None
             else "best rejected alternatives:",
         ]
         for e, why in report.rejected:
             lines.append(f"  {e.candidate.full_label()}")
-            if best is not None:
-                lines.append(f"      differs in {e.candidate.differences(best)}")
+            if first is not None:
+                lines.append(f"      differs in {e.candidate.differences(first)}")
             lines.append(f"      rejected: {why}")
     return "\n".join(lines) + "\n"
 

@@ -74,13 +74,14 @@ from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
 
 def load_model(path: str | Path) -> Model:
-    """Read a model TOML file into a :class:`Model`."""
-    return model_from_table(
-        read_toml(path, "model"),
-        f"model file {str(path)!r}",
-        default_name=Path(path).stem,
-        description=f"from {path}",
-    )
+    """Read a model TOML file into a :class:`Model`; every error names the file."""
+    table = read_toml(path, "model")
+    try:
+        return model_from_table(
+            table, "it", default_name=Path(path).stem, description=f"from {path}"
+        )
+    except SpecError as error:
+        raise SpecError(f"model file {str(path)!r}: {error}") from None
 
 
 def model_from_table(

@@ -345,3 +345,39 @@ def test_sigterm_stops_a_pool_sweep_without_waiting_for_its_running_points(
     assert took < 15, took  # about 1 s; 40 to 60 s when it waited for the running points
     assert not any(running(int(pid)) for pid in pool)
     assert len(out.read_text().splitlines()) >= 3
+
+
+class _StoppedWhileClosing:
+    """A cluster whose close() receives a stop signal (Ctrl-C pressed as the run ends)."""
+
+    def __init__(self, stop: signal.Signals) -> None:
+        self.stop = stop
+        self.closed = False
+
+    def close(self) -> None:
+        os.kill(os.getpid(), self.stop)
+        time.sleep(0.1)
+        self.closed = True
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_while_the_cluster_closes_is_raised_once_it_is_closed(
+    stop: signal.Signals,
+) -> None:
+    """Before, the signal was recorded and dropped: the run ended 0 with its table."""
+    cluster = _StoppedWhileClosing(stop)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        workers_module._close_then_stop(cluster)
+    assert cluster.closed
+    if stop == signal.SIGTERM:
+        assert isinstance(caught.value, StopSignal) and caught.value.name == "SIGTERM"
+
+
+def test_a_stop_signal_while_an_interrupted_run_closes_adds_no_second_interrupt() -> None:
+    cluster = _StoppedWhileClosing(signal.SIGTERM)
+    with pytest.raises(ValueError, match="the run's own"):
+        try:
+            raise ValueError("the run's own")
+        finally:
+            workers_module._close_then_stop(cluster)
+    assert cluster.closed

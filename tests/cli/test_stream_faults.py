@@ -51,6 +51,33 @@ def test_a_full_disk_on_stdout_is_one_line_and_exit_1(argv: list[str]) -> None:
     assert done.returncode == 1
 
 
+@needs_dev_full
+def test_the_layer_timing_report_on_a_full_disk_is_one_line_and_exit_1() -> None:
+    """The GPU records' reader, a module of its own, prints through the same guard."""
+    pytest.importorskip("torch")
+    with FULL.open("w") as full:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "validation.layer_timing",
+                "--report",
+                str(ROOT / "docs" / "measurements" / "h200-layers.json"),
+            ],
+            cwd=ROOT,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.stderr == (
+        "python -m validation.layer_timing: failed: cannot write the output: "
+        "No space left on device\n"
+    )
+    assert done.returncode == 1
+
+
 def test_a_closed_stdout_is_one_line_and_exit_1() -> None:
     done = _pipesim(SHOW, preexec_fn=lambda: os.close(1))
     assert done.stderr == "pipesim: failed: cannot write the output: Bad file descriptor\n"

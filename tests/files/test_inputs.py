@@ -120,6 +120,29 @@ def test_a_writer_that_is_silent_after_opening_is_waited_for(
     writer.join()
 
 
+def test_a_silent_writer_is_said_once_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wait with no bound is one the user sees: one line, once, however long the silence."""
+    monkeypatch.setattr(pipesim.files.inputs, "SILENT_WRITER_NOTE_S", 0.3)
+    fifo = tmp_path / "in.csv"
+    os.mkfifo(fifo)
+
+    def silent_then_write() -> None:
+        with fifo.open("wb") as handle:
+            time.sleep(1.6)  # the note at 0.3 s; the loop looks every second after it
+            handle.write(b"late")
+
+    writer = threading.Thread(target=silent_then_write, daemon=True)
+    writer.start()
+    assert read_at_most(fifo, 100) == b"late"
+    writer.join()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"pipesim: note: waiting for the program writing {str(fifo)!r}: it opened the pipe"
+    )
+
+
 def test_a_pipe_is_read_up_to_the_bound_and_no_further(tmp_path: Path) -> None:
     fifo = tmp_path / "in"
     os.mkfifo(fifo)

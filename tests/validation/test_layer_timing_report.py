@@ -190,3 +190,42 @@ def test_a_misused_option_is_one_line_too(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{PROG}: error: {message}")
     assert line.endswith(f"(see {PROG} --help)")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_ctrl_c_while_the_report_waits_is_one_line_exit_130(tmp_path: Path) -> None:
+    """As a command of its own, the module ends an interrupt as pipesim's commands do (it
+    printed a 24-line traceback and died of the signal)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "record.json"
+    os.mkfifo(fifo)
+
+    def terminal_ctrl_c() -> None:  # whatever started the suite, Ctrl-C as a terminal has it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "validation.layer_timing", "--report", str(fifo)],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=terminal_ctrl_c,
+    )
+    ready = time.monotonic() + 60  # torch's import, on a busy machine
+    while time.monotonic() < ready and process.poll() is None:
+        fds = Path(f"/proc/{process.pid}/fd")
+        try:
+            if any(os.readlink(fd) == str(fifo) for fd in fds.iterdir()):
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert (process.returncode, out) == (130, "")
+    assert err == "python -m validation.layer_timing: interrupted (Ctrl-C)\n"

@@ -167,7 +167,7 @@ def test_toml_layers_model(tmp_path: Path) -> None:
     [
         (
             'dtype = "bf16"\ndefault_batch = 1\n',
-            "model file '{path}' needs exactly one of a [transformer] table or [[layers]]",
+            "model file '{path}': it needs exactly one of a [transformer] table or [[layers]]",
         ),
         (
             'dtype = "bf16"\ndefault_batch = 1\n[transformer]\nlayers = 0\nhidden = 8\nheads = 1\nseq = 4\nvocab = 10\n',
@@ -193,4 +193,8 @@ def test_toml_model_errors(tmp_path: Path, text: str, message: str) -> None:
     path.write_text(text)
     with pytest.raises(SpecError) as error:
         load_model(path)
-    assert str(error.value) == message.format(path=path)
+    # every error names the file first (a field's error alone left the user to guess which)
+    expected = message.format(path=path)
+    if not expected.startswith("model file "):
+        expected = f"model file {str(path)!r}: {expected}"
+    assert str(error.value) == expected
