@@ -172,6 +172,6 @@ def test_a_transformer_whose_heads_do_not_divide_its_width_is_refused(tmp_path: 
     with pytest.raises(SpecError) as error:
         load_model(path)
     assert str(error.value) == (
-        "transformer.heads = 4 must divide transformer.hidden = 30 (each head gets hidden / "
-        "heads of the width)"
+        f"model file {str(path)!r}: transformer.heads = 4 must divide transformer.hidden = 30 "
+        "(each head gets hidden / heads of the width)"
     )
