@@ -485,12 +485,15 @@ def summary(result: Any) -> str:
     lines.append(f"  bubble         {format_percent(result.bubble_fraction)} ({closed})")
     flops = result.costs.flops
     ranks = flops.devices if flops is not None else s.devices
-    over = (
-        "over one device"
-        if ranks == s.devices
-        else f"over its {s.devices} pipeline stages run one after another (pipeline speedup; "
-        f"the {ranks:,} ranks' tensor and data parallelism not counted)"
-    )
+    if ranks == s.devices:
+        over = "over one device"
+    elif s.devices == 1:
+        over = f"(no pipeline; the {ranks:,} ranks' tensor and data parallelism not counted)"
+    else:
+        over = (
+            f"over its {s.devices} pipeline stages run one after another (pipeline speedup; "
+            f"the {ranks:,} ranks' tensor and data parallelism not counted)"
+        )
     lines.append(
         f"  throughput     {result.throughput:.4g} {result.throughput_unit}; speedup "
         f"{result.speedup:.3g}x {over}"

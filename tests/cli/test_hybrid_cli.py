@@ -278,6 +278,10 @@ def test_a_hybrid_runs_speedup_is_named_as_the_pipelines(
     )
     status, out, _ = run(capsys, "simulate", *shape, "-M", "8")
     assert status == 0 and "x over one device" in out and "pipeline speedup" not in out
+    flat = [*shape[:4], "-K", "1", "--schedule", "1f1b", "-M", "4", "--data-parallel", "4"]
+    status, out, _ = run(capsys, "simulate", *flat, "--batch", "16")
+    assert status == 0
+    assert "speedup 1x (no pipeline; the 4 ranks' tensor and data parallelism not counted)" in out
 
 
 def test_the_result_states_its_layout(capsys: pytest.CaptureFixture[str]) -> None:
