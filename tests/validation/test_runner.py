@@ -339,12 +339,22 @@ def test_reuse_of_a_folder_that_does_not_exist_creates_nothing(
     assert "pipesim: error: --reuse: no measurements at" in capsys.readouterr().err
 
 
-def test_quick_suite_is_k2_on_every_schedule() -> None:
+def test_quick_suite_is_k2_on_a_schedule_of_each_family() -> None:
+    """A few minutes on a 2-core machine: six schedules, M = 2 and 8, two models; the full
+    suite keeps every schedule."""
+    from validation.suites import full_suite
+
     cases, skipped = quick_suite()
     assert [c.devices for c in cases] == [2, 2]
     assert [c.model.kind for c in cases] == [ModelKind.MLP, ModelKind.TRANSFORMER]
-    assert all(len(c.schedules) >= 10 for c in cases)
+    assert all(
+        c.schedules == ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "synth N=3")
+        and tuple(c.microbatches) == (2, 8)
+        for c in cases
+    )
     assert all("reason" in s for s in skipped)
+    full, _ = full_suite(fit_machine=False)
+    assert all(len(c.schedules) >= 10 for c in full)
 
 
 def test_no_run_measured_is_never_a_pass() -> None:

@@ -41,12 +41,14 @@ def test_rss_rise_sees_what_a_block_allocates_and_not_more() -> None:
     measured = rise()
     assert measured is not None and measured < 4 * MiB
     # Memory freed inside the block still counts: the high-water mark, not the end (less the
-    # free pages the allocator kept, which a new tensor reuses: a few hundred KiB).
+    # free pages the allocator kept, which a new tensor reuses: a few hundred KiB alone, but
+    # 20 MiB or more after a whole suite's tests in one process, where a 20 MiB tensor once
+    # measured 0; so the tensor is larger than anything kept, and the bound leaves room).
     with rss_rise() as rise:
-        transient = torch.ones(20 * MiB // 4)
+        transient = torch.ones(160 * MiB // 4)
         del transient
     measured = rise()
-    assert measured is not None and measured >= 19 * MiB
+    assert measured is not None and measured >= 100 * MiB
 
 
 def test_measuring_goes_on_while_noisy_and_within_budget() -> None:
