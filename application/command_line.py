@@ -28,11 +28,20 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {short_values(message)} (see {self.prog} --help)\n")
         sys.exit(EXIT_BAD_INPUT)
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """A number given to an ``int`` or ``float`` option in ASCII only: Python's ``int``
+        reads every script's digits (``-K ４`` was 4, where ``--partition ６`` is refused)."""
+        if action.type in (int, float) and not arg_string.isascii():
+            raise argparse.ArgumentError(
+                action, f"invalid {action.type.__name__} value: {arg_string!r} (ASCII digits only)"
+            )
+        return super()._get_value(action, arg_string)
+
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1, in ASCII digits."""
     try:
-        value = int(text)
+        value = int(text) if text.isascii() else int("not ascii")
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
@@ -43,6 +52,8 @@ def positive_int(text: str) -> int:
 def positive_ints(text: str) -> tuple[int, ...] | None:
     """The integers of a comma-separated list (``"1,2,4"``), or None when the list is empty or
     an item is not an integer >= 1; the caller words the error for its own flag."""
+    if not text.isascii():  # int() reads every script's digits
+        return None
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:

@@ -172,3 +172,21 @@ def test_partition_counts_in_ascii_still_run(capsys: pytest.CaptureFixture[str])
     argv = ["simulate", "--schedule", "1f1b", "-K", "2", "-M", "4", "--model", "uniform-8"]
     status, _, err = run(capsys, *argv, "--hardware", "a100", "--partition", " 4,4")
     assert (status, err) == (0, "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--schedule", "1f1b", "-K", "４", "-M", "4", "--costs", "1,2"],
+        ["simulate", "--schedule", "1f1b", "-K", "4", "-M", "4", "--costs", "1,2", "--comm", "٠.٥"],
+        ["sweep", "--schedules", "1f1b", "-K", "２,4", "-M", "4", "--costs", "1,2"],
+    ],
+    ids=["fullwidth-int", "arabic-indic-float", "fullwidth-list"],
+)
+def test_numbers_take_ascii_digits_only(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Python's int() and float() read every script's digits; pipesim's options do not (as
+    --partition and --recompute already did not)."""
+    status, out, err = run(capsys, *argv)
+    assert (status, out) == (2, "") and err.count("\n") == 1, err
