@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from application.command_line import EXIT_OK
-from pipesim.common.units import format_bytes
+from pipesim.common.units import format_bytes, format_count
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
@@ -175,7 +175,7 @@ def _models_show(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {
         "name": model.name,
         "description": model.description,
-        "architecture": None if arch is None else _architecture_json(arch),
+        "architecture": None if arch is None else arch.to_json(),
         "layers": len(model.layers),
         "parameters": model.parameters,
         "parameters_by_kind": kinds,
@@ -197,36 +197,12 @@ def _models_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _architecture_json(arch: Any) -> dict[str, Any]:
-    return {
-        "layers": arch.layers,
-        "hidden": arch.hidden,
-        "heads": arch.heads,
-        "kv_heads": arch.kv_heads,
-        "ffn": arch.ffn,
-        "seq": arch.seq,
-        "vocab": arch.vocab,
-        "mlp": arch.mlp.value,
-        "attention": arch.attention.value,
-        "norm": arch.norm.value,
-        "position": arch.position.value,
-        "tied_embeddings": arch.tied_embeddings,
-    }
-
-
-def _count(value: float) -> str:
-    """A parameter count in words: 8.03 B, 525.3 M."""
-    if value >= 1e9:
-        return f"{value / 1e9:.2f} B"
-    if value >= 1e6:
-        return f"{value / 1e6:.1f} M"
-    return f"{value:,.0f}"
-
-
 def _model_text(summary: dict[str, Any]) -> str:
     arch = summary["architecture"]
     b = summary["bytes_per_parameter"]
-    kinds = ", ".join(f"{kind} {_count(n)}" for kind, n in summary["parameters_by_kind"].items())
+    kinds = ", ".join(
+        f"{kind} {format_count(n)}" for kind, n in summary["parameters_by_kind"].items()
+    )
     described = summary["description"]
     same = described.startswith(summary["name"])  # the catalogue's say the name first
     lines = [described if same else f"{summary['name']}: {described}"]
@@ -239,7 +215,7 @@ def _model_text(summary: dict[str, Any]) -> str:
             + (", tied embeddings" if arch["tied_embeddings"] else "")
         )
     lines += [
-        f"parameters    {_count(summary['parameters'])} ({kinds})",
+        f"parameters    {format_count(summary['parameters'])} ({kinds})",
         f"precision     {summary['dtype']}; bytes per parameter: weights {b['weights']:g}, "
         f"gradients {b['gradients']:g}, optimizer state {b['optimizer_state']:g}, master "
         f"weights {b['master_weights']:g}",
@@ -247,7 +223,7 @@ def _model_text(summary: dict[str, Any]) -> str:
     ]
     if summary["stages"] is not None:
         per_stage = ", ".join(
-            f"{_count(s['parameters'])} ({s['layers']} layers)" for s in summary["stages"]
+            f"{format_count(s['parameters'])} ({s['layers']} layers)" for s in summary["stages"]
         )
         lines.append(f"per stage     {per_stage} (even by FLOPs, simulate's default split)")
     lines += ["", "as a model file (pipesim models show NAME --toml > my-model.toml):", ""]

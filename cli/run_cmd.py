@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from application.command_line import EXIT_OK
+from pipesim.common.units import format_count
 from pipesim.files.strict_json import write_json
 
 
@@ -136,20 +137,7 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
         "file": path,
         "model": {
             "name": model.name,
-            "architecture": None
-            if arch is None
-            else {
-                "layers": arch.layers,
-                "hidden": arch.hidden,
-                "heads": arch.heads,
-                "kv_heads": arch.kv_heads,
-                "ffn": arch.ffn,
-                "seq": arch.seq,
-                "vocab": arch.vocab,
-                "mlp": arch.mlp.value,
-                "norm": arch.norm.value,
-                "position": arch.position.value,
-            },
+            "architecture": None if arch is None else arch.to_json(),
             "dtype": model.dtype,
             "layers": len(model.layers),
             "parameters": total,
@@ -181,15 +169,6 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
     return summary, run_file, notes
 
 
-def _count(value: float) -> str:
-    """A parameter count in words: 1.70 B, 354.8 M."""
-    if value >= 1e9:
-        return f"{value / 1e9:.2f} B"
-    if value >= 1e6:
-        return f"{value / 1e6:.1f} M"
-    return f"{value:,.0f}"
-
-
 def summary_text(summary: dict[str, Any]) -> str:
     """:func:`run_summary` for a person."""
     model, layout, pipeline = summary["model"], summary["layout"], summary["pipeline"]
@@ -204,9 +183,9 @@ def summary_text(summary: dict[str, Any]) -> str:
     lines = [
         f"from       {summary['file']}",
         f"model      {model['name']}: {shape}; {model['dtype']}",
-        f"parameters {_count(model['parameters'])} in all"
+        f"parameters {format_count(model['parameters'])} in all"
         + (
-            f"; {_count(model['parameters_per_tensor_rank'])} per tensor-parallel rank"
+            f"; {format_count(model['parameters_per_tensor_rank'])} per tensor-parallel rank"
             if layout["tensor_parallel"] > 1
             else ""
         ),
@@ -227,7 +206,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     else:
         lines.append(f"partition  {pipeline['partition_rule']}")
     if pipeline["parameters_per_stage_per_rank"] is not None:
-        counts = ", ".join(_count(v) for v in pipeline["parameters_per_stage_per_rank"])
+        counts = ", ".join(format_count(v) for v in pipeline["parameters_per_stage_per_rank"])
         lines.append(f"per stage  {counts} parameters per rank")
     lines += [f"hardware   {summary['cluster']}", f"recipe     {summary['recipe']}"]
     return "\n".join(lines) + "\n"

@@ -30,3 +30,12 @@ def format_bytes(value: float) -> str:
 def format_percent(fraction: float) -> str:
     """``17.9 %``."""
     return f"{100 * fraction:.3g} %"
+
+
+def format_count(value: float) -> str:
+    """A count of parameters in words: ``8.03 B``, ``525.3 M``, ``4,096``."""
+    if value >= 1e9:
+        return f"{value / 1e9:.2f} B"
+    if value >= 1e6:
+        return f"{value / 1e6:.1f} M"
+    return f"{value:,.0f}"

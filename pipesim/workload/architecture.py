@@ -143,6 +143,31 @@ class TransformerArchitecture:
                     f"transformer.{name} must be true or false, got {getattr(self, name)!r}"
                 )
 
+    def to_json(self) -> dict[str, object]:
+        """Every field by its model file's key (the ``[transformer]`` table
+        :func:`pipesim.workload.toml_spec.model_table` writes, and what ``models show`` and
+        ``run show`` print)."""
+        return {
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "ffn": self.ffn,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "seq": self.seq,
+            "vocab": self.vocab,
+            "mlp": self.mlp.value,
+            "attention": self.attention.value,
+            "norm": self.norm.value,
+            "position": self.position.value,
+            "tied_embeddings": self.tied_embeddings,
+            "linear_bias": self.linear_bias,
+            "dropout": self.dropout,
+            "embedding_dropout": self.embedding_dropout,
+            "fused_output_norm": self.fused_output_norm,
+            "element_bytes": self.element_bytes,
+            "mask_bytes": self.mask_bytes,
+        }
+
     @property
     def key_value_heads(self) -> int:
         """Key/value heads (``heads`` without grouped-query attention)."""

@@ -177,26 +177,7 @@ def model_table(model: Model) -> dict[str, Any]:
     if arch is not None:
         if model.input_bytes != TOKEN_BYTES * arch.seq:
             table["input_bytes"] = model.input_bytes
-        table["transformer"] = {
-            "layers": arch.layers,
-            "hidden": arch.hidden,
-            "ffn": arch.ffn,
-            "heads": arch.heads,
-            "kv_heads": arch.kv_heads,
-            "seq": arch.seq,
-            "vocab": arch.vocab,
-            "mlp": arch.mlp.value,
-            "attention": arch.attention.value,
-            "norm": arch.norm.value,
-            "position": arch.position.value,
-            "tied_embeddings": arch.tied_embeddings,
-            "linear_bias": arch.linear_bias,
-            "dropout": arch.dropout,
-            "embedding_dropout": arch.embedding_dropout,
-            "fused_output_norm": arch.fused_output_norm,
-            "element_bytes": arch.element_bytes,
-            "mask_bytes": arch.mask_bytes,
-        }
+        table["transformer"] = arch.to_json()
         return table
     table["input_bytes"] = model.input_bytes
     groups: list[tuple[Layer, int]] = []
