@@ -542,11 +542,11 @@ def _translate(
     if world_size is not None:
         checks.positive_int("world_size", world_size)
     keys = flat_keys(table)
-    ignored = _screen(keys, allow_ignored)
+    _refuse(keys)
     file = _File(keys)
-    notes: list[str] = list(ignored)
     flavor = _flavor(file)
-    degrees = _degrees(file, world_size)
+    degrees = _degrees(file, world_size)  # FSDP is refused here, before the ignored keys
+    notes: list[str] = _neutral(keys, allow_ignored)
     tensor, pipeline, data = degrees
     seq = file.integer("training.seq_len")
     if seq % (2 * tensor):
@@ -588,9 +588,9 @@ def _translate(
     return run, tuple(notes)
 
 
-def _screen(keys: Mapping[str, Any], allow_ignored: bool) -> list[str]:
+def _refuse(keys: Mapping[str, Any]) -> None:
     """Refuse keys torchtitan does not have and features pipesim does not model (all of them
-    in one line); the cost-neutral keys, as notes, or refused without ``allow_ignored``."""
+    in one line): what would stop a user first is said first."""
     unknown = sorted(
         k for k in keys if k not in MAPPED and k not in REFUSED and k not in COST_NEUTRAL
     )
@@ -605,6 +605,10 @@ def _screen(keys: Mapping[str, Any], allow_ignored: bool) -> list[str]:
     ]
     if refusals:
         raise SpecError("; ".join(refusals))
+
+
+def _neutral(keys: Mapping[str, Any], allow_ignored: bool) -> list[str]:
+    """The cost-neutral keys, as notes, or refused without ``allow_ignored``."""
     neutral = [key for key in keys if key in COST_NEUTRAL]
     if neutral and not allow_ignored:
         raise SpecError(
