@@ -187,8 +187,9 @@ _V100_16GB = dataclasses.replace(
 # * point-to-point message overhead: the zero-bubble paper profiled T_comm, one activation
 #   message between A100 pipeline stages in Megatron-LM (arXiv 2401.10241, Table 6: 0.38 to 0.76
 #   ms for 10.5 to 28.3 MB); against the message size its intercept is 0.25 ms, the cost of a
-#   message besides its bytes (send and receive calls, their synchronisation). Taken for the
-#   H100 and H200 as well (the same software).
+#   message besides its bytes (send and receive calls, their synchronisation). FITTED, not
+#   measured: the zero-bubble reproduction's T_comm rows compare against the same column and
+#   are marked in-sample. Taken for the H100 and H200 as well (the same software).
 # * measured here, on one H200 SXM (torch 2.11.0+cu130, driver 580.159, 26 Nov 2026) with
 #   ``python -m validation.layer_timing`` (docs/accuracy.md, "A CUDA measurement"):
 #   - the H200's bf16 matmul curve, square products m = n = k from 1024 to 16384 (torch.mm,

@@ -207,7 +207,8 @@ def test_zero_bubble_profiled_times_against_the_time_model() -> None:
     split is right (the input gradient within 10%, W within 15% above: one efficiency for
     every pass made W 1.5x too slow), the forward within 15% below (it was 13% to 20% short
     while softmax, norms and dropout were timed at the triad's bandwidth), every row named and
-    in milliseconds."""
+    in milliseconds. The T_comm bound is a REGRESSION LOCK, not an accuracy target: the
+    per-message overhead was fitted to this column, and each T_comm row says it is in-sample."""
     from validation.reproduce.zero_bubble import profiled_time_rows
 
     rows = profiled_time_rows()
@@ -217,7 +218,9 @@ def test_zero_bubble_profiled_times_against_the_time_model() -> None:
         assert 0.95 <= ratio[model, "T_B (input gradient)"] <= 1.1
         assert 1.0 <= ratio[model, "T_W"] <= 1.15
         assert 0.85 <= ratio[model, "T_F"] <= 1.0
-        assert 0.5 <= ratio[model, "T_comm"] <= 0.8
+        assert 0.5 <= ratio[model, "T_comm"] <= 0.8  # regression lock (in-sample)
+    in_sample = [r for r in rows if "IN-SAMPLE" in (r.note or "")]
+    assert {r.quantity for r in in_sample} == {"T_comm"} and len(in_sample) == 4
 
 
 def test_megatron_table_1_within_the_issues_bounds() -> None:
