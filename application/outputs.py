@@ -87,7 +87,16 @@ def output_directory(path: str | Path, field: str, *, create: bool = True) -> Pa
     text = str(path)
     if not text.strip():
         raise PipesimError(f"{field} must name a directory, got {text!r}")
-    target = Path(text)
+    try:
+        return _output_directory(Path(text), text, field, create)
+    except OSError as error:  # a name too long for the file system, a loop of links
+        raise PipesimError(
+            f"{field}: cannot use {text!r} ({error.strerror or error})"
+        ) from None
+
+
+def _output_directory(target: Path, text: str, field: str, create: bool) -> Path:
+    """:func:`output_directory`'s checks; the file system's own refusals raise ``OSError``."""
     if target.exists() and not target.is_dir():
         raise PipesimError(f"{field}: {text!r} exists and is not a directory")
     if create:

@@ -144,7 +144,7 @@ def _models_list(args: argparse.Namespace) -> int:
 def _models_show(args: argparse.Namespace) -> int:
     from pipesim.files.toml_writer import toml_text
     from pipesim.request.cost_request import resolved_model
-    from pipesim.workload.stage_layers import even_partition
+    from pipesim.workload.stage_layers import even_partition, stage_parameters
     from pipesim.workload.toml_spec import model_table
 
     model = resolved_model(args.name, None, None, None, args.seq_length)
@@ -164,12 +164,11 @@ def _models_show(args: argparse.Namespace) -> int:
         for field, value in (("-K", args.devices), ("-v", args.chunks)):
             if value < 1:
                 raise PipesimError(f"{field} must be an integer >= 1, got {value}")
+        spans = even_partition(model, args.devices * args.chunks)
+        held = stage_parameters(model.layers, [len(span) for span in spans])
         stages = [
-            {
-                "layers": len(span),
-                "parameters": sum(model.layers[i].parameters for i in span),
-            }
-            for span in even_partition(model, args.devices * args.chunks)
+            {"layers": len(span), "parameters": parameters}
+            for span, parameters in zip(spans, held, strict=True)
         ]
     arch = model.architecture
     summary: dict[str, Any] = {

@@ -95,7 +95,7 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
     from cli import simulate_cmd
     from cli.run_config import run_config_of
     from cli.run_file import INLINE_MODEL, read_run_source, run_flags, with_inline_model
-    from pipesim.workload.stage_layers import even_partition
+    from pipesim.workload.stage_layers import even_partition, stage_parameters
 
     found = read_run_source(words)
     assert found is not None
@@ -124,12 +124,9 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
         partition_rule = "even by FLOPs, simulate's default"
     else:
         partition, partition_rule = None, f"{args.partition}: chosen when simulated"
-    stage_parameters = None
+    per_stage = None
     if partition is not None and sum(partition) == len(rank_layers):
-        stage_parameters, start = [], 0
-        for count in partition:
-            stage_parameters.append(sum(layer.parameters for layer in rank_layers[start:][:count]))
-            start += count
+        per_stage = stage_parameters(rank_layers, partition)
     arch = model.architecture
     microbatches = args.microbatches
     world = devices * parallelism.tensor * replicas
@@ -160,7 +157,7 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
             "microbatch_size": args.microbatch_size,
             "partition": partition,
             "partition_rule": partition_rule,
-            "parameters_per_stage_per_rank": stage_parameters,
+            "parameters_per_stage_per_rank": per_stage,
         },
         "hardware": run.hardware.name,
         "cluster": run.hardware.describe(world),

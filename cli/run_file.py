@@ -234,10 +234,31 @@ def read_run_source(words: Sequence[str]) -> tuple[RunFile, str, tuple[str, ...]
     except SystemExit:  # a malformed value: the full parse says so in its own words
         return None
     given = [option for option in _SOURCES if getattr(known, _dest(option)) is not None]
+    for option in _SOURCES:  # argparse keeps the last of two: a second file would win unsaid
+        times = sum(1 for word in before if word == option or word.startswith(option + "="))
+        if times > 1:
+            raise PipesimError(f"{option} given {times} times: give one file describing the run")
     if not given:
+        translation_only = [
+            flag
+            for flag, value in (("--world-size", known.world_size), ("--allow-ignored", None))
+            if (value is not None if flag == "--world-size" else known.allow_ignored)
+        ]
+        if translation_only:
+            serve = "serves" if len(translation_only) == 1 else "serve"
+            raise PipesimError(
+                f"{' and '.join(translation_only)} only {serve} --megatron-args or --torchtitan "
+                "(a framework's file that does not say them); give one of those, or leave them "
+                "out"
+            )
         return None
     if len(given) > 1:
         raise PipesimError(f"{' and '.join(given)}: give one file describing the run, not both")
+    if given[0] == "--run" and (known.world_size is not None or known.allow_ignored):
+        raise PipesimError(
+            "--world-size and --allow-ignored serve --megatron-args or --torchtitan; a run "
+            "file states its world (T x K x D) and has no foreign options to ignore"
+        )
     option, path = given[0], getattr(known, _dest(given[0]))
     if option == "--run":
         return load_run_file(path), f"run file {path}", ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipesim.common.checks import SpecError
-from pipesim.workload.model import Model
+from pipesim.workload.model import Layer, Model
 
 
 def check_partition(model: Model, counts: Sequence[int], stages: int) -> tuple[range, ...]:
@@ -116,3 +116,18 @@ def _earliest_cuts(costs: list[float], stages: int, limit: float) -> list[int]:
             start -= 1
         earliest[j] = start
     return earliest
+
+
+def stage_parameters(layers: Sequence[Layer], counts: Sequence[int]) -> list[float]:
+    """The parameters each stage of ``counts`` consecutive ``layers`` holds. A tied output
+    layer's copy of the word embeddings (its ``shared_parameters``) is held again only by a
+    stage that does not also hold the embedding: one device holding both holds one copy."""
+    held, start = [], 0
+    for count in counts:
+        span = layers[start : start + count]
+        total = sum(layer.parameters for layer in span)
+        if start == 0:  # the embedding's stage: a tied copy on it is no second copy
+            total -= sum(layer.shared_parameters for layer in span)
+        held.append(total)
+        start += count
+    return held

@@ -236,3 +236,39 @@ def test_a_plan_of_a_hugging_face_model_at_its_sequence_reproduces_from_its_run_
     assert "--seq-length 8192" in best["simulate_command"]
     again = _simulated(capsys, "--run", str(out_dir / "plan-1.toml"))
     assert again["iteration_time"] == best["iteration_time"]
+
+
+def test_a_megatron_option_given_twice_is_noted_and_the_last_used(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """As Megatron-LM's argparse does, said on stderr (a script's default overridden later)."""
+    script = (MEGATRON / "sc21_table1_1.7b.txt").read_text()
+    assert script.count("--num-layers 24") == 1
+    path = tmp_path / "twice.sh"
+    path.write_text(script.replace("--num-layers 24", "--num-layers 24 --num-layers 12"))
+    source = ["--megatron-args", str(path), "--hardware", "a100", "--world-size", "32"]
+    status, out, err = run(capsys, "run", "show", *source, "--allow-ignored", "--json")
+    assert status == 0, err
+    shown = json.loads(out)
+    assert shown["model"]["architecture"]["layers"] == 12
+    assert any(
+        note.startswith("--num-layers given 2 times: the last, --num-layers 12")
+        for note in shown["notes"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--run", "a.toml", "--run", "b.toml"], "--run given 2 times"),
+        (
+            ["--schedule", "1f1b", "-K", "2", "-M", "4", "--costs", "1,2", "--world-size", "8"],
+            "--world-size only serves --megatron-args or --torchtitan",
+        ),
+    ],
+)
+def test_a_run_source_given_twice_or_a_translation_flag_alone_is_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    status, out, err = run(capsys, "simulate", *argv)
+    assert (status, out) == (2, "") and said in err and err.count("\n") == 1, err

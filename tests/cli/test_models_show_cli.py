@@ -85,3 +85,17 @@ def test_the_guides_complete_files_are_the_commands_output(
     blocks = GUIDE.read_text().split("```toml\n")[1:]
     shown = [block.split("```")[0] for block in blocks if block.startswith(opening)]
     assert shown == [out], f"regenerate the block in {GUIDE.name} with: pipesim {' '.join(command)}"
+
+
+def test_a_tied_copy_counts_once_on_a_stage_that_holds_the_embedding_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """megatron-1.7b ties its output layer to the word embeddings: on one stage both are one
+    copy (1.65 B, the model's count); on two stages the last holds a copy of its own."""
+    status, out, _ = run(capsys, "models", "show", "megatron-1.7b", "-K", "1", "--json")
+    model = resolve_model("megatron-1.7b")
+    assert status == 0 and json.loads(out)["stages"][0]["parameters"] == model.parameters
+    status, out, _ = run(capsys, "models", "show", "megatron-1.7b", "-K", "2", "--json")
+    two = json.loads(out)["stages"]
+    shared = sum(layer.shared_parameters for layer in model.layers)
+    assert shared > 0 and sum(s["parameters"] for s in two) == model.parameters + shared

@@ -618,3 +618,18 @@ def test_the_catalogue_1_7b_at_t1_pads_gpt2_s_vocabulary_by_1024() -> None:
     words, unexpressed = megatron_args(run, model)
     assert unexpressed == ()
     assert words[words.index("--make-vocab-size-divisible-by") + 1] == "1024"
+
+
+def test_layers_beyond_the_limit_are_refused_before_any_is_built() -> None:
+    """--num-layers 10,000,000 built layers for minutes at gigabytes: the one path to a model
+    that did not check PIPESIM_MAX_LAYERS."""
+    from pipesim.errors import PipesimError
+
+    text = (
+        (FIXTURES / "sc21_table1_1.7b.txt")
+        .read_text()
+        .replace("--num-layers 24", "--num-layers 200000")
+    )
+    words = megatron_words_from_text(text, "test")
+    with pytest.raises(PipesimError, match=r"--num-layers 200,000: beyond the limit of 100,000"):
+        run_from_megatron_args(words, hardware="a100", allow_ignored=True, world_size=32)

@@ -91,6 +91,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from pipesim.common.checks import SpecError
+from pipesim.common.limits import Limit, check
 from pipesim.config.recipe import Recipe
 from pipesim.config.recipes import RECIPES
 from pipesim.config.run_file import RunFile
@@ -768,21 +769,40 @@ def _shown_option(option: str, values: Sequence[str]) -> str:
 def parse_options(words: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """``words`` as ``{option: its values}``: an option is a word starting with ``--``
     (``--name=value`` too), its values the words up to the next option."""
-    options: dict[str, tuple[str, ...]] = {}
-    current: str | None = None
+    return parse_options_noting(words)[0]
+
+
+def parse_options_noting(
+    words: Sequence[str],
+) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """:func:`parse_options`, and a note for each option given again with other values: the
+    last is used, as Megatron-LM's argparse uses it (a launch script often sets a default and
+    overrides it), and the note says which, so that nothing is dropped silently."""
+    given: list[tuple[str, list[str]]] = []  # every option in order, with its values
     for word in words:
         if not isinstance(word, str):
             raise SpecError(f"arguments must be words (text), got {shown(word)}")
         _refuse_variables(word)
         if word.startswith("--") and len(word) > 2:
-            current, equals, value = word.partition("=")
-            options.pop(current, None)
-            options[current] = (value,) if equals else ()
-        elif current is None:
+            option, equals, value = word.partition("=")
+            given.append((option, [value] if equals else []))
+        elif not given:
             raise SpecError(f"{word!r} stands before any option: give the words after the script")
         else:
-            options[current] += (word,)
-    return options
+            given[-1][1].append(word)
+    options: dict[str, tuple[str, ...]] = {}
+    earlier: dict[str, list[tuple[str, ...]]] = {}
+    for option, values in given:
+        if option in options:
+            earlier.setdefault(option, []).append(options.pop(option))
+        options[option] = tuple(values)
+    notes = [
+        f"{option} given {len(before) + 1} times: the last, "
+        f"{_shown_option(option, options[option])}, is used, as Megatron-LM's argparse uses it"
+        for option, before in earlier.items()
+        if any(values != options[option] for values in before)
+    ]
+    return options, notes
 
 
 def _translate(
@@ -793,7 +813,7 @@ def _translate(
     recipe_name: str | None,
     name: str,
 ) -> tuple[RunFile, tuple[str, ...]]:
-    options = parse_options(words)
+    options, repeated = parse_options_noting(words)
     _screen(options)
     args = _Args(options)
     recipe = RECIPES[_recipe_name(options, recipe_name)]
@@ -842,7 +862,8 @@ def _translate(
             f"({why}){_more(len(ignored) - 1, 'such option')}; {named('allow_ignored')} "
             "would list it as ignored"
         )
-    return run, tuple(f"{_shown_option(o, options[o])}: ignored ({why})" for o, why in ignored)
+    ignored_notes = [f"{_shown_option(o, options[o])}: ignored ({why})" for o, why in ignored]
+    return run, (*repeated, *ignored_notes)
 
 
 def _more(count: int, what: str) -> str:
@@ -966,6 +987,7 @@ def _tokenizer_vocab(args: _Args) -> tuple[int, str]:
 def _architecture(args: _Args, tensor: int) -> tuple[TransformerArchitecture, str]:
     """The architecture the options build, and a word on its vocabulary."""
     layers = args.required("--num-layers")
+    check(Limit.LAYERS, layers, f"--num-layers {layers:,}")
     hidden = args.required("--hidden-size")
     heads = args.required("--num-attention-heads")
     seq = args.required("--seq-length", "pipesim reads the sequence from it")

@@ -93,6 +93,7 @@ from pipesim.files.toml_writer import toml_text
 from pipesim.parallel.config import Recompute
 from pipesim.schedules.registry import schedule_info, unsupported_reason
 from pipesim.workload.catalogue import LLAMA_SHAPES, from_architecture, llama, resolve_model
+from pipesim.workload.huggingface import MAX_SIZE
 from pipesim.workload.model import Model
 
 TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
@@ -549,6 +550,8 @@ def _translate(
     notes: list[str] = _neutral(keys, allow_ignored)
     tensor, pipeline, data = degrees
     seq = file.integer("training.seq_len")
+    if seq > MAX_SIZE:  # a sequence no run trains at, refused before any layer is built
+        raise SpecError(f"training.seq_len must be at most {MAX_SIZE:,}, got {seq:,}")
     if seq % (2 * tensor):
         raise SpecError(
             f"training.seq_len = {seq} must be divisible by 2 x tensor_parallel_degree "
