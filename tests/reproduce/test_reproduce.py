@@ -403,3 +403,18 @@ def test_gpipe_summaries_exclude_the_baselines(tmp_path: Path) -> None:
     assert lines["Table 3"].startswith("Table 3: normalized throughput (P100, PCIe): 4 cells")
     assert "2 baseline cells equal to the paper by construction left out" in lines["Table 3"]
     assert "16 cells" in paths["readme"].read_text()
+
+
+def test_cells_derived_from_a_step_time_are_shown_but_not_counted_as_agreements() -> None:
+    """2205.05198 Table 5's MFU and HFU follow from the same run's step time: counting them
+    counted one agreement three times (issue 37)."""
+    from validation.reproduce.megatron import TABLE_5_NAME, table_5_rows
+
+    rows = table_5_rows()
+    derived = [r for r in rows if r.derived]
+    assert derived and {r.quantity.split(",")[0] for r in derived} == {"MFU", "HFU"}
+    assert all(not r.derived for r in rows if r.quantity.startswith("seconds per step"))
+    line = next(x for x in summary_lines(rows) if x.startswith(TABLE_5_NAME))
+    steps = sum(1 for r in rows if not r.derived)
+    assert line.startswith(f"{TABLE_5_NAME}: {steps} cells, ")
+    assert f"{len(derived)} derived cells (following from another cell of the same run)" in line

@@ -43,6 +43,9 @@ class Row:
     # The cell equals the paper's by construction (the baseline a table normalizes to): shown
     # in the table, left out of every summary, which it would pull towards 1.
     by_construction: bool = False
+    # The cell follows from another cell of the same run (MFU and HFU from its step time):
+    # shown, but not counted as an agreement of its own, which would count one agreement twice.
+    derived: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -74,6 +77,7 @@ class Row:
             "difference": self.difference,
             "note": self.note,
             "by_construction": self.by_construction,
+            "derived": self.derived,
         }
 
 
@@ -115,8 +119,8 @@ def _comparison(row: Row) -> str:
 def summary_lines(rows: list[Row]) -> list[str]:
     """One line per paper table: how many cells compare with a published number, the range
     and median of pipesim / paper over them, and how many cells were left out because they
-    equal the paper by construction (a normalization's baseline); where the paper's value is
-    0, the largest difference instead."""
+    equal the paper by construction (a normalization's baseline) or follow from another cell
+    (MFU from a step time); where the paper's value is 0, the largest difference instead."""
     by_table: dict[str, list[Row]] = {}
     for row in rows:
         if row.difference is not None:
@@ -124,7 +128,8 @@ def summary_lines(rows: list[Row]) -> list[str]:
     lines = []
     for table, cells in by_table.items():
         fixed = [r for r in cells if r.by_construction]
-        free = [r for r in cells if not r.by_construction]
+        derived = [r for r in cells if r.derived and not r.by_construction]
+        free = [r for r in cells if not r.by_construction and not r.derived]
         ratios = sorted(r.ratio for r in free if r.ratio is not None)
         zeros = [abs(r.difference or 0.0) for r in free if r.ratio is None]
         parts = []
@@ -140,6 +145,11 @@ def summary_lines(rows: list[Row]) -> list[str]:
             parts.append(
                 f"{len(fixed)} baseline {'cell' if len(fixed) == 1 else 'cells'} "
                 "equal to the paper by construction left out"
+            )
+        if derived:
+            parts.append(
+                f"{len(derived)} derived {'cell' if len(derived) == 1 else 'cells'} (following "
+                "from another cell of the same run) shown, not counted"
             )
         lines.append(f"{table}: {'; '.join(parts) or 'no cells to compare'}")
     return lines
