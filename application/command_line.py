@@ -41,7 +41,9 @@ class ArgumentParser(argparse.ArgumentParser):
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1, in ASCII digits."""
     try:
-        value = int(text) if text.isascii() else int("not ascii")
+        if not text.isascii():  # int() reads every script's digits
+            raise ValueError(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 
+from application.command_line import EXIT_INTERRUPTED
+
 # The signals that ask a process to stop, besides Ctrl-C's SIGINT.
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -89,7 +91,7 @@ def interrupts_in_one_line(run: Callable[[], int], prog: str) -> int:
             return run()
     except KeyboardInterrupt as interrupt:
         sys.stderr.write(f"{prog}: interrupted ({interrupt_reason(interrupt)})\n")
-        return 130  # 128 + SIGINT, what a shell reports for Ctrl-C (EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
 
 
 class DeferredStops:

@@ -90,9 +90,7 @@ def output_directory(path: str | Path, field: str, *, create: bool = True) -> Pa
     try:
         return _output_directory(Path(text), text, field, create)
     except OSError as error:  # a name too long for the file system, a loop of links
-        raise PipesimError(
-            f"{field}: cannot use {text!r} ({error.strerror or error})"
-        ) from None
+        raise PipesimError(f"{field}: cannot use {text!r} ({error.strerror or error})") from None
 
 
 def _output_directory(target: Path, text: str, field: str, create: bool) -> Path:

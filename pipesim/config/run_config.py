@@ -27,7 +27,7 @@ from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.workload.model import Model
 from pipesim.workload.sharding import ShardedLayers, sharded_layers
-from pipesim.workload.transformer import transformer_layers
+from pipesim.workload.transformer import with_architecture
 
 
 @dataclass(frozen=True)
@@ -85,16 +85,7 @@ class RunConfig:
         if attention is arch.attention and fused == model.fused_gradient_accumulation:
             return model
         changed = dataclasses.replace(arch, attention=attention)
-        return dataclasses.replace(
-            model,
-            layers=transformer_layers(
-                changed,
-                gradient_bytes=model.gradient_bytes_per_parameter,
-                fused_accumulation=fused,
-            ),
-            architecture=changed,
-            fused_gradient_accumulation=fused,
-        )
+        return with_architecture(model, changed, fused_accumulation=fused)
 
     @cached_property
     def job_hardware(self) -> HardwareSpec:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,9 +277,3 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def stated_as(run: RunFile, names: Mapping[str, str]) -> list[str]:
-    """The keys ``run`` states, each as ``names`` spells its attribute (else its file key)."""
-    where = {key.attribute: f"{key.section}.{key.key}" for key in KEYS}
-    return [names.get(attribute, where[attribute]) for attribute in run.stated()]

@@ -605,16 +605,27 @@ def at_sequence_length(model: Model, seq: int) -> Model:
         )
     if arch.seq == seq:
         return model
-    changed = dataclasses.replace(arch, seq=seq)
+    return with_architecture(model, dataclasses.replace(arch, seq=seq))
+
+
+def with_architecture(
+    model: Model, arch: TransformerArchitecture, *, fused_accumulation: bool | None = None
+) -> Model:
+    """``model`` with its layers rebuilt from ``arch`` (a recipe's attention, a run's sequence)
+    and the gradient accumulation ``fused_accumulation`` (None: as the model was built); its
+    input follows the sequence where that changed (a file's own ``input_bytes`` stays
+    otherwise)."""
+    fused = model.fused_gradient_accumulation if fused_accumulation is None else fused_accumulation
+    built = model.architecture
+    same_input = built is not None and built.seq == arch.seq
     return dataclasses.replace(
         model,
         layers=transformer_layers(
-            changed,
-            gradient_bytes=model.gradient_bytes_per_parameter,
-            fused_accumulation=model.fused_gradient_accumulation,
+            arch, gradient_bytes=model.gradient_bytes_per_parameter, fused_accumulation=fused
         ),
-        input_bytes=TOKEN_BYTES * seq,
-        architecture=changed,
+        input_bytes=model.input_bytes if same_input else TOKEN_BYTES * arch.seq,
+        architecture=arch,
+        fused_gradient_accumulation=fused,
     )
 
 
