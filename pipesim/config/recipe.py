@@ -31,6 +31,8 @@ CHOICES = (
     "overlap_grad_reduce",
     "attention",
     "message_overhead_s",
+    "scatter_gather_p2p",
+    "tp_comm_overlap",
 )
 
 
@@ -52,6 +54,13 @@ class Recipe:
             architecture says.
         message_overhead_s: what one pipeline message costs besides its bytes (the send and
             receive calls, their synchronisation); None: the hardware spec's figure.
+        scatter_gather_p2p: under tensor parallelism without sequence parallelism, each of the
+            T ranks sends 1/T of a pipeline message and the receivers all-gather it (Megatron-LM's
+            scatter/gather, on by default until the pipeline code moved to megatron/core);
+            False: every rank sends the whole tensor to its peer.
+        tp_comm_overlap: the tensor-parallel all-gathers and reduce-scatters run while the
+            matrix multiplies beside them do (Transformer Engine's userbuffers,
+            ``--tp-comm-overlap``); False: each collective waits for its GEMM and delays the next.
         sources: for each of :data:`CHOICES`, where its value comes from.
     """
 
@@ -62,6 +71,8 @@ class Recipe:
     overlap_grad_reduce: bool = False
     attention: Attention | None = None
     message_overhead_s: float | None = None
+    scatter_gather_p2p: bool = True
+    tp_comm_overlap: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -75,7 +86,13 @@ class Recipe:
                 f"recipe.sources must map choices ({', '.join(CHOICES)}) to text, got "
                 f"{self.sources!r}"
             )
-        for flag in ("blocking_p2p", "fused_gradient_accumulation", "overlap_grad_reduce"):
+        for flag in (
+            "blocking_p2p",
+            "fused_gradient_accumulation",
+            "overlap_grad_reduce",
+            "scatter_gather_p2p",
+            "tp_comm_overlap",
+        ):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"recipe.{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.attention is not None and not isinstance(self.attention, Attention):
@@ -128,6 +145,8 @@ class Recipe:
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "attention": None if self.attention is None else self.attention.value,
             "message_overhead_s": self.message_overhead_s,
+            "scatter_gather_p2p": self.scatter_gather_p2p,
+            "tp_comm_overlap": self.tp_comm_overlap,
         }
 
     def describe(self) -> str:
@@ -147,6 +166,12 @@ class Recipe:
             "message overhead as the hardware's"
             if self.message_overhead_s is None
             else f"{self.message_overhead_s * 1e3:g} ms per message",
+            "messages scattered over the tensor-parallel ranks"
+            if self.scatter_gather_p2p
+            else "whole messages from every tensor-parallel rank",
+            "tensor-parallel collectives overlapping the GEMMs"
+            if self.tp_comm_overlap
+            else "tensor-parallel collectives between the GEMMs",
         ]
         return f"{self.name}: {', '.join(words)}"
 

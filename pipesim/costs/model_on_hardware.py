@@ -98,7 +98,7 @@ def _job(run: RunConfig, devices: int) -> tuple[Network, TensorGroup | None]:
     parallelism = run.parallelism
     tensor = parallelism.tensor
     job = run.job_hardware.network(tensor * devices * parallelism.data)
-    return job, TensorGroup.first(job, tensor)
+    return job, TensorGroup.first(job, tensor, run.recipe.tp_comm_overlap)
 
 
 def _on_the_job(
@@ -120,7 +120,10 @@ def _on_the_job(
     )
     where = looped(devices, chunks) if placement is None else tuple(placement)
     if group is not None and not parallelism.sequence_parallel:
-        costs = with_gathered_messages(costs, where, group)
+        if recipe.scatter_gather_p2p:
+            costs = with_gathered_messages(costs, where, group)
+        else:
+            costs = with_whole_messages(costs, len(group.ranks))
     costs = with_data_parallel(costs, where, job, parallelism, recipe.overlap_grad_reduce)
     layout = {
         "tensor_parallel": parallelism.tensor,
@@ -175,6 +178,21 @@ def with_gathered_messages(
                 full_backward_s=None if full is None else full + extra_backward,
             )
     return dataclasses.replace(costs, stages=tuple(stages))
+
+
+def with_whole_messages(costs: PipelineCosts, tensor: int) -> PipelineCosts:
+    """Pipeline messages under tensor parallelism without sequence parallelism and without
+    Megatron-LM's scatter/gather (DeepSpeed's pipeline engine, Megatron-Core,
+    torch.distributed.pipelining): every one of the T ranks sends the whole tensor to its peer
+    on the next stage, so each message is T times the 1/T share the stages' ``output_bytes``
+    state, and nothing is gathered."""
+    return dataclasses.replace(
+        costs,
+        stages=tuple(
+            dataclasses.replace(stage, output_bytes=stage.output_bytes * tensor)
+            for stage in costs.stages
+        ),
+    )
 
 
 def _job_line(hardware: HardwareSpec, tensor: int, devices: int, replicas: int) -> str:

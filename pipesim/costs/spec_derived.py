@@ -117,7 +117,15 @@ def _pass_s(
 ) -> float:
     if tensor_group is None:
         return pass_time_s(accelerator, work, b, dtype)
-    return pass_time_s(accelerator, work, b, dtype, tensor_group.network, tensor_group.ranks)
+    return pass_time_s(
+        accelerator,
+        work,
+        b,
+        dtype,
+        tensor_group.network,
+        tensor_group.ranks,
+        overlap_collectives=tensor_group.overlap_collectives,
+    )
 
 
 def costs_from_model(

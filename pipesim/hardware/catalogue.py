@@ -7,6 +7,14 @@ assumption: 0.5 for TPUs and V100/A100-era GPUs and 0.45 for H100/H200, in line 
 FLOPs utilization reported for large transformer training (Megatron-LM 45-52% of A100 peak,
 arXiv 2104.04473 §5; PaLM 46% on TPU v4; Llama 3 38-43% on H100). Override it with a TOML file
 of your own, or replace every figure by calibration.
+
+Provenance: each figure names the stored record it comes from (``# provenance:`` lines, paths
+under docs/measurements/), and tests/hardware/test_provenance.py derives every figure of every
+entry from its record and checks the catalogue against it (docs/accuracy.md, "Provenance of
+constants"). Kinds: MEASURED for the project (h200-layers.json), CITED (cited/*.json), DERIVED
+from cited figures, FITTED to a paper's table, ASSUMED (cited/assumptions.json). ``efficiency``
+is ASSUMED; it is read for models given as layers, and for every layer on an entry without a
+``matmul_efficiency`` curve (the TPUs, V100, P100, H100 PCIe and CPU entries).
 """
 
 from __future__ import annotations
@@ -88,13 +96,15 @@ _TPU_V2 = HardwareSpec(
     "Google TPU v2 core: 22.5 TFLOP/s bf16, 8 GiB HBM; 2-D torus ICI",
     Accelerator(
         "tpu-v2",
-        {"bf16": 22.5 * TERA},
-        efficiency=0.5,
-        memory_bytes=8 * GiB,
-        memory_bandwidth_bytes_per_s=350 * GB,
+        {"bf16": 22.5 * TERA},  # provenance: cited/datasheets.json
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=8 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=350 * GB,  # provenance: cited/datasheets.json
         source="Jouppi et al., CACM 2020, Table 3 (per chip; halved per core)",
     ),
     Topology.TORUS_2D,
+    # provenance: bandwidth cited/datasheets.json (CACM, not verified); latency
+    # cited/assumptions.json (ASSUMED)
     Link("ici", bandwidth_bytes_per_s=496e9 / 8, latency_s=2e-6),
 )
 
@@ -107,13 +117,15 @@ _TPU_V3 = HardwareSpec(
     "Google TPU v3 core: 61.5 TFLOP/s bf16, 16 GiB HBM; 2-D torus ICI",
     Accelerator(
         "tpu-v3",
-        {"bf16": 61.5 * TERA},
-        efficiency=0.5,
-        memory_bytes=16 * GiB,
-        memory_bandwidth_bytes_per_s=450 * GB,
+        {"bf16": 61.5 * TERA},  # provenance: cited/datasheets.json
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=16 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=450 * GB,  # provenance: cited/datasheets.json
         source="Jouppi et al., CACM 2020, Table 3 (per chip; halved per core)",
     ),
     Topology.TORUS_2D,
+    # provenance: bandwidth cited/datasheets.json (CACM, not verified); latency
+    # cited/assumptions.json (ASSUMED)
     Link("ici", bandwidth_bytes_per_s=656e9 / 8, latency_s=2e-6),
 )
 
@@ -126,14 +138,16 @@ _P100 = HardwareSpec(
     "NVIDIA P100 PCIe 16 GB: 18.7 TFLOP/s fp16; one shared PCIe 3.0 x16 bus, no NVLink",
     Accelerator(
         "p100-pcie",
-        {"fp16": 18.7 * TERA, "fp32": 9.3 * TERA},
-        efficiency=0.5,
-        memory_bytes=16 * GiB,
-        memory_bandwidth_bytes_per_s=732 * GB,
-        kernel_overhead_s=5e-6,
+        {"fp16": 18.7 * TERA, "fp32": 9.3 * TERA},  # provenance: cited/datasheets.json
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=16 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=732 * GB,  # provenance: cited/datasheets.json
+        kernel_overhead_s=5e-6,  # provenance: cited/assumptions.json (ASSUMED)
         source="NVIDIA Tesla P100 datasheet",
     ),
     Topology.SHARED_BUS,
+    # provenance: both cited/assumptions.json (ASSUMED); the bandwidth inside
+    # cited/microway-p100-pcie.json's host-to-GPU range
     Link("pcie", bandwidth_bytes_per_s=12 * GB, latency_s=10e-6),
 )
 
@@ -147,14 +161,16 @@ _V100 = HardwareSpec(
     "NVIDIA V100 SXM2 32 GB: 125 TFLOP/s fp16 tensor; NVLink 2.0",
     Accelerator(
         "v100-nvlink",
-        {"fp16": 125 * TERA, "fp32": 15.7 * TERA},
-        efficiency=0.5,
-        memory_bytes=32 * GiB,
-        memory_bandwidth_bytes_per_s=900 * GB,
-        kernel_overhead_s=5e-6,
+        {"fp16": 125 * TERA, "fp32": 15.7 * TERA},  # provenance: cited/datasheets.json
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=32 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=900 * GB,  # provenance: cited/datasheets.json
+        kernel_overhead_s=5e-6,  # provenance: cited/assumptions.json (ASSUMED)
         source="NVIDIA Tesla V100 datasheet",
     ),
     Topology.ALL_TO_ALL,
+    # provenance: bandwidth cited/dell-c4140-v100.json (not verified); latency
+    # cited/assumptions.json (ASSUMED)
     Link("nvlink", bandwidth_bytes_per_s=47.9 * GB, latency_s=5e-6),
 )
 
@@ -164,7 +180,9 @@ _V100_16GB = dataclasses.replace(
     name="v100-16gb-nvlink",
     description="NVIDIA V100 SXM2 16 GB (PipeDream-2BW's GPUs): as v100-nvlink, 16 GB HBM2",
     accelerator=dataclasses.replace(
-        _V100.accelerator, name="v100-16gb-nvlink", memory_bytes=16 * GiB
+        _V100.accelerator,
+        name="v100-16gb-nvlink",
+        memory_bytes=16 * GiB,  # provenance: cited/datasheets.json
     ),
 )
 
@@ -179,15 +197,17 @@ _V100_16GB = dataclasses.replace(
 #   largest size reaches the bf16 MAMF, 794.5 of 989 (80.3%; "H200 is the same"): an estimate,
 #   pessimistic at small sizes (an FP8 multiply of the same FLOPs takes half the time).
 # * memory bandwidth efficiency: BabelStream triad over the datasheet bandwidth: A100 1.70 of
-#   2.039 TB/s (0.834), H100 2.97 of 3.35 (0.887), H200 4.15 of 4.8 (0.865) (Azure, same files).
+#   2.039 TB/s (0.834), H100 2.97 of 3.35 (0.887) (Azure, same files). The H200's is its own
+#   measured triad (below), not Azure's 4.15 of 4.8.
 # * collective bus bandwidth (NCCL's busbw, nccl-tests all_reduce_perf at 8 GB): 8 x A100 over
 #   NVSwitch 231.6 GB/s, 8 x H100 478.9, 8 x H200 480.0 (Azure, same files); InfiniBand: "24GB/s
 #   is the peak performance per 200G NIC" (NCCL's maintainer, NVIDIA/nccl-tests#119), NDR 400G
 #   taken as twice that.
 # * point-to-point message overhead: the zero-bubble paper profiled T_comm, one activation
 #   message between A100 pipeline stages in Megatron-LM (arXiv 2401.10241, Table 6: 0.38 to 0.76
-#   ms for 10.5 to 28.3 MB); against the message size its intercept is 0.25 ms, the cost of a
-#   message besides its bytes (send and receive calls, their synchronisation). FITTED, not
+#   ms for 10.5 to 28.3 MB); against the message size its least-squares intercept is 0.24 ms
+#   (0.237), the cost of a message besides its bytes (send and receive calls, their
+#   synchronisation; 0.25 ms until 2026-11-27, which no fit of the record gives). FITTED, not
 #   measured: the zero-bubble reproduction's T_comm rows compare against the same column and
 #   are marked in-sample. Taken for the H100 and H200 as well (the same software).
 # * measured here, on one H200 SXM (torch 2.11.0+cu130, driver 580.159, 26 Nov 2026) with
@@ -199,14 +219,18 @@ _V100_16GB = dataclasses.replace(
 #     the record. (An earlier run, not stored, read 179.8 at 1024 and within 2% of these above
 #     it; the largest sizes fall back under the 700 W power limit.) IN-SAMPLE for the H200
 #     block times of the same record, which compare the model with the run it was set from;
-#   - its triad (a = b + 3c on 2 GiB fp32 arrays): 4.33 TB/s, 0.90 of the datasheet's 4.8;
+#   - its triad (a = b + 3c on 2 GiB fp32 arrays): 4.31 TB/s (the stored record's 4.3145),
+#     0.90 of the datasheet's 4.8 (4.33 until 2026-11-27: an unstored run's);
 #   - the memory-bound kernels of a transformer block alone on 2^30 bf16 elements, as
 #     fractions of that triad: elementwise ones reach it (add 0.99, GELU 0.84 forward and
 #     0.96 backward, dropout's backward 1.00); row reductions reach half of it (softmax 0.43,
-#     its backward 0.51, layer norm 0.55, its backward 0.44: median 0.48); dropout's forward,
+#     its backward 0.51, layer norm 0.55, its backward 0.46, cross entropy 0.49: median 0.49;
+#     0.48 until 2026-11-27, from an unstored run); dropout's forward,
 #     which draws a random number per element, 0.70. These fractions are PyTorch's kernels'
 #     and are taken for the A100 and H100 as well (the same kernels on each GPU, an
-#     assumption: no A100 or H100 was measured).
+#     assumption: no A100 or H100 was measured). Every figure here is the stored record's
+#     (add 1.00, GELU 0.85 in it); a test derives them from it.
+# provenance: cited/azure-nd-a100-v4.json (CITED: FP16 cuBLASLt TFLOP/s over datasheets.json's 312)
 _A100_MATMUL = (
     (2 * 1024.0**3, 119.4 / 312),
     (2 * 2048.0**3, 221.8 / 312),
@@ -214,6 +238,8 @@ _A100_MATMUL = (
     (2 * 8192.0**3, 253.7 / 312),
     (2 * 16384.0**3, 256.5 / 312),
 )
+# provenance: cited/azure-nd-h100-v5.json, cited/ml-engineering-mamf.json (DERIVED: the FP8
+# sweep rescaled to the bf16 MAMF; an estimate, no bf16 sweep of an H100 is stored)
 _H100_MATMUL = tuple(
     (2 * n**3, fp8 / 1377.3 * 794.5 / 989)
     for n, fp8 in (
@@ -224,6 +250,8 @@ _H100_MATMUL = tuple(
         (16384.0, 1377.3),
     )
 )
+# provenance: h200-layers.json (MEASURED: square_matmuls to 0.1 TFLOP/s over 989; IN-SAMPLE for
+# the record's block rows)
 _H200_MATMUL = tuple(
     (2 * n**3, tflops / 989)
     for n, tflops in (
@@ -237,10 +265,20 @@ _H200_MATMUL = tuple(
         (16384.0, 675.4),
     )
 )
-REDUCTION_BANDWIDTH_FRACTION = 0.48
+# provenance: h200-layers.json (MEASURED: median of the row reductions over the triad, 0.4866)
+REDUCTION_BANDWIDTH_FRACTION = 0.49
+# provenance: h200-layers.json (MEASURED: dropout's forward over the triad)
 RANDOM_BANDWIDTH_FRACTION = 0.70
-P2P_MESSAGE_OVERHEAD_S = 0.25e-3
+# provenance: cited/zero-bubble-2401.10241-table6.json (FITTED, not measured: the intercept of
+# T_comm against message bytes, least squares through the record's 12 rows: 0.237 ms, stated to
+# 0.01 ms; IN-SAMPLE for that reproduction's T_comm rows)
+P2P_MESSAGE_OVERHEAD_S = 0.24e-3
+# provenance: cited/datasheets.json (CITED: GPUs per DGX server)
 GPUS_PER_NODE = 8
+# provenance: bandwidth cited/datasheets.json (InfiniBand HDR 200 / NDR 400 Gbit/s over 8);
+# collective cited/nccl-tests-119.json (24 GB/s per HDR NIC; NDR DERIVED as twice it, which
+# cited/nccl-tests-319.json's 48 GB/s per 400G NIC agrees with); latency ASSUMED
+# (cited/assumptions.json)
 _IB_HDR = Link("ib-hdr", 25 * GB, 10e-6, collective_bandwidth_bytes_per_s=24 * GB)
 _IB_NDR = Link("ib-ndr", 50 * GB, 10e-6, collective_bandwidth_bytes_per_s=48 * GB)
 
@@ -254,23 +292,24 @@ _A100 = HardwareSpec(
     "direction), InfiniBand HDR between servers (25 GB/s per GPU)",
     Accelerator(
         "a100",
+        # provenance: cited/datasheets.json (peaks, memory, bandwidth)
         {"bf16": 312 * TERA, "fp16": 312 * TERA, "tf32": 156 * TERA, "fp32": 19.5 * TERA},
-        efficiency=0.5,
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
         memory_bytes=80 * GiB,
         memory_bandwidth_bytes_per_s=2039 * GB,
-        kernel_overhead_s=4e-6,
+        kernel_overhead_s=4e-6,  # provenance: cited/assumptions.json (ASSUMED)
         source="NVIDIA A100 datasheet; kernel-level figures cited above",
         matmul_efficiency=_A100_MATMUL,
-        memory_bandwidth_efficiency=1.70 / 2.039,
+        memory_bandwidth_efficiency=1.70 / 2.039,  # provenance: cited/azure-nd-a100-v4.json
         reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
         random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
     ),
     Topology.HIERARCHICAL,
     Link(
         "nvlink",
-        bandwidth_bytes_per_s=300 * GB,
-        latency_s=4e-6,
-        collective_bandwidth_bytes_per_s=231.6 * GB,
+        bandwidth_bytes_per_s=300 * GB,  # provenance: cited/datasheets.json
+        latency_s=4e-6,  # provenance: cited/nccl-1487.json, cited/nccl-1984.json
+        collective_bandwidth_bytes_per_s=231.6 * GB,  # provenance: cited/azure-nd-a100-v4.json
     ),
     inter_node_link=_IB_HDR,
     devices_per_node=GPUS_PER_NODE,
@@ -287,6 +326,7 @@ _H100 = HardwareSpec(
     "direction), InfiniBand NDR between servers (50 GB/s per GPU)",
     Accelerator(
         "h100",
+        # provenance: cited/datasheets.json (peaks: half the with-sparsity figure, rounded down)
         {
             "bf16": 989 * TERA,
             "fp16": 989 * TERA,
@@ -294,22 +334,22 @@ _H100 = HardwareSpec(
             "tf32": 494 * TERA,
             "fp32": 67 * TERA,
         },
-        efficiency=0.45,
-        memory_bytes=80 * GiB,
-        memory_bandwidth_bytes_per_s=3350 * GB,
-        kernel_overhead_s=4e-6,
+        efficiency=0.45,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=80 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=3350 * GB,  # provenance: cited/datasheets.json
+        kernel_overhead_s=4e-6,  # provenance: cited/assumptions.json (ASSUMED)
         source="NVIDIA H100 datasheet; kernel-level figures cited above",
         matmul_efficiency=_H100_MATMUL,
-        memory_bandwidth_efficiency=2.97 / 3.35,
+        memory_bandwidth_efficiency=2.97 / 3.35,  # provenance: cited/azure-nd-h100-v5.json
         reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
         random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
     ),
     Topology.HIERARCHICAL,
     Link(
         "nvlink",
-        bandwidth_bytes_per_s=450 * GB,
-        latency_s=4e-6,
-        collective_bandwidth_bytes_per_s=478.9 * GB,
+        bandwidth_bytes_per_s=450 * GB,  # provenance: cited/datasheets.json
+        latency_s=4e-6,  # provenance: cited/nccl-1487.json, cited/nccl-1984.json
+        collective_bandwidth_bytes_per_s=478.9 * GB,  # provenance: cited/azure-nd-h100-v5.json
     ),
     inter_node_link=_IB_NDR,
     devices_per_node=GPUS_PER_NODE,
@@ -324,23 +364,24 @@ _H200 = HardwareSpec(
     "per direction), InfiniBand NDR between servers (50 GB/s per GPU)",
     Accelerator(
         "h200",
-        dict(_H100.accelerator.peak_flops_per_s),
-        efficiency=0.45,
-        memory_bytes=141 * GB,
-        memory_bandwidth_bytes_per_s=4800 * GB,
-        kernel_overhead_s=4e-6,
+        dict(_H100.accelerator.peak_flops_per_s),  # provenance: cited/datasheets.json
+        efficiency=0.45,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=141 * GB,  # provenance: cited/datasheets.json (141 GB, decimal)
+        memory_bandwidth_bytes_per_s=4800 * GB,  # provenance: cited/datasheets.json
+        kernel_overhead_s=4e-6,  # provenance: cited/assumptions.json (ASSUMED)
         source="NVIDIA H200 datasheet; kernel-level figures measured on an H200 (above)",
         matmul_efficiency=_H200_MATMUL,
-        memory_bandwidth_efficiency=4.33 / 4.8,
+        # provenance: h200-layers.json (MEASURED; the record's triad is 4.31 TB/s, DISAGREES)
+        memory_bandwidth_efficiency=4.31 / 4.8,
         reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
         random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
     ),
     Topology.HIERARCHICAL,
     Link(
         "nvlink",
-        bandwidth_bytes_per_s=450 * GB,
-        latency_s=4e-6,
-        collective_bandwidth_bytes_per_s=480.0 * GB,
+        bandwidth_bytes_per_s=450 * GB,  # provenance: cited/datasheets.json
+        latency_s=4e-6,  # provenance: cited/nccl-1487.json, cited/nccl-1984.json
+        collective_bandwidth_bytes_per_s=480.0 * GB,  # provenance: cited/azure-nd-h200-v5.json
     ),
     inter_node_link=_IB_NDR,
     devices_per_node=GPUS_PER_NODE,
@@ -358,6 +399,8 @@ _A100_40GB = dataclasses.replace(
         _A100.accelerator,
         name="a100-40gb",
         memory_bytes=40 * GiB,  # as the 80 GB entry: HBM sizes are binary (40960 MiB)
+        # provenance: cited/datasheets.json (memory, bandwidth);
+        # cited/gpu-benches-a100-40.json (the triad below)
         memory_bandwidth_bytes_per_s=1555 * GB,
         # gpu-stream triad on an A100 40 GB: 1375 GB/s (te42kyfo/gpu-benches, a100_40.txt)
         memory_bandwidth_efficiency=1375 / 1555,
@@ -374,6 +417,7 @@ _H100_PCIE = HardwareSpec(
     "NVIDIA H100 PCIe 80 GB: 756 TFLOP/s bf16 dense, 2.0 TB/s; PCIe Gen5 64 GB/s per direction",
     Accelerator(
         "h100-pcie",
+        # provenance: cited/datasheets.json (peaks: half the with-sparsity figure, rounded down)
         {
             "bf16": 756 * TERA,
             "fp16": 756 * TERA,
@@ -381,13 +425,14 @@ _H100_PCIE = HardwareSpec(
             "tf32": 378 * TERA,
             "fp32": 51 * TERA,
         },
-        efficiency=0.45,
-        memory_bytes=80 * GiB,
-        memory_bandwidth_bytes_per_s=2000 * GB,
-        kernel_overhead_s=4e-6,
+        efficiency=0.45,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=80 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=2000 * GB,  # provenance: cited/datasheets.json
+        kernel_overhead_s=4e-6,  # provenance: cited/assumptions.json (ASSUMED)
         source="NVIDIA H100 PCIe product brief PB-11133-001; H100 datasheet",
     ),
     Topology.ALL_TO_ALL,
+    # provenance: bandwidth cited/datasheets.json; latency cited/assumptions.json (ASSUMED)
     Link("pcie5", bandwidth_bytes_per_s=64 * GB, latency_s=10e-6),
 )
 
@@ -401,13 +446,15 @@ _TPU_V4 = HardwareSpec(
     "Google TPU v4 chip: 275 TFLOP/s bf16, 32 GiB HBM2; ICI torus (2-D model of the 3-D one)",
     Accelerator(
         "tpu-v4",
-        {"bf16": 275 * TERA},
-        efficiency=0.5,
-        memory_bytes=32 * GiB,
-        memory_bandwidth_bytes_per_s=1200 * GB,
+        {"bf16": 275 * TERA},  # provenance: cited/datasheets.json
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=32 * GiB,  # provenance: cited/datasheets.json
+        memory_bandwidth_bytes_per_s=1200 * GB,  # provenance: cited/datasheets.json
         source="cloud.google.com/tpu/docs/v4 (system architecture table)",
     ),
     Topology.TORUS_2D,
+    # provenance: bandwidth cited/datasheets.json (ISCA 2023, not verified); latency
+    # cited/assumptions.json (ASSUMED)
     Link("ici", bandwidth_bytes_per_s=45 * GB, latency_s=2e-6),
 )
 
@@ -419,13 +466,14 @@ _TPU_V5E = HardwareSpec(
     "Google TPU v5e chip: 197 TFLOP/s bf16, 16 GB HBM2; 2-D torus ICI, 50 GB/s per link",
     Accelerator(
         "tpu-v5e",
-        {"bf16": 197 * TERA},
-        efficiency=0.5,
-        memory_bytes=16 * GiB,
-        memory_bandwidth_bytes_per_s=819 * GB,
+        {"bf16": 197 * TERA},  # provenance: cited/datasheets.json
+        efficiency=0.5,  # provenance: cited/assumptions.json (ASSUMED)
+        memory_bytes=16 * GiB,  # provenance: cited/datasheets.json (16 GB read as GiB)
+        memory_bandwidth_bytes_per_s=819 * GB,  # provenance: cited/datasheets.json
         source="cloud.google.com/tpu/docs/v5e (key chip specifications)",
     ),
     Topology.TORUS_2D,
+    # provenance: bandwidth cited/datasheets.json; latency cited/assumptions.json (ASSUMED)
     Link("ici", bandwidth_bytes_per_s=50 * GB, latency_s=2e-6),
 )
 
@@ -435,6 +483,7 @@ _TPU_V5E = HardwareSpec(
 _CPU = HardwareSpec(
     "cpu",
     "one CPU core per stage, gloo over loopback (rough figures: calibrate for real ones)",
+    # provenance: every figure cited/assumptions.json (ASSUMED)
     Accelerator(
         "cpu",
         {"fp32": 50e9, "fp64": 25e9},

@@ -21,10 +21,15 @@ from pipesim.errors import named
 from pipesim.hardware.network import Topology
 from pipesim.plan.planner import PlanReport
 
-# pipesim's median step-time error on the runs it was built against: Megatron-LM's Table 1
-# (arXiv 2104.04473), 3.8% (docs/accuracy.md; in-sample, so a floor). Out of sample the mean
-# error is about 23% (the published-runs issue): a tie below this is a tie a fortiori.
-TIE_FRACTION = 0.038
+# pipesim's median error on the runs it was built against: Megatron-LM's Table 1 (arXiv
+# 2104.04473), 4.0% (in-sample, so a floor). Out of sample the mean |error| on the step is
+# 11.0% (`pipesim reproduce published`, 13 runs): a tie below this is a tie a fortiori.
+# provenance: validation/reproduce/megatron.py's TABLE_1 (the published teraFLOP/s per GPU) and
+# the a100 entry (DERIVED, IN-SAMPLE: the median |pipesim / published - 1| of the ten rows'
+# teraFLOP/s, 0.0396, to 0.1%; as a step-time error the same rows give 0.0381);
+# tests/config/test_provenance.py derives it, so a change of the time model that moves the
+# median must move this with it
+TIE_FRACTION = 0.040
 
 
 @dataclass(frozen=True)

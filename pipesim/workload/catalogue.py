@@ -92,6 +92,37 @@ LLAMA_SHAPES = {
 }
 
 
+def llama_architecture(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    seq: int,
+    vocab: int,
+    attention: Attention = Attention.EAGER,
+) -> TransformerArchitecture:
+    """A Llama block's architecture of this shape: grouped-query attention, SwiGLU, RMSNorm,
+    RoPE, untied embeddings, no biases, no dropout."""
+    return TransformerArchitecture(
+        layers,
+        hidden,
+        heads,
+        ffn,
+        seq,
+        vocab,
+        kv_heads=kv_heads,
+        mlp=Mlp.SWIGLU,
+        attention=attention,
+        norm=Norm.RMSNORM,
+        position=Position.ROPE,
+        tied_embeddings=False,
+        linear_bias=False,
+        dropout=False,
+        embedding_dropout=False,
+    )
+
+
 def from_architecture(
     name: str,
     arch: TransformerArchitecture,
@@ -228,23 +259,7 @@ def llama(name: str) -> Model:
     no biases, no dropout, untied output layer, flash attention; bf16 with fp32 gradients,
     master weights and Adam (PyTorch's multi-tensor AdamW, as torchtitan runs it)."""
     layers, hidden, heads, kv, ffn, vocab, seq, batch = LLAMA_SHAPES[name]
-    arch = TransformerArchitecture(
-        layers,
-        hidden,
-        heads,
-        ffn,
-        seq,
-        vocab,
-        kv_heads=kv,
-        mlp=Mlp.SWIGLU,
-        attention=Attention.FLASH,
-        norm=Norm.RMSNORM,
-        position=Position.ROPE,
-        tied_embeddings=False,
-        linear_bias=False,
-        dropout=False,
-        embedding_dropout=False,
-    )
+    arch = llama_architecture(layers, hidden, heads, kv, ffn, seq, vocab, Attention.FLASH)
     return from_architecture(
         name,
         arch,

@@ -30,6 +30,8 @@ def test_the_default_recipe_is_what_the_simulator_assumed_before_recipes_had_nam
         "overlap_grad_reduce": False,
         "attention": None,
         "message_overhead_s": None,
+        "scatter_gather_p2p": True,
+        "tp_comm_overlap": False,
     }
 
 
@@ -40,7 +42,9 @@ def test_megatron_2021_is_the_sc21_runs_software() -> None:
         "fused_gradient_accumulation": False,
         "overlap_grad_reduce": False,
         "attention": "eager",
-        "message_overhead_s": 0.25e-3,
+        "message_overhead_s": 0.24e-3,
+        "scatter_gather_p2p": True,
+        "tp_comm_overlap": False,
     }
 
 
@@ -83,6 +87,39 @@ def test_a_bad_choice_is_refused_naming_the_field(choices: dict[str, object], me
 def test_describe_says_every_choice_in_words() -> None:
     assert MEGATRON_LM_2021.describe() == (
         "megatron-lm-2021: blocking P2P, gradient accumulation a pass of its own, gradient "
-        "reduce after the backward, eager attention, 0.25 ms per message"
+        "reduce after the backward, eager attention, 0.24 ms per message, messages scattered over "
+        "the tensor-parallel ranks, tensor-parallel collectives between the GEMMs"
     )
     assert isinstance(PIPESIM, Recipe) and "attention as the model's" in PIPESIM.describe()
+
+
+def test_whole_messages_are_t_times_the_scattered_share_and_gather_nothing() -> None:
+    """DeepSpeed's pipeline engine, Megatron-Core and torch.distributed.pipelining send the
+    whole tensor from every tensor-parallel rank (deepspeed/runtime/pipe/engine.py's
+    _exec_send_activations; Megatron-Core since 39b83c7): at T = 4 without sequence
+    parallelism a message is 4 times Megatron-LM 2021's scattered share, and no all-gather is
+    added to the receiver's forward. With sequence parallelism the message is the sequence's
+    1/T either way."""
+    from pipesim.config import RunConfig
+    from pipesim.costs.model_on_hardware import model_on_hardware
+    from pipesim.hardware import hardware
+    from pipesim.parallel.config import Parallelism
+    from pipesim.workload import model
+
+    def stages(recipe: Recipe, sequence_parallel: bool = False) -> tuple:  # type: ignore[type-arg]
+        run = RunConfig(
+            model("megatron-1.7b"),
+            hardware("a100"),
+            Parallelism(tensor=4, sequence_parallel=sequence_parallel),
+            recipe,
+        )
+        return model_on_hardware(run, 2, 1, 1).stages
+
+    whole = MEGATRON_LM_2021.with_choices({"scatter_gather_p2p": False})
+    scattered, sent_whole = stages(MEGATRON_LM_2021), stages(whole)
+    assert sent_whole[0].output_bytes == 4 * scattered[0].output_bytes > 0
+    assert sent_whole[1].forward_s < scattered[1].forward_s  # no all-gather before it
+    assert stages(whole, True)[0].output_bytes == stages(MEGATRON_LM_2021, True)[0].output_bytes
+    assert RECIPES["deepspeed-pipe"].scatter_gather_p2p is False
+    assert RECIPES["megatron-core-2024"].scatter_gather_p2p is False
+    assert RECIPES["megatron-lm-2022"].scatter_gather_p2p is True

@@ -78,6 +78,35 @@ def test_a_pass_adds_matmuls_memory_kernels_and_collectives() -> None:
     )
 
 
+def test_overlapped_collectives_hide_behind_the_matmuls_and_only_their_excess_shows() -> None:
+    """A recipe's tp_comm_overlap (Transformer Engine's userbuffers): the pass is its
+    memory-bound part plus the longer of its matmuls and its collectives. 2 us of memory-bound
+    work (1 MB at 0.5 TB/s: 2 us); a 1e12-FLOP matmul at 0.75 of 1 PFLOP/s:
+    1.333 ms; an all-reduce of 1 MB per sample at b = 1 over 2 ranks at 100 GB/s: 10 us + 2 us.
+    Overlapped, the collective disappears behind the matmul; made 1000 times larger (10 ms),
+    only what exceeds the matmul shows."""
+    acc = _accelerator()
+    network = Network(2, Topology.ALL_TO_ALL, Link("l", 100e9, 1e-6))
+    matmul = Matmul("mm", 1e4, 1e4, 5e3)
+
+    def work(collective_bytes: float) -> PassWork:
+        return PassWork(
+            matmuls=(matmul,),
+            memory_bytes=1e6,
+            collectives=(CollectiveCall(Collective.ALL_REDUCE, collective_bytes),),
+        )
+
+    matmul_s = pass_time_s(acc, PassWork(matmuls=(matmul,)), 1, "bf16")
+    assert matmul_s == pytest.approx(1e12 / 0.75e15, rel=1e-3)
+    small, large = work(1e6), work(1e9)
+    serial = pass_time_s(acc, small, 1, "bf16", network, (0, 1))
+    assert serial == pytest.approx(matmul_s + 2e-6 + 12e-6)
+    hidden = pass_time_s(acc, small, 1, "bf16", network, (0, 1), overlap_collectives=True)
+    assert hidden == pytest.approx(matmul_s + 2e-6)
+    exposed = pass_time_s(acc, large, 1, "bf16", network, (0, 1), overlap_collectives=True)
+    assert exposed == pytest.approx(2e-6 + 1e9 / 100e9 + 2e-6)
+
+
 def test_reductions_and_random_kernels_run_at_their_fractions_of_the_bandwidth() -> None:
     """1 MB elementwise, 1 MB of row reductions at 0.5 and 1 MB of dropout at 0.25 of the
     achievable 0.5 TB/s, per sample at b = 2: 4 us + 8 us + 16 us."""

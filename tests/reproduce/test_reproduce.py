@@ -23,6 +23,7 @@ PAPERS = {
     "zero-bubble": "arXiv 2401.10241",
     "interleaved": "arXiv 2104.04473",
     "megatron": "arXiv 2104.04473",
+    "published": "arXiv 2201.11990",
 }
 
 
@@ -109,6 +110,10 @@ def test_each_suite_writes_table_csv_figures_and_readme(
     folder = paths["csv"].parent
     rows = list(csv.DictReader(paths["csv"].open()))
     assert tuple(rows[0]) == CSV_COLUMNS
+    for row, cell in zip(rows, outcome.rows, strict=True):  # issue 37: every measured cell
+        if cell.paper is not None:  # says whether it is in-sample, and why
+            assert cell.sample is not None and cell.sample_why
+            assert row["sample"] in ("in-sample", "out-of-sample", "formula")
     assert len(rows) == len(outcome.rows) > 0
     for row, cell in zip(rows, outcome.rows, strict=True):
         if cell.ratio is not None:
@@ -122,6 +127,11 @@ def test_each_suite_writes_table_csv_figures_and_readme(
     )
     readme = paths["readme"].read_text()
     assert PAPERS[name] in readme
+    if name in ("megatron", "published"):  # issue 37: each recipe choice's effect, printed
+        from pipesim.config import CHOICES
+
+        assert "## Sensitivity" in readme
+        assert all(f"recipe.{choice}" in readme for choice in CHOICES)
     assert (
         "## Setup and assumptions" in readme and "## What agrees, what does not, and why" in readme
     )
@@ -223,11 +233,14 @@ def test_zero_bubble_profiled_times_against_the_time_model() -> None:
     assert {r.quantity for r in in_sample} == {"T_comm"} and len(in_sample) == 4
 
 
-def test_megatron_table_1_within_the_issues_bounds() -> None:
-    """2104.04473 Table 1, every row stated and simulated on the a100 entry: the median
-    error on achieved teraFLOP/s per GPU under 5% and no row above 10% (issue 20's bound);
-    the 2022 measurements of Korthikanti et al. (Tables 4 and 5) within 15%. Nothing in the
-    model is fitted to these rows: a change of the time model that breaks this must say so."""
+def test_megatron_table_1_regression_lock_in_sample() -> None:
+    """A REGRESSION LOCK, not an accuracy target: 2104.04473 Table 1 and 2205.05198 Tables 4
+    and 5 are in-sample (the recipes' unfused accumulation and blocking messages and three
+    memory-bound kernel classes were added after these tables said the model was too fast,
+    and this test was written once it passed). It holds the median error on Table 1's
+    teraFLOP/s per GPU under 5% and no row above 10%, and Tables 4 and 5 within 15%, so that
+    a change of the time model that moves them says so. The accuracy target is the published
+    suite's out-of-sample one (tests/reproduce/test_published.py)."""
     from validation.reproduce.megatron import table_1_rows, table_4_rows, table_5_rows
 
     rows = table_1_rows()
@@ -418,3 +431,25 @@ def test_cells_derived_from_a_step_time_are_shown_but_not_counted_as_agreements(
     steps = sum(1 for r in rows if not r.derived)
     assert line.startswith(f"{TABLE_5_NAME}: {steps} cells, ")
     assert f"{len(derived)} derived cells (following from another cell of the same run)" in line
+
+
+def test_an_outcome_refuses_a_measured_cell_without_a_sample_label() -> None:
+    with pytest.raises(ValueError, match="no sample label"):
+        Outcome("t", [Row("Table", "m", "hw", 2, 1, "q", 1.0, 1.1)], "readme")
+    Outcome("t", [Row("Table", "m", "hw", 2, 1, "q", None, 1.1)], "readme")  # nothing to label
+
+
+def test_the_headline_line_counts_out_of_sample_cells_only() -> None:
+    from validation.reproduce.framework import Sample, sample_headline
+
+    rows = [
+        Row("A", "m", "hw", 2, 1, "q", 1.0, 1.5, sample=Sample.IN, sample_why="set from it"),
+        Row("B", "m", "hw", 2, 1, "q", 1.0, 1.1, sample=Sample.OUT, sample_why="not used"),
+        Row("B", "m", "hw", 2, 1, "q", 1.0, 0.8, sample=Sample.OUT, sample_why="not used"),
+        Row("C", "m", "hw", 2, 1, "q", 1.0, 3.0, sample=Sample.FORMULA, sample_why="closed form"),
+    ]
+    assert sample_headline(rows) == (
+        "out-of-sample: 2 cells, |pipesim/paper - 1| median 15.0%, max 20.0% (1 in-sample "
+        "cells left out)"
+    )
+    assert sample_headline(rows[:1]).startswith("out-of-sample: none; all 1 measured cells")

@@ -15,7 +15,14 @@ from validation.reproduce.framework import Experiment, Outcome, write_outputs
 
 
 def _experiments() -> dict[str, Experiment]:
-    from validation.reproduce import gpipe, interleaved, megatron, pipedream_2bw, zero_bubble
+    from validation.reproduce import (
+        gpipe,
+        interleaved,
+        megatron,
+        pipedream_2bw,
+        published,
+        zero_bubble,
+    )
 
     return {
         e.name: e
@@ -49,6 +56,12 @@ def _experiments() -> dict[str, Experiment]:
                 "Megatron-LM's hybrid-parallel GPT runs: throughput and layer times",
                 "Narayanan et al., arXiv 2104.04473; Korthikanti et al., arXiv 2205.05198",
                 megatron.run,
+            ),
+            Experiment(
+                "published",
+                "Published runs of several frameworks and eras, predicted out of sample",
+                "MT-NLG, BLOOM, Llama 3, MegaScale, NeMo, torchtitan and others (see its README)",
+                published.run,
             ),
         )
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from pipesim.config import RunConfig
@@ -13,6 +14,7 @@ from pipesim.engine import SimulationResult, simulate
 from pipesim.hardware import hardware
 from pipesim.schedules import build
 from pipesim.workload import Model, model
+from pipesim.workload.architecture import Attention
 
 
 def simulate_model(
@@ -42,6 +44,35 @@ def simulate_model(
     run = RunConfig(target, hardware(hardware_name), recipe=recipe)
     costs = model_on_hardware(run, devices, built.chunks, batch / microbatches, optimizer=optimizer)
     return simulate(built, costs, steps=steps)
+
+
+def flipped_recipe(recipe: Recipe, choice: str) -> Recipe | None:
+    """``recipe`` with one choice turned the other way, for a sensitivity table: a switch
+    flipped, eager and flash attention swapped (the model's becomes flash), a message overhead
+    made 0 (none given becomes 0 as well); None for a choice with no other value."""
+    value = getattr(recipe, choice)
+    if isinstance(value, bool):
+        changed: object = not value
+    elif choice == "attention":
+        changed = Attention.FLASH if value is not Attention.FLASH else Attention.EAGER
+    elif choice == "message_overhead_s":
+        changed = 0.0 if value is None or value > 0 else None
+    else:
+        return None
+    return recipe.with_choices({choice: changed}, why="sensitivity")
+
+
+def sensitivity_markdown(moves: Sequence[tuple[str, Mapping[str, float]]]) -> str:
+    """A table of how far each run's predicted step moves with each change (%)."""
+    keys = sorted({key for _, moved in moves for key in moved})
+    lines = [
+        "| run | " + " | ".join(keys) + " |",
+        "| --- | " + " | ".join("---" for _ in keys) + " |",
+    ]
+    for label, moved in moves:
+        cells = [f"{moved[k]:+.1%}" if k in moved else "-" for k in keys]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def suite_readme(filename: str) -> str:

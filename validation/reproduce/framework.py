@@ -4,10 +4,12 @@ side, the same as CSV (one row per table cell), its figures and a README."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from application.outputs import write_text_atomically
@@ -23,8 +25,34 @@ CSV_COLUMNS = (
     "simulated",
     "ratio",
     "difference",
+    "sample",
     "note",
 )
+
+
+class Sample(Enum):
+    """What a published number can prove about pipesim.
+
+    A measured run that was used to choose or set anything in pipesim (a constant, a recipe's
+    choice, a mechanism added because the run said the model was off, a test's bound) is
+    in-sample from then on: agreeing with it shows the model can be made to agree, not that it
+    predicts. Only out-of-sample measurements count towards a headline accuracy. A published
+    value that is a formula's or an analytic claim's (a bubble fraction, a memory bound), not a
+    measured run (or a bubble the paper's own scheduler computed from times it gives), checks
+    the implementation, not the predictions.
+    """
+
+    IN = "in-sample"
+    OUT = "out-of-sample"
+    FORMULA = "formula"
+
+
+@dataclass(frozen=True)
+class SampleLabel:
+    """A table's sample, with the reason (what it was used for, or why it was not)."""
+
+    sample: Sample
+    why: str
 
 
 @dataclass(frozen=True)
@@ -46,6 +74,10 @@ class Row:
     # The cell follows from another cell of the same run (MFU and HFU from its step time):
     # shown, but not counted as an agreement of its own, which would count one agreement twice.
     derived: bool = False
+    # In-sample, out-of-sample or a formula's value (see Sample); every cell with a published
+    # value says which (Outcome refuses one that does not), and why.
+    sample: Sample | None = None
+    sample_why: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -78,7 +110,21 @@ class Row:
             "note": self.note,
             "by_construction": self.by_construction,
             "derived": self.derived,
+            "sample": None if self.sample is None else self.sample.value,
+            "sample_why": self.sample_why,
         }
+
+
+def labelled(rows: list[Row], labels: Mapping[str, SampleLabel]) -> list[Row]:
+    """``rows``, each given its table's label; a table without one is a programming error
+    (every reproduction says, table by table, what its published numbers can prove)."""
+    missing = sorted({r.table for r in rows} - set(labels))
+    if missing:
+        raise ValueError(f"tables without a sample label: {missing}")
+    return [
+        dataclasses.replace(r, sample=labels[r.table].sample, sample_why=labels[r.table].why)
+        for r in rows
+    ]
 
 
 @dataclass
@@ -89,6 +135,15 @@ class Outcome:
     rows: list[Row]
     readme: str
     figures: dict[str, str] = field(default_factory=dict)  # caption -> file name
+
+    def __post_init__(self) -> None:
+        unlabelled = sorted(
+            {r.table for r in self.rows if r.paper is not None and r.sample is None}
+        )
+        if unlabelled:
+            raise ValueError(
+                f"{self.title}: cells with a published value but no sample label in {unlabelled}"
+            )
 
 
 @dataclass(frozen=True)
@@ -151,8 +206,44 @@ def summary_lines(rows: list[Row]) -> list[str]:
                 f"{len(derived)} derived {'cell' if len(derived) == 1 else 'cells'} (following "
                 "from another cell of the same run) shown, not counted"
             )
-        lines.append(f"{table}: {'; '.join(parts) or 'no cells to compare'}")
+        samples = sorted({r.sample.value for r in cells if r.sample is not None})
+        tag = f" [{', '.join(samples)}]" if samples else ""
+        lines.append(f"{table}: {'; '.join(parts) or 'no cells to compare'}{tag}")
+    headline = sample_headline(rows)
+    if headline:
+        lines.append(headline)
     return lines
+
+
+def sample_headline(rows: list[Row]) -> str:
+    """The accuracy a suite may claim: over its out-of-sample measured cells only (left out:
+    baselines, derived cells, formulas and in-sample cells), the median and largest
+    |pipesim/paper - 1|; or that it has none to claim."""
+    measured = [r for r in rows if r.ratio is not None and r.sample is not None]
+    if not measured:
+        return ""
+    counted = [
+        abs(r.ratio - 1)
+        for r in measured
+        if r.sample is Sample.OUT
+        and r.ratio is not None
+        and not r.by_construction
+        and not r.derived
+    ]
+    inside = sum(1 for r in measured if r.sample is Sample.IN)
+    if not counted:
+        if not inside:
+            return ""
+        return (
+            f"out-of-sample: none; all {inside} measured cells here are in-sample (used to "
+            "choose or set something in pipesim), so they show agreement, not prediction"
+        )
+    return (
+        f"out-of-sample: {len(counted)} {'cell' if len(counted) == 1 else 'cells'}, "
+        "|pipesim/paper - 1| median "
+        f"{statistics.median(counted):.1%}, max {max(counted):.1%} ({inside} in-sample cells "
+        "left out)"
+    )
 
 
 def table_markdown(outcome: Outcome) -> str:
@@ -162,9 +253,11 @@ def table_markdown(outcome: Outcome) -> str:
     for row in outcome.rows:
         by_table.setdefault(row.table, []).append(row)
     for name, rows in by_table.items():
+        label = rows[0]
+        lines += [f"## {name}", ""]
+        if label.sample is not None:
+            lines += [f"*{label.sample.value}*: {label.sample_why}", ""]
         lines += [
-            f"## {name}",
-            "",
             "| model | hardware | K | M | quantity | paper | pipesim | ratio | note |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
@@ -183,8 +276,8 @@ def table_markdown(outcome: Outcome) -> str:
 
 
 def table_csv(rows: list[Row]) -> str:
-    """``table, model, hardware, K, M, quantity, paper, simulated, ratio, difference, note``,
-    one row per cell."""
+    """``table, model, hardware, K, M, quantity, paper, simulated, ratio, difference, sample,
+    note``, one row per cell."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -201,6 +294,7 @@ def table_csv(rows: list[Row]) -> str:
                 "" if r.simulated is None else repr(r.simulated),
                 "" if r.ratio is None else repr(r.ratio),
                 "" if r.difference is None else repr(r.difference),
+                "" if r.sample is None else r.sample.value,
                 r.note,
             ]
         )

@@ -11,9 +11,19 @@ from pipesim.engine import simulate
 from pipesim.schedules import build
 from plots import bubble_figure, save
 from validation.reproduce.common import suite_readme
-from validation.reproduce.framework import Outcome, Row
+from validation.reproduce.framework import Outcome, Row, Sample, SampleLabel, labelled
 
 T_F, T_B = 1.0, 2.0
+
+
+SAMPLES = {
+    "Bubble (fraction of the ideal time)": SampleLabel(
+        Sample.FORMULA, "§2.2.2's closed form (p-1)/(v·m), not a measurement"
+    ),
+    "Pipeline communication per step": SampleLabel(
+        Sample.FORMULA, "the paper's claim that interleaving multiplies the messages by v"
+    ),
+}
 
 
 def run(out: Path) -> Outcome:
@@ -76,7 +86,7 @@ def run(out: Path) -> Outcome:
     readme = suite_readme("interleaved.md")
     return Outcome(
         "Megatron-LM interleaved 1F1B (arXiv 2104.04473) reproduced with pipesim",
-        rows,
+        labelled(rows, SAMPLES),
         readme,
         {"Bubble fraction against M, K=8 (the paper's p)": "bubble.png"},
     )
