@@ -83,8 +83,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--recompute",
         metavar="MODE,MODE",
-        help="recomputation modes to try: none, selective, full (default: all three on a "
-        "transformer)",
+        help="recomputation modes to try: none, selective, full, N (the first N layers of each "
+        "stage fully, Megatron's --recompute-method block) or layers (N chosen per "
+        "configuration: the fewest that fit memory; none is searched with it) (default: none, "
+        "selective, full, layers on a transformer)",
     )
     parser.add_argument(
         "--zero",
@@ -104,7 +106,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--overlap-grad-reduce",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=None,
         help="gradient reductions overlap each stage's last backward (DDP buckets)",
     )
     parser.add_argument(

@@ -9,7 +9,7 @@
 
 from pipesim.costs.pipeline_costs import merge_layers
 from pipesim.memory.forms import MemoryForm, memory_forms
-from pipesim.partition.problem import PartitionProblem
+from pipesim.partition.problem import PartitionProblem, RecomputeFirst
 from pipesim.partition.solver import (
     NoPartitionFits,
     Partition,
@@ -25,6 +25,7 @@ __all__ = [
     "NoPartitionFits",
     "Partition",
     "PartitionProblem",
+    "RecomputeFirst",
     "balanced",
     "device_peaks",
     "memory_aware",

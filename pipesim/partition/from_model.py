@@ -2,7 +2,9 @@
 
 The per-layer costs are exactly those :func:`~pipesim.costs.spec_derived.costs_from_model`
 sums into stages (one-layer stages at the micro-batch size), so a partition chosen here and
-simulated through ``--partition a,b,c`` sees the very same numbers.
+simulated through ``--partition a,b,c`` sees the very same numbers. Under ``--recompute N`` a
+problem carries each layer's fully recomputed twin too (:func:`recompute_first`), and the
+solver weighs the first N blocks of every stage recomputed exactly, in time and memory.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from pipesim.memory.forms import memory_forms
 from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.placement import looped
-from pipesim.partition.problem import PartitionProblem
+from pipesim.partition.problem import PartitionProblem, RecomputeFirst
 from pipesim.partition.solver import balanced, memory_aware
 from pipesim.schedules.schedule import Schedule
 from pipesim.workload.model import Model
 from pipesim.workload.sharding import sharded_layers
 from pipesim.workload.stage_layers import even_partition
+from pipesim.workload.transformer import is_block
 
 
 class Objective(Enum):
@@ -63,7 +66,8 @@ def layer_costs(
     cluster's accelerator, as one tensor-parallel rank holds it under ``parallelism`` (the
     pipeline's network plays no part in them; the tensor-parallel collectives run on
     ``tensor_group``). Under ``--recompute N`` the layers are the ones built without
-    recomputation (the partitioner does not choose partitions for it)."""
+    recomputation; their recomputed twins, which each stage's first N blocks swap in, are
+    :func:`recompute_first`'s."""
     sharded = sharded_layers(model, parallelism)
     return tuple(
         costs_of_layers(
@@ -79,6 +83,38 @@ def layer_costs(
     )
 
 
+def recompute_first(
+    model: Model,
+    cluster: Cluster,
+    microbatch_size: float,
+    *,
+    optimizer: bool = True,
+    parallelism: Parallelism = IDENTITY,
+    tensor_group: TensorGroup | None = None,
+) -> RecomputeFirst | None:
+    """Under ``--recompute N`` (``parallelism.recompute.layers_per_stage``): each layer of
+    one rank fully recomputed, costed as :func:`layer_costs` costs the layers, for a
+    problem's stages to swap in for their first N blocks; None otherwise."""
+    layers_per_stage = parallelism.recompute.layers_per_stage
+    if layers_per_stage is None:
+        return None
+    sharded = sharded_layers(model, parallelism)
+    assert sharded.recomputed is not None  # built for --recompute N
+    twins = costs_of_layers(
+        sharded.recomputed,
+        model.input_bytes * microbatch_size,
+        model,
+        cluster.accelerator,
+        microbatch_size,
+        optimizer=optimizer,
+        parallelism=parallelism,
+        tensor_group=tensor_group,
+    )
+    return RecomputeFirst(
+        layers_per_stage, tuple(twins), tuple(is_block(layer) for layer in sharded.layers)
+    )
+
+
 def model_problem(
     model: Model,
     cluster: Cluster,
@@ -90,12 +126,24 @@ def model_problem(
     layers: tuple[StageCosts, ...] | None = None,
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
+    recomputed: RecomputeFirst | None = None,
 ) -> PartitionProblem:
     """The partitioning problem of ``model`` on ``cluster`` for stages placed by ``placement``.
 
     ``layers``, when given, are the model's :func:`layer_costs` at ``microbatch_size`` on the
-    cluster's accelerator already computed (a caller that caches them across problems)."""
+    cluster's accelerator already computed (a caller that caches them across problems), and
+    ``recomputed`` likewise :func:`recompute_first`'s twins under ``--recompute N``; without
+    them, they are costed for ``parallelism`` here."""
     devices = cluster.devices
+    if recomputed is None and parallelism.recompute.layers_per_stage is not None:
+        recomputed = recompute_first(
+            model,
+            cluster,
+            microbatch_size,
+            optimizer=optimizer,
+            parallelism=parallelism,
+            tensor_group=tensor_group,
+        )
     if layers is None:
         layers = layer_costs(
             model,
@@ -116,6 +164,7 @@ def model_problem(
         rematerialize,
         runtime_reserve_bytes=accelerator.runtime_reserve_bytes,
         fragmentation_fraction=accelerator.fragmentation_fraction,
+        recompute_first=recomputed,
     )
 
 
@@ -184,7 +233,12 @@ def choose_partition(
     tensor_group: TensorGroup | None = None,
 ) -> tuple[int, ...]:
     """Layers per stage by ``goal`` (balanced, memory-aware or the even split).
-    ``memory-aware`` needs the schedule (its peak depends on the order)."""
+    ``memory-aware`` needs the schedule (its peak depends on the order).
+
+    ``balanced`` and ``memory-aware`` with ``--recompute N`` (``simulate``'s objectives) are
+    still refused here, though :func:`model_problem` weighs N exactly and ``pipesim plan``
+    partitions with it: simulate's command line and its tests pin the refusal, and lifting it
+    is a change of their own."""
     stages = cluster.devices * chunks
     if goal is Objective.EVEN:
         return tuple(len(r) for r in even_partition(model, stages))
@@ -192,13 +246,6 @@ def choose_partition(
         return blocks_partition(model, stages)
     placement = schedule.placement if schedule is not None else looped(cluster.devices, chunks)
     remat = schedule.rematerialize if schedule is not None else False
-    if parallelism.recompute.layers_per_stage is not None:
-        raise SpecError(
-            f"{named('partition')} {goal.value} with {named('recompute')} "
-            f"{parallelism.recompute.label}: the partitioner does not weigh recomputing the "
-            f"first N layers of each stage; give layer counts ({named('partition')} a,b,...), "
-            f"the even split, or {named('recompute')} full"
-        )
     problem = model_problem(
         model,
         cluster,

@@ -11,6 +11,14 @@ partitioner balances is, per micro-batch:
 
 Devices may differ (heterogeneous clusters): each has a speed (compute times are divided by
 it) and a memory capacity.
+
+Under ``--recompute N`` (Megatron-LM's ``--recompute-method block``: each stage fully
+recomputes its first N transformer blocks and keeps the others' activations) a layer's costs
+depend on where its stage starts: :class:`RecomputeFirst` gives each layer's fully recomputed
+twin, and every stage of the problem swaps in the twins of its first N blocks
+(:meth:`PartitionProblem.stage_layers`), for its time and its memory alike, as the simulator's
+costs do (:meth:`pipesim.workload.sharding.ShardedLayers.for_stage`). The solver weighs this
+exactly (:mod:`pipesim.partition.solver`).
 """
 
 from __future__ import annotations
@@ -19,10 +27,66 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.costs.pipeline_costs import StageCosts, merge_layers
 from pipesim.hardware.network import Network
+
+
+@dataclass(frozen=True)
+class RecomputeFirst:
+    """``--recompute N`` in a partition problem: each stage fully recomputes its first N
+    blocks.
+
+    Attributes:
+        layers_per_stage: N, the blocks each stage recomputes (a stage with fewer recomputes
+            all of them).
+        recomputed: one :class:`StageCosts` per layer, the layer fully recomputed (its
+            twin); a stage swaps in the twins of its first N blocks.
+        blocks: per layer, whether it is a transformer block (counted towards N); the others
+            (an embedding, an output layer) are never recomputed.
+    """
+
+    layers_per_stage: int
+    recomputed: tuple[StageCosts, ...]
+    blocks: tuple[bool, ...]
+
+    def __post_init__(self) -> None:
+        checks.non_negative_int("recompute layers per stage", self.layers_per_stage)
+        object.__setattr__(self, "recomputed", tuple(self.recomputed))
+        object.__setattr__(self, "blocks", tuple(bool(b) for b in self.blocks))
+        if len(self.recomputed) != len(self.blocks):
+            raise SpecError(
+                f"recompute: {len(self.recomputed)} recomputed layers for {len(self.blocks)} "
+                "block flags"
+            )
+
+    def ends(self) -> np.ndarray:
+        """For each start i in 0..L, the layer after the N-th block at or after i (L when
+        fewer follow): a stage starting at i holds the twins of exactly the blocks in
+        [i, ends[i]) it reaches."""
+        count = len(self.blocks)
+        if self.layers_per_stage == 0:
+            return np.arange(count + 1)
+        positions = np.flatnonzero(np.array(self.blocks, dtype=bool))
+        before = np.concatenate(([0], np.cumsum(self.blocks, dtype=int)))  # blocks before i
+        last = before + self.layers_per_stage - 1  # which block is the N-th from each start
+        reached = last < len(positions)
+        ends = np.full(count + 1, count, dtype=int)
+        ends[reached] = positions[last[reached]] + 1
+        return ends
+
+    def swapped(self, start: int, end: int) -> tuple[bool, ...]:
+        """For each layer of [start, end): whether the stage holds its twin."""
+        left = self.layers_per_stage
+        out = []
+        for index in range(start, end):
+            take = left > 0 and self.blocks[index]
+            out.append(take)
+            left -= int(take)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -41,6 +105,9 @@ class PartitionProblem:
             differ, sizes must not); None means every device has ``layers``.
         runtime_reserve_bytes, fragmentation_fraction: the allowances a device's reported
             peak carries on top of the model's (:func:`pipesim.memory.rules.peak_with_allowances`).
+        recompute_first: ``--recompute N``: each stage swaps in the fully recomputed twins of
+            its first N blocks (None: every stage holds ``layers`` as they are). Not with
+            ``device_layers``.
     """
 
     layers: tuple[StageCosts, ...]
@@ -53,6 +120,7 @@ class PartitionProblem:
     device_layers: tuple[tuple[StageCosts, ...], ...] | None = None
     runtime_reserve_bytes: float = 0.0
     fragmentation_fraction: float = 0.0
+    recompute_first: RecomputeFirst | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -92,6 +160,17 @@ class PartitionProblem:
                     f"{devices} devices"
                 )
             object.__setattr__(self, "device_layers", tables)
+        if self.recompute_first is not None:
+            if len(self.recompute_first.recomputed) != len(self.layers):
+                raise SpecError(
+                    f"recompute_first must give {len(self.layers)} recomputed layers, got "
+                    f"{len(self.recompute_first.recomputed)}"
+                )
+            if self.device_layers is not None:
+                raise SpecError(
+                    "recompute_first with device_layers: recomputing the first N layers of "
+                    "each stage is modelled on devices of one kind"
+                )
         if self.network is not None and self.network.devices < devices:
             raise SpecError(
                 f"the network has {self.network.devices} device(s) but the placement uses {devices}"
@@ -130,11 +209,24 @@ class PartitionProblem:
         """The per-layer costs on ``device`` (its own table, or the shared one)."""
         return self.device_layers[device] if self.device_layers is not None else self.layers
 
+    def stage_layers(self, start: int, end: int, device: int) -> tuple[StageCosts, ...]:
+        """The per-layer costs of a stage holding layers [start, end) on ``device``: under
+        :attr:`recompute_first`, the twins of its first N blocks in place of the layers."""
+        layers = self.layers_on(device)[start:end]
+        first = self.recompute_first
+        if first is None:
+            return layers
+        swapped = first.swapped(start, end)
+        return tuple(
+            first.recomputed[start + offset] if swap else layer
+            for offset, (layer, swap) in enumerate(zip(layers, swapped, strict=True))
+        )
+
     def stage_time_s(self, stage: int, start: int, end: int) -> float:
         """The balanced objective's time of stage ``stage`` holding layers [start, end)."""
         device = self.placement[stage]
         speed = self.device_speeds[device] if self.device_speeds else 1.0
-        layers = self.layers_on(device)[start:end]
+        layers = self.stage_layers(start, end, device)
         compute = sum(self.compute_s(layer) for layer in layers) / speed
         incoming = self.boundary_s(start, stage) if stage > 0 else 0.0
         outgoing = self.boundary_s(end, stage + 1) if stage + 1 < self.stages else 0.0
@@ -143,7 +235,7 @@ class PartitionProblem:
     def stage_costs(self, start: int, end: int, device: int) -> StageCosts:
         """The :class:`StageCosts` of layers [start, end) on ``device`` (times / speed)."""
         return merge_layers(
-            self.layers_on(device)[start:end],
+            self.stage_layers(start, end, device),
             self.input_bytes if start == 0 else self.layers[start - 1].output_bytes,
             self.device_speeds[device] if self.device_speeds else 1.0,
         )

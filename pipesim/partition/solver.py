@@ -14,6 +14,12 @@ V-shaped) a device's peak couples stages far apart, so the search is a binary se
 candidate bottlenecks with a depth-first feasibility search (stage times bounded, each device's
 memory checked as soon as its stages are known, a lower bound checked before); exact unless
 the node budget runs out, which the result says.
+
+Under ``--recompute N`` (:class:`~pipesim.partition.problem.RecomputeFirst`) a stage's time and
+memory are those of its layers with the twins of its first N blocks swapped in: for a stage
+starting at layer i those are the blocks in [i, e_i), e_i the layer after the N-th block from i,
+so every table above is its plain prefix sums plus the twins' differences summed over
+[i, min(j, e_i)): the same programs, exact for it too.
 """
 
 from __future__ import annotations
@@ -170,12 +176,18 @@ def certainly_overflows(problem: PartitionProblem, forms: Sequence[MemoryForm]) 
       smallest pairing of counts with single layers' stashes (largest count with smallest
       stash), plus the smallest count times the other layers' stashes. More than the devices
       hold together: no partition fits.
+
+    Under ``--recompute N`` each layer's stash is the smaller of its own and its twin's, so
+    both proofs hold whichever layers a partition's stages recompute.
     """
     capacities = problem.memory_capacity_bytes or ()
     layers = problem.layers
     if any(math.isinf(capacities[d]) for d in range(len(forms))):
         return False
     stash = np.array([x.activation_bytes for x in layers])
+    if problem.recompute_first is not None:
+        twins = np.array([x.activation_bytes for x in problem.recompute_first.recomputed])
+        stash = np.where(problem.recompute_first.blocks, np.minimum(stash, twins), stash)
     reserve, fragmentation = problem.runtime_reserve_bytes, problem.fragmentation_fraction
     rooms = [(capacities[d] - reserve) / (1 + fragmentation) for d in range(len(forms))]
     weights = []
@@ -256,6 +268,17 @@ def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
     for device in set(problem.placement):
         times = [problem.compute_s(x) for x in problem.layers_on(device)]
         prefixes[device] = np.concatenate(([0.0], np.cumsum(times)))
+    index = np.arange(layers + 1)
+    # --recompute N: a stage starting at i adds its twins' extra time over [i, min(j, e_i))
+    recomputing: np.ndarray | float = 0.0
+    first = problem.recompute_first
+    if first is not None:
+        pairs = zip(problem.layers, first.recomputed, first.blocks, strict=True)
+        extra = [
+            problem.compute_s(twin) - problem.compute_s(layer) if block else 0.0
+            for layer, twin, block in pairs
+        ]
+        recomputing = _twin_spans(np.concatenate(([0.0], np.cumsum(extra))), first.ends())
     speeds = problem.device_speeds or ()
     sizes = np.array([0.0] + [x.output_bytes for x in problem.layers])  # crossing cut c
     boundary: dict[int, np.ndarray] = {}
@@ -266,12 +289,11 @@ def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
             boundary[stage] = _boundary_times(problem, stage, sizes)
         return boundary[stage]
 
-    index = np.arange(layers + 1)
     matrices = []
     for s in range(stages):
         speed = speeds[problem.placement[s]]
         prefix = prefixes[problem.placement[s]]
-        times = (prefix[None, :] - prefix[:, None]) / speed
+        times = (prefix[None, :] - prefix[:, None] + recomputing) / speed
         if s > 0:
             times = times + cuts_between(s)[:, None]
         if s + 1 < stages:
@@ -283,6 +305,16 @@ def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
         )
         matrices.append(np.asarray(np.where(allowed, times, np.inf), dtype=float))
     return matrices
+
+
+def _twin_spans(prefix: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For a per-layer difference's ``prefix`` sums and each start's ``ends`` (see
+    :meth:`~pipesim.partition.problem.RecomputeFirst.ends`): X[i, j] = the difference summed
+    over the twins a stage holding [i, j) swaps in, those in [i, min(j, ends[i]))."""
+    index = np.arange(len(prefix))
+    reach = np.minimum(index[None, :], ends[:, None])
+    spans: np.ndarray = (prefix[reach] - prefix[:, None]) * (index[None, :] > index[:, None])
+    return spans
 
 
 def _boundary_times(problem: PartitionProblem, stage: int, sizes: np.ndarray) -> np.ndarray:
@@ -310,60 +342,117 @@ class _SpanMemory:
         layers = problem.layers
         self._problem = problem
         self._forms = forms
+        names = (
+            "parameter_bytes",
+            "gradient_bytes",
+            "optimizer_bytes",
+            "master_weight_bytes",
+            "shared_parameter_bytes",
+            "activation_bytes",
+            "weight_grad_activation_bytes",
+            "optimizer_transient_bytes",
+        )
 
-        def prefix(name: str) -> np.ndarray:
-            values = [getattr(x, name) for x in layers]
+        def prefix(values: Sequence[float]) -> np.ndarray:
             return np.concatenate(([0.0], np.cumsum(values, dtype=float)))
 
-        self._prefixes = {
-            name: prefix(name)
-            for name in (
-                "parameter_bytes",
-                "gradient_bytes",
-                "optimizer_bytes",
-                "master_weight_bytes",
-                "shared_parameter_bytes",
-                "activation_bytes",
-                "weight_grad_activation_bytes",
-                "optimizer_transient_bytes",
-            )
-        }
+        self._prefixes = {name: prefix([getattr(x, name) for x in layers]) for name in names}
         self._inputs = np.array([problem.input_bytes] + [x.output_bytes for x in layers])
         remat = problem.rematerialize
         self._transients = [
             np.array([transient_bytes(x, kind, remat) for x in layers], dtype=float)
             for kind in KINDS
         ]
+        # --recompute N: what the twins change, summed over the ones a stage swaps in
+        first = problem.recompute_first
+        self._ends: np.ndarray | None = None
+        self._twin_prefixes: dict[str, np.ndarray] = {}
+        self._twin_transients: list[np.ndarray] = []
+        self._blocks = np.zeros(len(layers), dtype=bool)
+        if first is not None:
+            self._ends = first.ends()
+            self._blocks = np.array(first.blocks, dtype=bool)
+            twins = first.recomputed
+            self._twin_prefixes = {
+                name: prefix(
+                    [
+                        getattr(twin, name) - getattr(layer, name) if block else 0.0
+                        for layer, twin, block in zip(layers, twins, first.blocks, strict=True)
+                    ]
+                )
+                for name in names
+            }
+            self._twin_transients = [
+                np.array([transient_bytes(x, kind, remat) for x in twins], dtype=float)
+                for kind in KINDS
+            ]
         self._rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        # the running transients of every span, stage-independent: computed once
+        self._row_maxima: dict[int, list[np.ndarray]] = {}
+        self._table_maxima: list[np.ndarray] | None = None
 
     def level_count(self, stage: int) -> int:
         """How many levels the stage's device has (at least one)."""
         return len(self._forms[self._problem.placement[stage]].levels) or 1
+
+    def _transient_values(self, kind: int, start: int) -> np.ndarray:
+        """Each layer's transient of action ``kind`` for a stage starting at ``start`` (the
+        layers from ``start`` on are what it reads): the twins' for the blocks it swaps in."""
+        values = self._transients[kind]
+        if self._ends is None:
+            return values
+        index = np.arange(len(values))
+        swapped = self._blocks & (index >= start) & (index < self._ends[start])
+        return np.where(swapped, self._twin_transients[kind], values)
 
     def row(self, stage: int, start: int) -> tuple[np.ndarray, np.ndarray]:
         """S[start, :] and A[:, start, :] of ``stage`` (cached)."""
         key = (stage, start)
         if key not in self._rows:
             spans = {name: p - p[start] for name, p in self._prefixes.items()}
+            if self._ends is not None:
+                index = np.arange(len(self._inputs))
+                reach = np.minimum(index, self._ends[start])
+                after = index > start
+                for name, twin in self._twin_prefixes.items():
+                    spans[name] = spans[name] + (twin[reach] - twin[start]) * after
+            self._rows[key] = self._stage(
+                stage, spans, self._maxima_row(start), self._inputs[start]
+            )
+        return self._rows[key]
+
+    def _maxima_row(self, start: int) -> list[np.ndarray]:
+        """Per action kind, the largest transient of the layers [start, j) for every j (the
+        same for every stage: cached)."""
+        if start not in self._row_maxima:
             maxima = []
-            for values in self._transients:
+            for kind in range(len(self._transients)):
+                values = self._transient_values(kind, start)
                 row = np.zeros(len(values) + 1)
                 row[start + 1 :] = np.maximum.accumulate(values[start:])
                 maxima.append(row)
-            self._rows[key] = self._stage(stage, spans, maxima, self._inputs[start])
-        return self._rows[key]
+            self._row_maxima[start] = maxima
+        return self._row_maxima[start]
+
+    def _maxima_table(self) -> list[np.ndarray]:
+        """Per action kind, the largest transient of every span [i, j) (cached)."""
+        if self._table_maxima is None:
+            self._table_maxima = []
+            for kind in range(len(self._transients)):
+                count = len(self._transients[kind])
+                out = np.zeros((count + 1, count + 1))
+                for i in range(count):
+                    out[i, i + 1 :] = self._maxima_row(i)[kind][i + 1 :]
+                self._table_maxima.append(out)
+        return self._table_maxima
 
     def table(self, stage: int) -> tuple[np.ndarray, np.ndarray]:
         """S[i, j] and A[l, i, j] of ``stage`` for every span at once."""
         spans = {name: p[None, :] - p[:, None] for name, p in self._prefixes.items()}
-        maxima = []
-        for values in self._transients:
-            count = len(values)
-            out = np.zeros((count + 1, count + 1))
-            for i in range(count):
-                out[i, i + 1 :] = np.maximum.accumulate(values[i:])
-            maxima.append(out)
-        return self._stage(stage, spans, maxima, self._inputs[:, None])
+        if self._ends is not None:
+            for name, twin in self._twin_prefixes.items():
+                spans[name] = spans[name] + _twin_spans(twin, self._ends)
+        return self._stage(stage, spans, self._maxima_table(), self._inputs[:, None])
 
     def _stage(
         self,

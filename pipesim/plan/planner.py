@@ -8,7 +8,11 @@ optimizer sharding and sequence parallelism, with T x K x D = N.
 2. For each candidate: the balanced partition of its K·v stages (exact, transfers counted);
    if that overflows a device under the schedule's peak memory (closed form, exactly the
    simulator's), the memory-aware partition; if none fits, the candidate is rejected as out
-   of memory with the device and the bytes.
+   of memory with the device and the bytes. Recomputing the first N blocks of each stage
+   (``layers`` in the space) is resolved here to the fewest N that fit memory, and the few N
+   above it up to the first whose balanced partition fits
+   (:meth:`PlanContext.evaluate_all`); the partitions weigh the N recomputed blocks of every
+   stage exactly (:class:`pipesim.partition.RecomputeFirst`).
 3. A lower bound on its iteration time (:mod:`.bounds`), all-reduce included.
 4. Candidates in order of their bound are simulated in full until the next bound is slower
    than the ``top``-th best simulated time: the ranking of the top plans is then exact (no
@@ -49,6 +53,7 @@ from pipesim.parallel.ranks import RankLayout
 from pipesim.partition import (
     NoPartitionFits,
     PartitionProblem,
+    RecomputeFirst,
     balanced,
     memory_aware,
     memory_forms,
@@ -59,10 +64,13 @@ from pipesim.plan.bounds import iteration_lower_bound_s
 from pipesim.plan.space import (
     DEFAULT_RECOMPUTE,
     DEFAULT_SCHEDULES,
+    RECOMPUTE_LAYERS,
     Candidate,
     SpaceLimits,
     candidates,
     divisors,
+    recompute_layers,
+    recomputes_in_full,
 )
 from pipesim.schedules import UpdateRule, build
 from pipesim.synthesis.synthesis import SYNTH_NAME
@@ -75,6 +83,10 @@ from pipesim.workload.transformer import check_tensor_parallel, is_block
 # earlier weave of the steps read low, by up to a step / (S - 1), and needed relaxing).
 NO_FLUSH_STEPS = 6
 PLAN_NODE_BUDGET = 5_000  # per memory-aware search with several stages per device
+# Recompute ``layers``: below the fewest N whose balanced partition fits, the N whose
+# memory-aware partitions fit are tried one by one down to this many, then the fewest of the
+# rest found by bisection.
+RECOMPUTE_SCAN = 4
 
 
 @dataclass(frozen=True)
@@ -227,6 +239,7 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
     ordered = sorted(((context.quick_bound(c), i, c) for i, c in enumerate(space)))
     examined: list[Evaluated] = []
     finished: list[Evaluated] = []
+    seen: set[tuple[Candidate, tuple[int, ...]]] = set()
     limit = math.inf
     with (
         progress(len(space), "plan: configurations", enabled=show_progress) as bar,
@@ -236,18 +249,26 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
             if quick * (1 - 1e-9) > limit:
                 bar.update(len(ordered) - position)  # the rest: slower than the top plans
                 break
-            item, simulated = next(results)
-            assert item.candidate == candidate  # in order, whatever ran them
-            examined.append(item)
+            searched, items = next(results)
+            assert searched == candidate  # in order, whatever ran them
             bar.update()
-            if item.oom or item.bound_s * (1 - 1e-9) > limit:
-                continue
-            finished.append(simulated if simulated is not None else context.simulate(item))
-            times = sorted(e.iteration_time_s or math.inf for e in finished if not e.simulated_oom)
-            if len(times) >= settings.top:
-                limit = times[settings.top - 1]
-            if times:
-                bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
+            for item, simulated in items:
+                # recompute ``layers`` resolves to counts that may be configurations of their
+                # own (a count asked for, ``none``, ``full``): each is examined once
+                if (item.candidate, item.partition) in seen:
+                    continue
+                seen.add((item.candidate, item.partition))
+                examined.append(item)
+                if item.oom or item.bound_s * (1 - 1e-9) > limit:
+                    continue
+                finished.append(simulated if simulated is not None else context.simulate(item))
+                times = sorted(
+                    e.iteration_time_s or math.inf for e in finished if not e.simulated_oom
+                )
+                if len(times) >= settings.top:
+                    limit = times[settings.top - 1]
+                if times:
+                    bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
     if SYNTH_NAME in settings.schedules:
         finished += context.synthesized(finished, settings.top)
     ranked = sorted(
@@ -255,8 +276,8 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
         key=lambda e: e.iteration_time_s or math.inf,
     )
     plans = ranked[: settings.top]
-    done = {e.candidate: e for e in finished}
-    examined = [done.get(e.candidate, e) for e in examined]
+    done = {(e.candidate, e.partition): e for e in finished}
+    examined = [done.get((e.candidate, e.partition), e) for e in examined]
     rejected = _rejected(plans, ranked[settings.top :], examined, settings.top)
     return PlanReport(
         settings,
@@ -270,15 +291,21 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
     )
 
 
+Evaluations = list[tuple[Evaluated, Evaluated | None]]
+"""What one candidate of the space became (:meth:`PlanContext.evaluate_all`: one
+configuration, or several for recompute ``layers``), each with its simulation when a cluster's
+worker ran it already (None: the search simulates it if it needs it)."""
+
+
 def _evaluations(
     context: PlanContext, ordered: list[Candidate], workers: Workers
-) -> Generator[tuple[Evaluated, Evaluated | None], None, None]:
+) -> Generator[tuple[Candidate, Evaluations], None, None]:
     """Each candidate evaluated, in order: here, one at a time as the search asks (and
     simulated by the search when it needs it); on a cluster, several ahead, each one that fits
     in memory simulated too (the search discards what it would not have computed)."""
     if isinstance(workers, InProcess):
         for candidate in ordered:
-            yield context.evaluate(candidate), None
+            yield candidate, [(item, None) for item in context.evaluate_all(candidate)]
         return
     shared = workers.share(context)
     yield from ordered_map(workers, _evaluate_and_simulate, ordered, shared)
@@ -286,18 +313,21 @@ def _evaluations(
 
 def _evaluate_and_simulate(
     candidate: Candidate, context: PlanContext
-) -> tuple[Evaluated, Evaluated | None]:
-    """A cluster worker's task: the candidate evaluated, and simulated when it fits (numpy's
-    overflow warnings silenced, as in :func:`plan`)."""
+) -> tuple[Candidate, Evaluations]:
+    """A cluster worker's task: the candidate evaluated, and each configuration it became
+    simulated when it fits (numpy's overflow warnings silenced, as in :func:`plan`)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        item = context.evaluate(candidate)
-        return item, None if item.oom else context.simulate(item)
+        items = context.evaluate_all(candidate)
+        return candidate, [(item, None if item.oom else context.simulate(item)) for item in items]
 
 
 def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -> SpaceLimits:
     """What the model and the hardware let the search try: tensor-parallel sizes that divide a
     node's devices and split the model evenly (asked-for sizes are checked the same way; a
-    model given as layers has none but 1), layer-level recomputation on a transformer."""
+    model given as layers has none but 1), layer-level recomputation on a transformer:
+    ``none``, ``selective``, ``full``, a count N of each stage's first blocks (at most the
+    model's blocks), or ``layers`` (N chosen per configuration, ``none`` searched with it:
+    N = 0)."""
     arch = model.architecture
     node = hardware.devices_per_node or settings.devices
     if settings.tensor_sizes is not None:
@@ -326,22 +356,14 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         sizes = (1,)
     else:
         sizes = tuple(t for t in divisors(node) if settings.devices % t == 0 and _splits(arch, t))
+    blocks = sum(1 for layer in model.layers if is_block(layer)) if arch is not None else 0
     recompute: tuple[str, ...]
     if settings.recompute is not None:
-        for mode in settings.recompute:
-            parsed = Recompute.parse(mode)
-            if parsed.layers_per_stage is not None:
-                raise SpecError(
-                    f"{named('recompute')} {mode}: the planner searches none, selective and full"
-                )
-            if arch is None and parsed.label != "none":
-                raise SpecError(
-                    f"{named('recompute')} {mode}: model {model.name!r} is given as layers, "
-                    "with none to "
-                    "recompute; its stages can re-materialize (remat is searched)"
-                )
+        labels = [_recompute_label(mode, model, blocks) for mode in settings.recompute]
+        if RECOMPUTE_LAYERS in labels:
+            labels.append("none")  # N = 0: the fewest layers may be none
         # each mode once, in the order given (--recompute full,full is one mode)
-        recompute = tuple(dict.fromkeys(Recompute.parse(mode).label for mode in settings.recompute))
+        recompute = tuple(dict.fromkeys(labels))
     else:
         recompute = DEFAULT_RECOMPUTE if arch is not None else ("none",)
     for stage in settings.zero:
@@ -354,7 +376,37 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         tuple(dict.fromkeys(settings.zero)),
         tuple(dict.fromkeys(settings.sequence_parallel)) if arch is not None else (False,),
         tuple(t for t in sizes if arch is not None and arch.seq % t == 0),
+        blocks,
     )
+
+
+def _recompute_label(mode: str, model: Model, blocks: int) -> str:
+    """One ``--recompute`` value of a plan as its label in the space: ``none``,
+    ``selective``, ``full``, a count of layers per stage, or ``layers``; a value the model
+    cannot take is one line naming it."""
+    if mode.strip().lower() == RECOMPUTE_LAYERS:
+        label = RECOMPUTE_LAYERS
+    else:
+        try:
+            parsed = Recompute.parse(mode)
+        except SpecError:
+            raise SpecError(
+                f"{named('recompute')} must be none, selective, full, a number of layers per "
+                f"stage or {RECOMPUTE_LAYERS} (the fewest that fit), got {mode!r}"
+            ) from None
+        label = parsed.label
+    if model.architecture is None and label != "none":
+        raise SpecError(
+            f"{named('recompute')} {mode}: model {model.name!r} is given as layers, with none to "
+            "recompute; its stages can re-materialize (remat is searched)"
+        )
+    count = recompute_layers(label)
+    if count is not None and count > blocks:
+        raise SpecError(
+            f"{named('recompute')} {mode}: model {model.name!r} has {blocks} transformer blocks; "
+            f"give at most {blocks} layers per stage, or {named('recompute')} full"
+        )
+    return label
 
 
 def _splits(arch: object, tensor: int) -> bool:
@@ -376,18 +428,44 @@ class SyncTerms:
 
 LayerKey = tuple[int, bool, str, int, int]
 """(T, sequence parallel, recompute, b, optimizer shards): what one rank's per-layer costs
-depend on (the shards are D under ZeRO-1, else 1)."""
+depend on (the shards are D under ZeRO-1, else 1); under recompute N, what its partitions and
+stages depend on besides the layers."""
 
 
 def layer_key(c: Candidate) -> LayerKey:
-    """The per-layer costs ``c`` reads."""
+    """The per-layer costs ``c`` reads (under recompute N, N's: its partitions and stages are
+    cached by it)."""
     shards = c.data_parallel if c.zero else 1
     return (c.tensor, c.sequence_parallel, c.recompute, c.microbatch_size, shards)
 
 
+def table_key(c: Candidate, recompute: str | None = None) -> LayerKey:
+    """The table of one rank's per-layer costs that ``c`` reads: its own recomputation's, or
+    under recompute N (and ``layers``) the table without recomputation, whose blocks its
+    stages swap for the ``full`` table's first N (``recompute`` names that other table)."""
+    if recompute is None:
+        recompute = "none" if recomputes_first(c) else c.recompute
+    shards = c.data_parallel if c.zero else 1
+    return (c.tensor, c.sequence_parallel, recompute, c.microbatch_size, shards)
+
+
+def recomputes_first(c: Candidate) -> bool:
+    """True when ``c`` recomputes the first N blocks of each stage (a count, or ``layers``
+    before it is resolved)."""
+    return c.recompute == RECOMPUTE_LAYERS or recompute_layers(c.recompute) is not None
+
+
+def _with_recompute(c: Candidate, layers_per_stage: int) -> Candidate:
+    """``c`` recomputing its stages' first ``layers_per_stage`` blocks (``none`` for 0)."""
+    label = str(layers_per_stage) if layers_per_stage else "none"
+    return dataclasses.replace(c, recompute=label)
+
+
 class PlanContext:
     """Caches shared across candidates: one rank's layer costs per (T, SP, recompute, b),
-    schedules' memory forms, balanced partitions per shape, collective slopes per group."""
+    schedules' memory forms, balanced partitions per shape, collective slopes per group, and
+    each configuration's evaluation (recompute ``layers`` evaluates several counts, which
+    other candidates may be too)."""
 
     def __init__(self, settings: PlanSettings) -> None:
         self.run = settings.run
@@ -408,13 +486,17 @@ class PlanContext:
         self.syncs: dict[tuple[int, int, int, int], SyncTerms] = {}
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
         self.rules: dict[str, UpdateRule] = {}
+        self.extras: dict[LayerKey, tuple[float, float]] = {}
+        self.evaluations: dict[Candidate, Evaluated] = {}
+        self.blocks = tuple(is_block(layer) for layer in self.model.layers)
 
-    def parallelism(self, c: Candidate) -> Parallelism:
-        """``c``'s parallel configuration besides the pipeline."""
+    def parallelism(self, c: Candidate, recompute: str | None = None) -> Parallelism:
+        """``c``'s parallel configuration besides the pipeline (with ``recompute`` instead of
+        its own recomputation when given)."""
         return Parallelism(
             tensor=c.tensor,
             sequence_parallel=c.sequence_parallel,
-            recompute=Recompute.parse(c.recompute),
+            recompute=Recompute.parse(c.recompute if recompute is None else recompute),
             zero=c.zero,
             data=c.data_parallel,
         )
@@ -427,18 +509,28 @@ class PlanContext:
         """Where the tensor-parallel collectives run: the first T ranks of the job."""
         return TensorGroup.first(self.job, tensor)
 
-    def layer_costs(self, c: Candidate) -> tuple[StageCosts, ...]:
-        """One rank's per-layer costs for ``c`` (cached per :data:`LayerKey`)."""
-        key = layer_key(c)
+    def layer_costs(self, c: Candidate, recompute: str | None = None) -> tuple[StageCosts, ...]:
+        """One rank's per-layer costs for ``c`` (cached per :data:`LayerKey`): under recompute
+        N the layers without recomputation (:func:`table_key`; ``recompute`` names another
+        table, ``full`` for the twins)."""
+        key = table_key(c, recompute)
         if key not in self.layers:
             self.layers[key] = layer_costs(
                 self.model,
                 self.hardware.cluster(1),
                 c.microbatch_size,
-                parallelism=self.parallelism(c),
+                parallelism=self.parallelism(c, key[2]),
                 tensor_group=self.tensor_group(c.tensor),
             )
         return self.layers[key]
+
+    def recomputed(self, c: Candidate) -> RecomputeFirst | None:
+        """Under recompute N, what its partition problem swaps into each stage's first N
+        blocks: the ``full`` table's layers; None otherwise."""
+        count = recompute_layers(c.recompute)
+        if count is None:
+            return None
+        return RecomputeFirst(count, self.layer_costs(c, "full"), self.blocks)
 
     def problem(self, candidate: Candidate, placement: tuple[int, ...]) -> PartitionProblem:
         return model_problem(
@@ -448,12 +540,15 @@ class PlanContext:
             placement,
             rematerialize=candidate.remat,
             layers=self.layer_costs(candidate),
+            recomputed=self.recomputed(candidate),
         )
 
     def _sums(self, c: Candidate) -> tuple[float, float, float, float, float]:
         """Over every layer: work per micro-batch (F + B, F twice under remat), the one-batch
-        path (F and the input gradient), optimizer steps, gradient and weight bytes."""
-        key = (layer_key(c), c.remat)
+        path (F and the input gradient), optimizer steps, gradient and weight bytes (under
+        recompute N, of the layers without recomputation: :meth:`recompute_extra` adds the
+        least the N blocks add)."""
+        key = (table_key(c), c.remat)
         if key not in self.sums:
             layers = self.layer_costs(c)
             again = 2 if c.remat else 1
@@ -466,12 +561,46 @@ class PlanContext:
             )
         return self.sums[key]
 
+    def recompute_extra(self, c: Candidate) -> tuple[float, float]:
+        """Under recompute N (N >= 1, or ``layers``): the least time one recomputed block adds
+        to a stage per micro-batch, to its work (F + B) and to the one-batch path (F and the
+        input gradient); (0, 0) otherwise."""
+        if not recomputes_first(c):
+            return 0.0, 0.0
+        key = table_key(c)
+        if key not in self.extras:
+            plain, twins = self.layer_costs(c), self.layer_costs(c, "full")
+            pairs = [(x, y) for x, y, block in zip(plain, twins, self.blocks, strict=True) if block]
+            work = min(
+                (y.forward_s + y.backward_s - x.forward_s - x.backward_s for x, y in pairs),
+                default=0.0,
+            )
+            path = min(
+                (y.forward_s + y.input_grad_s - x.forward_s - x.input_grad_s for x, y in pairs),
+                default=0.0,
+            )
+            self.extras[key] = (max(work, 0.0), max(path, 0.0))
+        return self.extras[key]
+
+    def recomputing_stages(self, c: Candidate) -> int:
+        """Under recompute N (N >= 1, or ``layers``) the fewest of the K·v stages that hold a
+        block, each recomputing at least one, under any partition: every stage but those a
+        layer other than a block fills alone; 0 otherwise."""
+        if not recomputes_first(c):
+            return 0
+        blocks = sum(self.blocks)
+        if blocks == 0:
+            return 0
+        return max(1, c.stages - (len(self.blocks) - blocks))
+
     def bottleneck(self, c: Candidate) -> float:
         """A lower bound on the slowest stage's compute per micro-batch over every partition
         into K·v stages: exact for a model given as layers (the balanced partition without
         transfers), for a transformer the larger of the average stage and the blocks some
-        stage must hold (ceil(blocks / stages) of the identical blocks)."""
-        key = (c.stages, layer_key(c), c.remat)
+        stage must hold (ceil(blocks / stages) of the identical blocks), each with the least
+        that recompute N adds (one block recomputed on that stage; the stages that must hold
+        a block, on average)."""
+        key = (c.stages, table_key(c), c.remat)
         if key not in self.compute_bottleneck:
             layers = self.layer_costs(c)
             if self.model.architecture is None:
@@ -492,14 +621,32 @@ class PlanContext:
                     -(-len(blocks) // c.stages) * least,
                 )
             self.compute_bottleneck[key] = value
-        return self.compute_bottleneck[key]
+        value = self.compute_bottleneck[key]
+        extra, _ = self.recompute_extra(c)
+        if extra <= 0:
+            return value
+        # every recompute-N variant shares the table's entry; the extra is added on top
+        layers = self.layer_costs(c)
+        work = [x.forward_s + x.backward_s for x in layers]
+        blocks = [w for w, block in zip(work, self.blocks, strict=True) if block]
+        return max(
+            value,
+            (sum(work) + self.recomputing_stages(c) * extra) / c.stages,
+            -(-len(blocks) // c.stages) * min(blocks, default=0.0) + extra,
+        )
 
     def quick_bound(self, c: Candidate) -> float:
         """A lower bound on ``c``'s iteration time that holds for every partition: the least
         possible slowest stage's compute for M micro-batches, the average device's share of
         all compute, optimizer steps and data-parallel communication, and (flush schedules)
-        one micro-batch through every stage and back (forward and input gradient)."""
+        one micro-batch through every stage and back (forward and input gradient). Under
+        recompute N (and ``layers``, whose N = 0 is the ``none`` configuration) at least one
+        block of every stage that must hold one is recomputed."""
         work, path, optimizer, gradients, weights = self._sums(c)
+        extra_work, extra_path = self.recompute_extra(c)
+        recomputing = self.recomputing_stages(c)
+        work += recomputing * extra_work
+        path += recomputing * extra_path
         sync = 0.0
         if c.data_parallel > 1 and not self.run.recipe.overlap_grad_reduce:
             terms = self.sync_terms(c)
@@ -579,22 +726,141 @@ class PlanContext:
             start += count
         return out
 
-    def evaluate(self, c: Candidate) -> Evaluated:
-        """``c`` partitioned (balanced, or memory-aware where the balanced partition
-        overflows), checked for memory and bounded."""
+    def schedule_shape(self, c: Candidate) -> tuple[tuple[MemoryForm, ...], tuple[int, ...], bool]:
+        """``c``'s schedule as the memory check reads it (cached per shape): its memory forms
+        (one step, or NO_FLUSH_STEPS without a flush), its placement, whether it flushes."""
         key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
         if key not in self.forms:
             schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
             flush = schedule.update_rule is UpdateRule.FLUSH
             steps = 1 if flush else NO_FLUSH_STEPS
             self.forms[key] = (memory_forms(schedule, steps), schedule.placement, flush)
-        forms, placement, flush = self.forms[key]
-        steps = 1 if flush else NO_FLUSH_STEPS
-        problem = self.problem(c, placement)
-        shape = (c.devices, placement, layer_key(c), c.remat)
+        return self.forms[key]
+
+    def balanced_partition(self, c: Candidate, problem: PartitionProblem) -> Partition:
+        """The balanced partition of ``c``'s problem (cached per shape and layer key)."""
+        shape = (c.devices, problem.placement, layer_key(c), c.remat)
         if shape not in self.balanced:
             self.balanced[shape] = balanced(problem)
-        chosen, objective, oom_reason = self.balanced[shape], "balanced", None
+        return self.balanced[shape]
+
+    def balanced_fits(self, c: Candidate) -> bool:
+        """True when ``c``'s balanced partition fits every device's memory (no memory-aware
+        search: the cheap test recompute ``layers`` bisects with)."""
+        forms, placement, _ = self.schedule_shape(c)
+        problem = self.problem(c, placement)
+        counts = self.balanced_partition(c, problem).counts
+        peaks = stage_peaks(problem, forms, self.stage_costs(c, problem, counts))
+        return max(peaks) <= self.hardware.accelerator.memory_bytes
+
+    def most_recomputed(self, c: Candidate) -> int:
+        """The most blocks one of ``c``'s K·v stages can hold, each other stage holding one
+        layer (a layer other than a block where there are such): no N above it recomputes
+        more."""
+        blocks = sum(self.blocks)
+        others = len(self.blocks) - blocks
+        return max(1, blocks - max(0, c.stages - 1 - others))
+
+    def evaluate_all(self, c: Candidate) -> list[Evaluated]:
+        """The configurations a candidate of the space is: ``c`` evaluated
+        (:meth:`evaluate`), or for recompute ``layers`` the counts N worth simulating:
+
+        * the fewest N whose balanced partition fits memory (N = 0 is ``none``), found by
+          doubling N and then bisecting (a larger N only adds recomputation to the same
+          balanced stages);
+        * below it, the N that fit only with a memory-aware partition, which may be slower
+          than the next N's balanced one: one by one down to :data:`RECOMPUTE_SCAN` of them,
+          then the fewest N that fits at all by bisection (fitting some partition only gets
+          easier with N, every stage's stash shrinking).
+
+        Each count is a configuration of its own (``recompute=3``); an N that covers every
+        block of every stage of its partition is ``full`` (the same run). When no N fits, the
+        most N is returned, out of memory."""
+        if c.recompute != RECOMPUTE_LAYERS:
+            return [self.evaluate(c)]
+        most = self.most_recomputed(c)
+
+        def fits_balanced(count: int) -> bool:
+            return self.balanced_fits(_with_recompute(c, count))
+
+        def evaluated(count: int) -> Evaluated:
+            return self.evaluate(_with_recompute(c, count))
+
+        if fits_balanced(0):
+            return [evaluated(0)]  # nothing to recompute: the configuration without
+        failing, fitting, count = 0, None, 1
+        while fitting is None and failing < most:  # doubling: N is mostly small
+            count = min(count, most)
+            if fits_balanced(count):
+                fitting = count
+            else:
+                failing, count = count, 2 * count
+        items: list[Evaluated] = []
+        below = most
+        if fitting is not None:
+            while fitting - failing > 1:
+                middle = (failing + fitting) // 2
+                if fits_balanced(middle):
+                    fitting = middle
+                else:
+                    failing = middle
+            items.append(evaluated(fitting))
+            below = fitting - 1
+        count = below
+        while count >= 0 and below - count < RECOMPUTE_SCAN:
+            item = evaluated(count)
+            if item.oom:
+                break
+            items.append(item)
+            count -= 1
+        else:
+            if count >= 0:  # more fit below the scan: the fewest that does, by bisection
+                failing, fitting = -1, count + 1
+                while fitting - failing > 1:
+                    middle = (failing + fitting) // 2
+                    if evaluated(middle).oom:
+                        failing = middle
+                    else:
+                        fitting = middle
+                if fitting <= count:
+                    items.append(evaluated(fitting))
+        return [self._full_when_whole(item) for item in items or [evaluated(most)]]
+
+    def _full_when_whole(self, item: Evaluated) -> Evaluated:
+        """``item``, labelled ``full`` where its N recomputes every block of every stage of
+        its partition (the same costs, and the plan reads as what it is)."""
+        count = recompute_layers(item.candidate.recompute)
+        if count is None or count < self._most_in_a_stage(item.partition):
+            return item
+        return dataclasses.replace(
+            item, candidate=dataclasses.replace(item.candidate, recompute="full")
+        )
+
+    def _most_in_a_stage(self, counts: tuple[int, ...]) -> int:
+        """The most blocks a stage of the partition ``counts`` holds."""
+        most, start = 0, 0
+        for size in counts:
+            most = max(most, sum(self.blocks[start : start + size]))
+            start += size
+        return most
+
+    def evaluate(self, c: Candidate) -> Evaluated:
+        """``c`` partitioned (balanced, or memory-aware where the balanced partition
+        overflows), checked for memory and bounded (cached per configuration). Under recompute
+        N the partitions weigh each stage's first N blocks recomputed, in time and memory; an
+        N above the most blocks a stage of the partition holds is labelled with that most
+        (the same run, and the count ``pipesim simulate`` accepts)."""
+        if c.recompute == RECOMPUTE_LAYERS:
+            raise ValueError("recompute layers is several configurations: see evaluate_all")
+        if c not in self.evaluations:
+            self.evaluations[c] = self._evaluate(c)
+        return self.evaluations[c]
+
+    def _evaluate(self, c: Candidate) -> Evaluated:
+        forms, placement, flush = self.schedule_shape(c)
+        steps = 1 if flush else NO_FLUSH_STEPS
+        problem = self.problem(c, placement)
+        chosen, objective, oom_reason = self.balanced_partition(c, problem), "balanced", None
         capacity = self.hardware.accelerator.memory_bytes
         stage_costs = self.stage_costs(c, problem, chosen.counts)
         peaks = stage_peaks(problem, forms, stage_costs)
@@ -638,7 +904,7 @@ class PlanContext:
         for stage, extra in enumerate(sync):
             per_device[placement[stage]] += extra
         return Evaluated(
-            c,
+            self._labelled(c, chosen.counts),
             chosen.counts,
             steps,
             bound,
@@ -648,6 +914,15 @@ class PlanContext:
             objective,
             oom_reason,
         )
+
+    def _labelled(self, c: Candidate, counts: tuple[int, ...]) -> Candidate:
+        """``c``, its recompute N lowered to the most blocks a stage of ``counts`` holds where
+        N is above it (the same costs: every stage recomputes all its blocks either way)."""
+        count = recompute_layers(c.recompute)
+        if count is None:
+            return c
+        most = self._most_in_a_stage(counts)
+        return c if count <= most else _with_recompute(c, most)
 
     def synthesized(self, finished: list[Evaluated], top: int) -> list[Evaluated]:
         """A synthesised schedule for each of the best plans' shapes: the largest memory
@@ -738,18 +1013,29 @@ class PlanContext:
         """``item`` simulated in full with the default engine, its costs built from the run's
         configuration under its layout by :func:`model_on_hardware`, as ``pipesim simulate``
         builds them for the same settings (from the per-layer costs the search has already:
-        merged, not costed again): the plan and its re-simulation agree exactly."""
+        merged, not costed again; under recompute N, whose stages mix two tables, costed by
+        :func:`model_on_hardware` itself): the plan and its re-simulation agree exactly."""
         c = item.candidate
         schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-        costs = layer_costs_on_hardware(
-            self.run_of(c),
-            c.devices,
-            c.chunks,
-            c.microbatch_size,
-            self.layer_costs(c),
-            item.partition,
-            placement=schedule.placement,
-        )
+        if recomputes_first(c):
+            costs = model_on_hardware(
+                self.run_of(c),
+                c.devices,
+                c.chunks,
+                c.microbatch_size,
+                item.partition,
+                placement=schedule.placement,
+            )
+        else:
+            costs = layer_costs_on_hardware(
+                self.run_of(c),
+                c.devices,
+                c.chunks,
+                c.microbatch_size,
+                self.layer_costs(c),
+                item.partition,
+                placement=schedule.placement,
+            )
         result = simulate(schedule, costs, steps=item.steps)
         return dataclasses.replace(
             item,
@@ -768,8 +1054,9 @@ def _shape_key(c: Candidate) -> tuple[object, ...]:
 
 def _synthesis_shapes(finished: list[Evaluated], top: int) -> list[Candidate]:
     """The shapes of the best simulated plans that a synthesised schedule can take (one stage
-    per device, no re-materialization, a flush schedule's update), fastest first, at most
-    ``top`` of them."""
+    per device, no re-materialization, a flush schedule's update, no full recomputation of
+    every block or of the first N: its backward is split), fastest first, at most ``top`` of
+    them."""
     shapes: list[Candidate] = []
     seen = set()
     ranked = sorted(
@@ -779,7 +1066,7 @@ def _synthesis_shapes(finished: list[Evaluated], top: int) -> list[Candidate]:
     for e in ranked:
         c = e.candidate
         key = _shape_key(c)
-        if c.devices > 1 and key not in seen and c.recompute != "full":
+        if c.devices > 1 and key not in seen and not recomputes_in_full(c.recompute):
             seen.add(key)
             shapes.append(
                 dataclasses.replace(c, schedule="1f1b", chunks=1, remat=False, memory_limit=None)

@@ -14,6 +14,7 @@ from typing import Any
 from pipesim.common.units import format_bytes, format_seconds
 from pipesim.plan.caveats import assumptions, tie
 from pipesim.plan.planner import Evaluated, PlanReport
+from pipesim.plan.space import Candidate, recompute_layers
 
 
 def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
@@ -28,6 +29,7 @@ def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
         "tensor_parallel": c.tensor,
         "sequence_parallel": c.sequence_parallel,
         "recompute": c.recompute,
+        "recompute_layers_per_stage": recompute_layers(c.recompute),
         "zero": c.zero,
         "asynchronous": c.asynchronous,
         "schedule": c.schedule,
@@ -129,7 +131,7 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         c = e.candidate
         t = e.iteration_time_s or 0.0
         peak = e.simulated_peak_bytes or 0.0
-        recompute = "remat" if c.remat else c.recompute
+        recompute = _recompute_text(c)
         label = c.schedule_label + ("*" if c.asynchronous else "")
         any_async = any_async or c.asynchronous
         mfu = "" if e.mfu is None else f"{e.mfu:.1%}"
@@ -164,6 +166,15 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
                 lines.append(f"      differs in {e.candidate.differences(first)}")
             lines.append(f"      rejected: {why}")
     return "\n".join(lines) + "\n"
+
+
+def _recompute_text(c: Candidate) -> str:
+    """The table's recompute column: ``remat``, ``none``, ``selective``, ``full``, or ``first
+    N`` for the first N blocks of each stage (``--recompute N``)."""
+    if c.remat:
+        return "remat"
+    count = recompute_layers(c.recompute)
+    return c.recompute if count is None else f"first {count}"
 
 
 def _partition_text(counts: tuple[int, ...], most: int = 12) -> str:

@@ -8,10 +8,18 @@ K the pipeline depth (at most the model's layers), D = N / (T·K) the data-paral
 each replica takes B / D samples per step as M micro-batches of b samples. Schedules with chunks
 take v in ``chunk_options`` (interleaved) or their fixed v (V-shaped); re-materialization (the
 stage-level recomputation) is tried where the schedule supports it, layer-level recomputation
-(none, selective, full) on models given by their architecture, full recomputation only with a
-full backward; ZeRO-1 where D > 1; sequence parallelism where T > 1. One pipeline device (K = 1)
-is data and tensor parallelism with gradient accumulation: every flush schedule is the same
-there, so only 1F1B is kept.
+(none, selective, full, and full for the first N blocks of each stage) on models given by their
+architecture, full recomputation (of every block or of the first N) only with a full backward;
+ZeRO-1 where D > 1; sequence parallelism where T > 1. One pipeline device (K = 1) is data and
+tensor parallelism with gradient accumulation: every flush schedule is the same there, so only
+1F1B is kept.
+
+Recomputing the first N blocks of each stage (Megatron-LM's ``--recompute-method block``) is
+not one dimension more: ``layers`` (:data:`RECOMPUTE_LAYERS`) stands for every N, and the
+planner resolves it per configuration to the fewest N that fit memory (more N only adds
+recomputation; :meth:`pipesim.plan.planner.PlanContext.evaluate_all`). A number given instead
+is searched as it is, on the shapes where every partition has a stage of N blocks to recompute
+(N <= ceil(blocks / stages)).
 
 Asynchronous update rules (PipeDream-2BW, PipeDream) change what the optimizer computes: they
 are searched only when named, and every plan that uses one says so.
@@ -39,8 +47,25 @@ DEFAULT_SCHEDULES = (
 ASYNC_SCHEDULES = ("pipedream-2bw", "pipedream")
 """Schedules whose weight updates are asynchronous (stale weights): searched only when named."""
 
-DEFAULT_RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE_LAYERS = "layers"
+"""The recompute token for the first N blocks of each stage fully recomputed, N chosen per
+configuration (the fewest that fit memory)."""
+
+DEFAULT_RECOMPUTE = ("none", "selective", "full", RECOMPUTE_LAYERS)
 SPLIT_BACKWARD = ("zb-h1", "zb-h2", "zbv", "dualpipev")
+
+
+def recompute_layers(recompute: str) -> int | None:
+    """N of a recompute label that recomputes the first N blocks of each stage (``3``); None
+    for ``none``, ``selective``, ``full`` and :data:`RECOMPUTE_LAYERS` (no N yet)."""
+    return int(recompute) if recompute.isascii() and recompute.isdigit() else None
+
+
+def recomputes_in_full(recompute: str) -> bool:
+    """True when a recompute label re-runs whole layers in the backward (``full``, a count,
+    :data:`RECOMPUTE_LAYERS`): refused with re-materialization and with a split backward (W
+    would need the inputs full recomputation frees)."""
+    return recompute in ("full", RECOMPUTE_LAYERS) or recompute_layers(recompute) is not None
 
 
 @dataclass(frozen=True)
@@ -59,7 +84,9 @@ class Candidate:
             was made for; None for a registered one.
         tensor: T, tensor-parallel size.
         sequence_parallel: sequence parallelism in the tensor-parallel group.
-        recompute: layer-level recomputation, ``none``, ``selective`` or ``full``.
+        recompute: layer-level recomputation, ``none``, ``selective``, ``full``, or a count N
+            (the first N blocks of each stage fully recomputed, as ``--recompute N``); in the
+            search space also :data:`RECOMPUTE_LAYERS`, resolved to a count per configuration.
         zero: optimizer sharding stage, 0 or 1.
     """
 
@@ -167,6 +194,8 @@ class SpaceLimits:
         sequence_parallel: the sequence-parallel settings to try (where T > 1).
         sequence_splits: the tensor-parallel sizes that split the sequence evenly (sequence
             parallelism is tried with these only); None: every size.
+        blocks: the model's transformer blocks (what ``--recompute N`` counts); a count N is
+            searched on K·v stages only where N <= ceil(blocks / (K·v)).
     """
 
     layers: int
@@ -175,6 +204,7 @@ class SpaceLimits:
     zero: tuple[int, ...] = (0,)
     sequence_parallel: tuple[bool, ...] = (False,)
     sequence_splits: tuple[int, ...] | None = None
+    blocks: int = 0
 
 
 def candidates(
@@ -238,8 +268,11 @@ def _schedules(
                 for recompute in limits.recompute:
                     if recompute != "none" and remat:
                         continue  # one recomputation at a time
-                    if recompute == "full" and name in SPLIT_BACKWARD:
+                    if recomputes_in_full(recompute) and name in SPLIT_BACKWARD:
                         continue  # W would need the recomputed inputs
+                    count = recompute_layers(recompute)
+                    if count is not None and count > -(-limits.blocks // (k * v)):
+                        continue  # some partition would leave no stage N blocks to recompute
                     for zero in limits.zero if dp > 1 else (0,):
                         for sp in limits.sequence_parallel if tensor > 1 else (False,):
                             if sp and tensor not in (limits.sequence_splits or (tensor,)):

@@ -110,10 +110,6 @@ def test_a_flat_fabric_says_it_is_one(capsys: pytest.CaptureFixture[str]) -> Non
             ("--hardware", "a100", "--microbatch-size", "2", "--batch", "100"),
             "--batch 100 and --microbatch-size 2 disagree: 2 x 8 micro-batches is 16",
         ),
-        (
-            ("--hardware", "a100", "--recompute", "2", "--partition", "memory-aware"),
-            "--partition memory-aware with --recompute 2: the partitioner does not weigh",
-        ),
         (("--hardware", "a100", "--zero", "2"), "--zero must be 0 or 1, got 2"),
         (("--hardware", "a100", "--fragmentation", "-1"), "--fragmentation must be a number in"),
         (("--hardware", "a100", "--fragmentation", "1.5"), "--fragmentation must be a number in"),
@@ -325,3 +321,36 @@ def test_the_result_states_its_layout(capsys: pytest.CaptureFixture[str]) -> Non
         capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "4", "--costs", "1,2", "--json"
     )
     assert status == 0 and json.loads(out)["layout"] is None
+
+
+def test_a_balanced_partition_weighs_recomputing_the_first_n_layers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--partition balanced with --recompute N (refused until the partitioner weighed each
+    stage's recomputed first N blocks): the split it finds is no slower than the even one,
+    and here faster (the embedding and the output layer sit on the end stages)."""
+    times = {}
+    for partition in ("even", "balanced", "memory-aware"):
+        args = [
+            "simulate",
+            "--model",
+            "gpt-1.3b",
+            "--hardware",
+            "a100",
+            "--schedule",
+            "1f1b",
+            "-K",
+            "4",
+            "-M",
+            "8",
+            "--recompute",
+            "2",
+            "--partition",
+            partition,
+            "--json",
+        ]
+        status, out, _ = run(capsys, *args)
+        assert status == 0
+        times[partition] = json.loads(out)["iteration_time"]
+    assert times["balanced"] < times["even"]
+    assert times["memory-aware"] <= times["even"]

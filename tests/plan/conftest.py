@@ -41,6 +41,28 @@ output_bytes = {output_bytes}
     return str(path)
 
 
+def write_transformer(path: Path, *, layers: int = 8, hidden: int = 256, seq: int = 512) -> str:
+    """A small fp32 transformer (4 heads, a vocabulary of 1,000, Adam's 8 bytes of state),
+    whose blocks ``--recompute`` can recompute."""
+    path.write_text(
+        f"""name = "tiny-transformer"
+dtype = "fp32"
+default_batch = 8
+weight_bytes_per_parameter = 4
+gradient_bytes_per_parameter = 4
+optimizer_bytes_per_parameter = 8
+[transformer]
+layers = {layers}
+hidden = {hidden}
+heads = 4
+seq = {seq}
+vocab = 1000
+element_bytes = 4
+"""
+    )
+    return str(path)
+
+
 def write_hardware(path: Path, *, memory_bytes: float, bandwidth_bytes_per_s: float) -> str:
     """1 TFLOP/s fp32 devices joined all to all by links of the given bandwidth."""
     path.write_text(
@@ -71,3 +93,11 @@ def model_file(tmp_path: Path) -> Callable[..., str]:
 def hardware_file(tmp_path: Path) -> Callable[..., str]:
     """Write a constructed hardware TOML; keyword arguments as :func:`write_hardware`."""
     return lambda **kw: write_hardware(tmp_path / f"hw{hash(frozenset(kw.items()))}.toml", **kw)
+
+
+@pytest.fixture
+def transformer_file(tmp_path: Path) -> Callable[..., str]:
+    """Write a small transformer TOML; keyword arguments as :func:`write_transformer`."""
+    return lambda **kw: write_transformer(
+        tmp_path / f"transformer{hash(frozenset(kw.items()))}.toml", **kw
+    )
