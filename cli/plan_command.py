@@ -45,7 +45,7 @@ def plan_run_file(report: PlanReport, e: Evaluated, args: argparse.Namespace) ->
         memory_limit=c.memory_limit,
         steps=e.steps,
         recipe=args.recipe,
-        overlap_grad_reduce=True if args.overlap_grad_reduce else None,
+        overlap_grad_reduce=args.overlap_grad_reduce,
         attention=args.attention,
     )
 

@@ -94,7 +94,12 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
     from application.command_line import ArgumentParser
     from cli import simulate_cmd
     from cli.run_config import run_config_of
-    from cli.run_file import INLINE_MODEL, read_run_source, run_flags, with_inline_model
+    from cli.run_file import (
+        INLINE_MODEL,
+        read_run_source,
+        run_flags,
+        with_inline_model,
+    )
     from pipesim.workload.stage_layers import even_partition, stage_parameters
 
     found = read_run_source(words)
@@ -163,7 +168,7 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
         "cluster": run.hardware.describe(world),
         "recipe": run.recipe.describe(),
     }
-    return summary, run_file, notes
+    return summary, run_file, tuple(notes)
 
 
 def summary_text(summary: dict[str, Any]) -> str:

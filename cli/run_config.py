@@ -1,7 +1,8 @@
 """The command line's one reading of a run's configuration: ``--model``, ``--hardware``, the
 optimizer and precision flags, the parallel flags and the recipe (``--recipe`` with its
-``--overlap-grad-reduce``, ``--attention`` and ``--blocking-p2p`` changes), into a
-:class:`~pipesim.config.run_config.RunConfig`, checked whole before any work.
+``--overlap-grad-reduce``, ``--attention``, ``--blocking-p2p``, ``--scatter-gather-p2p`` and
+``--tp-comm-overlap`` changes), into a :class:`~pipesim.config.run_config.RunConfig`, checked
+whole before any work.
 
 ``simulate``, ``sweep`` and ``plan`` build theirs here, so the same flags mean the same run
 everywhere; a configuration that sets something no cost reads is warned about on stderr, once.
@@ -16,6 +17,11 @@ from typing import Any
 
 from pipesim.config import DEFAULT_RECIPE, RECIPES, RunConfig, named_recipe
 from pipesim.parallel.config import IDENTITY, Parallelism
+
+# The recipe's true-or-false choices a flag of the command line turns on (its --no- form undoes
+# only a true given before it, a run file's: it never turns a recipe's own choice off). plan
+# takes the first only.
+RECIPE_SWITCHES = ("overlap_grad_reduce", "blocking_p2p", "scatter_gather_p2p", "tp_comm_overlap")
 
 
 def add_recipe_argument(parser: argparse.ArgumentParser | Any) -> None:
@@ -101,10 +107,12 @@ class _RunFlags:
             return absent if value is None else value
 
         layout = data_parallel is not None  # a plan's flags list what its search tries
+        # Each switch is three-state: absent (None) keeps the recipe's choice, --X sets it
+        # true and --no-X false (a run file's false, a translated Megatron launch's).
         changes = tuple(
-            (choice, True)
-            for choice in ("overlap_grad_reduce", "blocking_p2p")
-            if getattr(args, choice, False)
+            (choice, value)
+            for choice in RECIPE_SWITCHES
+            if (value := getattr(args, choice, None)) is not None
         )
         return cls(
             args.model,

@@ -52,6 +52,8 @@ _SIMULATE_FLAGS: dict[str, str] = {
     "overlap_grad_reduce": "--overlap-grad-reduce",
     "attention": "--attention",
     "blocking_p2p": "--blocking-p2p",
+    "scatter_gather_p2p": "--scatter-gather-p2p",
+    "tp_comm_overlap": "--tp-comm-overlap",
     "memory_reserve": "--memory-reserve",
     "fragmentation": "--fragmentation",
 }

@@ -102,9 +102,11 @@ COST_OPTIONS = (
     ("--recompute", "recompute", None, "model"),
     ("--zero", "zero", None, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
-    ("--overlap-grad-reduce", "overlap_grad_reduce", False, "model"),
+    ("--overlap-grad-reduce", "overlap_grad_reduce", None, "model"),
     ("--attention", "attention", None, "model"),
-    ("--blocking-p2p", "blocking_p2p", False, "model"),
+    ("--blocking-p2p", "blocking_p2p", None, "model"),
+    ("--scatter-gather-p2p", "scatter_gather_p2p", None, "model"),
+    ("--tp-comm-overlap", "tp_comm_overlap", None, "model"),
     ("--memory-reserve", "memory_reserve", None, "model"),
     ("--fragmentation", "fragmentation", None, "model"),
     ("--tensor-across-nodes", "tensor_across_nodes", False, "model"),
@@ -324,7 +326,7 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     hybrid.add_argument(
         "--overlap-grad-reduce",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=None,
         help="overlap each stage's gradient reduction with its last backward (DDP buckets; "
         "a change to the recipe's choice)",
     )
@@ -337,9 +339,24 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     hybrid.add_argument(
         "--blocking-p2p",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=None,
         help="sends occupy their device until delivered (Megatron's "
         "--no-overlap-p2p-communication)",
+    )
+    hybrid.add_argument(
+        "--scatter-gather-p2p",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="under tensor parallelism without sequence parallelism, each rank sends 1/T of a "
+        "pipeline message and the receivers all-gather it (Megatron-LM's scatter/gather, "
+        "before Megatron-Core)",
+    )
+    hybrid.add_argument(
+        "--tp-comm-overlap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="tensor-parallel collectives overlap the GEMMs beside them (Megatron-Core's "
+        "--tp-comm-overlap, Transformer Engine's userbuffers)",
     )
     hybrid.add_argument(
         "--memory-reserve",

@@ -43,7 +43,8 @@ FORMATTED = "0"
 # an option of the same name: (file under the repository, flag) and why.
 CITED: dict[tuple[str, str], str] = {
     ("pipesim/config/recipes.py", "--overlap-grad-reduce"): "Megatron-LM's flag, a recipe's source",
-    # the Megatron-LM translator reads and writes Megatron's own options, five of which are
+    ("pipesim/config/recipes.py", "--tp-comm-overlap"): "Megatron-LM's flag, a recipe's source",
+    # the Megatron-LM translator reads and writes Megatron's own options, six of which are
     # spelled as pipesim's flags are
     **{
         ("pipesim/config/translate/megatron.py", flag): "Megatron-LM's option, translated"
@@ -52,6 +53,7 @@ CITED: dict[tuple[str, str], str] = {
             "--optimizer",
             "--sequence-parallel",
             "--overlap-grad-reduce",
+            "--tp-comm-overlap",
             "--save",
         )
     },

@@ -29,7 +29,8 @@ shape and schedule, and the software's recipe::
 
     [recipe]
     name = "megatron-lm-2021"           # optional, with changes to its choices:
-    overlap_grad_reduce = false
+    overlap_grad_reduce = false         # also attention, blocking_p2p, scatter_gather_p2p,
+                                        # tp_comm_overlap
 
 Every key is optional but ``model`` and ``hardware``; a key left out is the command's default.
 Keys are the library's field names (the command line spells them as its flags). A key no
@@ -130,6 +131,8 @@ KEYS: tuple[_Key, ...] = (
     _Key("recipe", "overlap_grad_reduce", "overlap_grad_reduce", boolean),
     _Key("recipe", "attention", "attention", string),
     _Key("recipe", "blocking_p2p", "blocking_p2p", boolean),
+    _Key("recipe", "scatter_gather_p2p", "scatter_gather_p2p", boolean),
+    _Key("recipe", "tp_comm_overlap", "tp_comm_overlap", boolean),
     _Key("memory", "reserve_bytes", "memory_reserve", checks.non_negative),
     _Key("memory", "fragmentation", "fragmentation", checks.non_negative),
 )
@@ -169,6 +172,8 @@ class RunFile:
     overlap_grad_reduce: bool | None = None
     attention: str | None = None
     blocking_p2p: bool | None = None
+    scatter_gather_p2p: bool | None = None
+    tp_comm_overlap: bool | None = None
     memory_reserve: float | None = None
     fragmentation: float | None = None
     folder: Path = dataclasses.field(default=Path("."), compare=False)

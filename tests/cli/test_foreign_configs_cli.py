@@ -272,3 +272,43 @@ def test_a_run_source_given_twice_or_a_translation_flag_alone_is_refused(
 ) -> None:
     status, out, err = run(capsys, "simulate", *argv)
     assert (status, out) == (2, "") and said in err and err.count("\n") == 1, err
+
+
+CORE_LINE = (
+    "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+    "--max-position-embeddings 1024 --tensor-model-parallel-size 2 --sequence-parallel "
+    "--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+    "--use-flash-attn "  # the line is Megatron-Core's with or without --tp-comm-overlap
+)
+
+
+def test_megatron_s_gemm_overlap_simulates_as_the_flag_and_its_scatter_opt_out_is_said(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--tp-comm-overlap in a launch is --tp-comm-overlap beside the launch without it; sc21's
+    --no-scatter-gather-tensors-in-pipeline is read (run show --write keeps it) but, a
+    recipe's own true being turned off by no flag, simulated as the recipe's, and said."""
+    path = tmp_path / "core.sh"
+    path.write_text(CORE_LINE + "--tp-comm-overlap\n")
+    plain = tmp_path / "plain.sh"
+    plain.write_text(CORE_LINE + "\n")
+    source = ["--hardware", "a100", "--world-size", "4", "--schedule", "1f1b"]
+    overlapped = _simulated(capsys, "--megatron-args", str(path), *source)
+    assert overlapped["recipe"]["name"] == "megatron-core-2024+tp_comm_overlap"  # type: ignore[index]
+    flagged = _simulated(capsys, "--megatron-args", str(plain), *source, "--tp-comm-overlap")
+    assert overlapped == flagged
+    assert overlapped != _simulated(capsys, "--megatron-args", str(plain), *source)
+    sc21 = tmp_path / "sc21.sh"
+    sc21.write_text(
+        (MEGATRON / "sc21_table1_145.6b.txt").read_text().rstrip()
+        + " --no-scatter-gather-tensors-in-pipeline\n"
+    )
+    megatron = ["--megatron-args", str(sc21), "--hardware", "a100", "--world-size", "1536"]
+    kept = tmp_path / "kept.toml"
+    status, out, err = run(
+        capsys, "run", "show", *megatron, "--allow-ignored", "--write", str(kept)
+    )
+    assert status == 0, err
+    assert load_run_file(kept).scatter_gather_p2p is False
+    status, out, err = run(capsys, "simulate", *megatron, "--allow-ignored", "--json")
+    assert status == 0 and json.loads(out)["recipe"]["scatter_gather_p2p"] is False

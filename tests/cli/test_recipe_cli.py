@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,70 @@ def test_a_plan_names_its_recipe(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(out)
     assert status == 0 and report["recipe"]["name"] == "deepspeed-pipe"
     assert "--recipe deepspeed-pipe" in report["plans"][0]["simulate_command"]
+
+
+TENSOR = ("--model", "gpt-1.3b", "--hardware", "a100", "--tensor-parallel", "2", "--json")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "flag", "choice"),
+    [
+        ("pipesim", "--tp-comm-overlap", "tp_comm_overlap"),
+        ("megatron-lm-2022", "--tp-comm-overlap", "tp_comm_overlap"),
+        ("megatron-core-2024", "--scatter-gather-p2p", "scatter_gather_p2p"),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_a_switch_turns_its_choice_on_and_its_no_form_undoes_it(
+    capsys: pytest.CaptureFixture[str], command: str, recipe: str, flag: str, choice: str
+) -> None:
+    """--tp-comm-overlap and --scatter-gather-p2p turn the recipe's choice on, named in the
+    recipe's name, and change the prediction at T = 2; their --no- forms after them undo
+    them, as --no-blocking-p2p undoes --blocking-p2p."""
+    shape = ("--schedule", "1f1b") if command == "simulate" else ("--schedules", "1f1b")
+
+    def result(*extra: str) -> dict[str, Any]:
+        argv = (command, *shape, "-K", "2", "-M", "4", *TENSOR, "--recipe", recipe, *extra)
+        status, out, err = run(capsys, *argv)
+        assert status == 0 and err == "", err
+        found: dict[str, Any] = json.loads(out)
+        return found["results"][0] if command == "sweep" else found
+
+    base, on = result(), result(flag)
+    assert base["recipe"]["name"] == recipe and base["recipe"][choice] is False
+    assert on["recipe"]["name"] == f"{recipe}+{choice}" and on["recipe"][choice] is True
+    assert on["iteration_time"] != base["iteration_time"]
+    if choice == "tp_comm_overlap":
+        assert on["iteration_time"] < base["iteration_time"]
+    assert result(flag, "--no-" + flag.removeprefix("--")) == base
+
+
+@pytest.mark.parametrize(
+    ("recipe", "flag", "choice"),
+    [
+        ("nemo-2024", "--no-tp-comm-overlap", "tp_comm_overlap"),
+        ("megatron-lm-2021", "--no-scatter-gather-p2p", "scatter_gather_p2p"),
+        ("megatron-lm-2022", "--no-blocking-p2p", "blocking_p2p"),
+    ],
+)
+def test_a_no_form_turns_the_recipe_s_own_true_off(
+    capsys: pytest.CaptureFixture[str], recipe: str, flag: str, choice: str
+) -> None:
+    """The switches are three-state: absent keeps the recipe's choice, --no-X sets it false
+    even where the recipe's own is true (a run file's or a translated launch's false reaches
+    the simulation); the recipe is renamed for the change."""
+    argv = (*SIMULATE, *TENSOR, "--recipe", recipe)
+    _, alone, _ = run(capsys, *argv)
+    status, out, err = run(capsys, *argv, flag)
+    assert status == 0 and err == ""
+    changed = json.loads(out)["recipe"]
+    assert changed["name"] == f"{recipe}+{choice}" and changed[choice] is False
+    assert json.loads(alone)["recipe"][choice] is True
+    assert json.loads(out)["iteration_time"] != json.loads(alone)["iteration_time"]
+
+
+@pytest.mark.parametrize("flag", ["--tp-comm-overlap", "--scatter-gather-p2p"])
+def test_a_switch_goes_with_a_model(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    status, out, err = run(capsys, *SIMULATE, "--costs", "1,2", flag)
+    assert status == 2 and out == ""
+    assert err == f"pipesim: error: {flag} goes with --model, not with --costs, got True\n"

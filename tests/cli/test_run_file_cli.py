@@ -242,3 +242,57 @@ def test_the_guides_run_file_reads_and_shows(
     shown = json.loads(out)
     assert shown["layout"]["world_size"] == 1024 and shown["recipe"].startswith("megatron-lm-2022")
     assert _simulated(capsys, "--run", path)["iteration_time"] > 0
+
+
+@pytest.mark.parametrize(
+    ("key", "flag"),
+    [("tp_comm_overlap", "--tp-comm-overlap"), ("scatter_gather_p2p", "--scatter-gather-p2p")],
+)
+def test_a_run_file_s_recipe_switch_is_its_flag_and_its_no_form_undoes_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, flag: str
+) -> None:
+    """[recipe] tp_comm_overlap and scatter_gather_p2p, as blocking_p2p: the file's true is
+    the flag, and the flag's --no- form beside the file turns it off again."""
+    core = HYBRID.replace("megatron-lm-2021", "megatron-core-2024").replace(
+        "sequence_parallel = true", "sequence_parallel = false"
+    )
+    flags = [
+        "megatron-core-2024" if word == "megatron-lm-2021" else word
+        for word in HYBRID_FLAGS
+        if word != "--sequence-parallel"
+    ]
+    path = _file(tmp_path, core + f"{key} = true\n")
+    by_file = _simulated(capsys, "--run", path)
+    assert by_file == _simulated(capsys, *flags, flag)
+    assert by_file["recipe"]["name"] == f"megatron-core-2024+{key}"  # type: ignore[index]
+    undone = _simulated(capsys, "--run", path, "--no-" + flag.removeprefix("--"))
+    assert undone == _simulated(capsys, *flags)
+    status, out, err = run(capsys, "run", "show", path)
+    assert status == 0 and err == ""
+    shown = {
+        "tp_comm_overlap": "collectives overlapping the GEMMs",
+        "scatter_gather_p2p": "messages scattered",
+    }
+    assert shown[key] in out.split("recipe     ")[1]
+
+
+def test_a_run_file_s_false_under_a_recipe_s_own_true_turns_the_choice_off(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A file's false is its flag's --no- form, and a switch is three-state (absent keeps the
+    recipe's choice): megatron-lm-2021's own blocking messages and scatter/gather are turned
+    off, as the flags would, with nothing on stderr. (The switches only turned choices on
+    until 2026-11-27, so a translated Megatron-Core launch's blocking_p2p = false was dropped.)"""
+    path = _file(tmp_path, HYBRID + "scatter_gather_p2p = false\nblocking_p2p = false\n")
+    status, out, err = run(capsys, "simulate", "--run", path, "--json")
+    assert status == 0 and err == ""
+    simulated = json.loads(out)
+    assert simulated == _simulated(
+        capsys, *HYBRID_FLAGS, "--no-blocking-p2p", "--no-scatter-gather-p2p"
+    )
+    recipe = simulated["recipe"]
+    assert recipe["name"] == "megatron-lm-2021+blocking_p2p+scatter_gather_p2p"
+    assert recipe["blocking_p2p"] is False and recipe["scatter_gather_p2p"] is False
+    assert simulated != _simulated(capsys, *HYBRID_FLAGS)
+    status, text, err = run(capsys, "run", "show", path)
+    assert status == 0 and err == "" and "not applied" not in text

@@ -297,6 +297,74 @@ def test_interleaving_overlaps_messages_in_megatron_core_2024_only() -> None:
     assert run.blocking_p2p is None
 
 
+def test_the_scatter_gather_opt_out_turns_scattering_off_where_the_recipe_scatters() -> None:
+    """Megatron-LM before Megatron-Core split each pipeline message over the tensor-parallel
+    ranks unless told not to; Megatron-Core kept the option and read it nowhere."""
+    line = [*("--tensor-model-parallel-size", "2"), "--no-scatter-gather-tensors-in-pipeline"]
+    for recipe in ("megatron-lm-2021", "megatron-lm-2022"):
+        run, ignored = run_from_megatron_args(
+            small_line(*line), hardware="a100", world_size=2, recipe=recipe
+        )
+        assert (run.recipe, run.scatter_gather_p2p, ignored) == (recipe, False, ())
+    assert recipe_of("--no-scatter-gather-tensors-in-pipeline") == "megatron-lm-2021"
+    core = small_line(*line, "--use-flash-attn")
+    with pytest.raises(SpecError, match="allow_ignored would list it"):
+        run_from_megatron_args(core, hardware="a100", world_size=2)
+    run, ignored = run_from_megatron_args(core, hardware="a100", world_size=2, allow_ignored=True)
+    assert (run.recipe, run.scatter_gather_p2p) == ("megatron-core-2024", None)
+    assert ignored == (
+        "--no-scatter-gather-tensors-in-pipeline: ignored (megatron-core-2024 sends whole "
+        "tensors: nothing reads the option since the pipeline code moved to megatron/core "
+        "(3c92fa9, merged 2023-03-23))",
+    )
+
+
+def test_the_gemm_overlap_is_read_with_sequence_parallelism_and_transformer_engine() -> None:
+    """--tp-comm-overlap is Megatron-Core's (so the line is megatron-core-2024's); Megatron
+    asserts sequence parallelism beside it, and only Transformer Engine's layers overlap."""
+    tensor = ("--tensor-model-parallel-size", "2")
+    run, ignored = run_from_megatron_args(
+        small_line(*tensor, "--sequence-parallel", "--tp-comm-overlap"),
+        hardware="a100",
+        world_size=2,
+    )
+    assert (run.recipe, run.tp_comm_overlap, ignored) == ("megatron-core-2024", True, ())
+    for extra in ((*tensor, "--tp-comm-overlap"), ("--sequence-parallel", "--tp-comm-overlap")):
+        with pytest.raises(SpecError, match="--tp-comm-overlap needs --sequence-parallel"):
+            run_from_megatron_args(small_line(*extra), hardware="a100", world_size=2)
+    local = small_line(
+        *tensor, "--sequence-parallel", "--tp-comm-overlap", "--transformer-impl", "local"
+    )
+    run, ignored = run_from_megatron_args(local, hardware="a100", world_size=2, allow_ignored=True)
+    assert run.tp_comm_overlap is None
+    assert [line.split(": ignored (")[0] for line in ignored] == ["--tp-comm-overlap"]
+
+
+def test_the_scatter_gather_opt_out_and_the_gemm_overlap_survive_the_round_trip() -> None:
+    for recipe, changes, option in (
+        (
+            "megatron-lm-2021",
+            {"scatter_gather_p2p": False},
+            "--no-scatter-gather-tensors-in-pipeline",
+        ),
+        (
+            "megatron-lm-2022",
+            {"scatter_gather_p2p": False},
+            "--no-scatter-gather-tensors-in-pipeline",
+        ),
+        (
+            "megatron-core-2024",
+            {"tp_comm_overlap": True, "sequence_parallel": True},
+            "--tp-comm-overlap",
+        ),
+    ):
+        run, model = base_run(recipe=recipe, **changes)
+        words, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+        assert unexpressed == () and option in words
+        back, ignored = run_from_megatron_args(words, hardware="a100", world_size=16, recipe=recipe)
+        assert (back, ignored) == (run, ())
+
+
 # ---------------------------------------------------------------------------------------------
 # Refusals: one line, naming the option
 
@@ -444,6 +512,15 @@ def base_run(**changes: object) -> tuple[RunFile, object]:
         ({"recipe": "megatron-lm-2021", "recompute": "selective"}, "recompute selective"),
         ({"recipe": "megatron-lm-2021", "zero": 1}, "--use-distributed-optimizer"),
         ({"blocking_p2p": False}, "blocking_p2p false"),
+        (
+            {"scatter_gather_p2p": True},
+            "scatter_gather_p2p true: Megatron-LM of megatron-core-2024",
+        ),
+        ({"tp_comm_overlap": True}, "tp_comm_overlap: Megatron-LM asserts --sequence-parallel"),
+        (
+            {"recipe": "megatron-lm-2022", "tp_comm_overlap": True},
+            "tp_comm_overlap: Megatron-LM of megatron-lm-2022 has no --tp-comm-overlap",
+        ),
         ({"schedule": "interleaved-1f1b", "chunks": 3, "partition": None}, "3 chunks"),
     ],
 )
@@ -538,13 +615,14 @@ def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
     # refuses beside fp32 gradients and the distributed optimizer
     torch_ddp = dtype == "fp32" or (dtype == "fp16" and model.gradient_bytes_per_parameter == 2)
     overlap = core or (torch_ddp and zero == 0)
+    sequence_parallel = later and tensor > 1 and draw(st.booleans())
     run = RunFile(
         model,
         "a100",
         batch=batch,
         microbatch_size=micro,
         tensor_parallel=tensor,
-        sequence_parallel=later and tensor > 1 and draw(st.booleans()),
+        sequence_parallel=sequence_parallel,
         pipeline_parallel=pipeline,
         data_parallel=data,
         zero=zero,
@@ -558,6 +636,9 @@ def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
         overlap_grad_reduce=draw(st.sampled_from([None, True])) if overlap else None,
         attention=draw(st.sampled_from([None, "eager"])) if core else None,
         blocking_p2p=draw(st.sampled_from([None, False])) if core and chunks > 1 else None,
+        # the opt-out before Megatron-Core; the GEMM overlap beside sequence parallelism
+        scatter_gather_p2p=None if core else draw(st.sampled_from([None, False])),
+        tp_comm_overlap=draw(st.sampled_from([None, True])) if core and sequence_parallel else None,
     )
     return run, tensor * pipeline * data
 

@@ -69,6 +69,8 @@ run_files = st.builds(
     overlap_grad_reduce=st.none() | flags,
     attention=st.none() | st.sampled_from(["eager", "flash"]),
     blocking_p2p=st.none() | flags,
+    scatter_gather_p2p=st.none() | flags,
+    tp_comm_overlap=st.none() | flags,
     memory_reserve=st.none() | reals,
     fragmentation=st.none() | reals,
 )
@@ -162,6 +164,18 @@ def test_the_documented_example_reads(tmp_path: Path) -> None:
             'hardware = "h"\n[model]\nname = "x"\ndtype = "bf16"\ndefault_batch = 8\n',
             "[model] needs exactly one of",
         ),
+        (
+            'model = "m"\nhardware = "h"\n[recipe]\nscatter_gather_p2p = "no"\n',
+            "recipe.scatter_gather_p2p must be true or false",
+        ),
+        (
+            'model = "m"\nhardware = "h"\n[recipe]\ntp_comm_overlap = 1\n',
+            "recipe.tp_comm_overlap must be true or false",
+        ),
+        (
+            'model = "m"\nhardware = "h"\n[recipe]\nmessage_overhead_s = 0.001\n',
+            "unknown key(s) in recipe: message_overhead_s",
+        ),
     ],
 )
 def test_a_bad_run_file_is_one_line_naming_the_file_and_key(
@@ -182,6 +196,24 @@ def test_an_unreadable_run_file_is_one_line(tmp_path: Path, target: str) -> None
         path.mkdir()
     with pytest.raises(SpecError, match="run file"):
         load_run_file(path)
+
+
+def test_the_recipe_s_choices_read_as_stated(tmp_path: Path) -> None:
+    """Every true-or-false choice of a recipe has its key in [recipe], read as written."""
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'model = "m"\nhardware = "h"\n[recipe]\nname = "megatron-lm-2021"\n'
+        "blocking_p2p = false\nscatter_gather_p2p = false\ntp_comm_overlap = true\n"
+    )
+    run = load_run_file(path)
+    assert (run.recipe, run.blocking_p2p, run.scatter_gather_p2p, run.tp_comm_overlap) == (
+        "megatron-lm-2021",
+        False,
+        False,
+        True,
+    )
+    assert run.overlap_grad_reduce is None and run.attention is None
+    assert parse_run_file(run_file_toml(run)) == run
 
 
 def test_paths_are_read_beside_the_run_file(tmp_path: Path) -> None:

@@ -103,6 +103,19 @@ def test_shipped_405b_is_refused_for_float8_compile_and_async_tp_in_one_line() -
         assert key in message
 
 
+def test_async_tensor_parallelism_is_not_read_as_the_gemm_overlap(tmp_path: Path) -> None:
+    """torchtitan's async TP is torch.compile's micro-pipelining, which it refuses without
+    compile.enable: a recipe's tp_comm_overlap alone would not be that run, so the key stays
+    refused, and says why."""
+    changes = {"parallelism__enable_async_tensor_parallel": True}
+    path = written(tmp_path, with_keys(parallelism__tensor_parallel_degree=2, **changes))
+    with pytest.raises(SpecError) as caught:
+        run_from_torchtitan(path, hardware="h100", world_size=None)
+    message = str(caught.value)
+    assert "\n" not in message and "parallelism.enable_async_tensor_parallel" in message
+    assert "without compile.enable" in message and "tp_comm_overlap alone" in message
+
+
 def test_a_shard_degree_of_minus_one_needs_the_world_size() -> None:
     with pytest.raises(SpecError, match=r"data_parallel_shard_degree = -1 .*world_size"):
         read("llama3_8b")
@@ -679,6 +692,29 @@ LOSSES = {
             recipe="megatron-core-2024",
         ),
         "recipe megatron-core-2024",
+    ),
+    "the gemm overlap": (
+        dict(
+            microbatch_size=1,
+            microbatches=1,
+            tensor_parallel=2,
+            sequence_parallel=True,
+            dtype="bf16",
+            partition="34",
+            tp_comm_overlap=True,
+        ),
+        "tp_comm_overlap True: torchtitan's recipe decides it",
+    ),
+    "scattered messages": (
+        dict(
+            microbatch_size=1,
+            microbatches=8,
+            pipeline_parallel=4,
+            dtype="bf16",
+            partition="9,9,8,8",
+            scatter_gather_p2p=True,
+        ),
+        "scatter_gather_p2p True: torchtitan's recipe decides it",
     ),
     "no sequence parallelism": (
         dict(

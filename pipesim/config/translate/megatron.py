@@ -68,7 +68,12 @@ takes Megatron-LM's default (``--attention-dropout 0.1``, ``--make-vocab-size-di
   the run's ``overlap_grad_reduce``. Megatron-Core of 2024 overlaps the interleaved schedule's
   messages unless ``--no-overlap-p2p-communication`` (and never 1F1B's): stated as
   ``blocking_p2p = false``. ``--sequence-parallel`` is read for T > 1 only: Megatron turns it
-  off at T = 1.
+  off at T = 1. ``--no-scatter-gather-tensors-in-pipeline`` is ``scatter_gather_p2p = false``
+  under the recipes that scatter (``megatron-lm-2021``, ``-2022``); Megatron-Core keeps the
+  option but reads it nowhere, so there it is ignored, with the reason. ``--tp-comm-overlap``
+  is ``tp_comm_overlap = true``; Megatron asserts ``--sequence-parallel`` beside it (refused
+  without), and only Transformer Engine's layers read it (ignored with ``--transformer-impl
+  local``).
 
 A choice equal to the recipe's is not stated (``overlap_grad_reduce`` false, the recipe's
 attention), so a run read back from :func:`megatron_args` equals the run written.
@@ -226,6 +231,10 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         "--overlap-p2p-communication": Mapped(_F, "blocking_p2p = false (interleaved)"),
         "--no-overlap-p2p-communication": Mapped(_F, "the recipe's blocking messages"),
         "--no-gradient-accumulation-fusion": Mapped(_F, "checked against the recipe"),
+        "--no-scatter-gather-tensors-in-pipeline": Mapped(
+            _F, "scatter_gather_p2p = false (before Megatron-Core)"
+        ),
+        "--tp-comm-overlap": Mapped(_F, "tp_comm_overlap (with --sequence-parallel)"),
         # recomputation
         "--checkpoint-activations": Mapped(_F, "recompute full"),
         "--activations-checkpoint-method": Mapped(_W, "recompute", ("uniform", "block")),
@@ -272,9 +281,6 @@ REFUSED: Mapping[str, Refused] = MappingProxyType(
         "--overlap-param-gather": Refused(
             "the distributed optimizer's parameter all-gather overlapped with the next "
             "forward: pipesim times it after the optimizer step, exposed"
-        ),
-        "--tp-comm-overlap": Refused(
-            "tensor-parallel communication overlapped with the GEMMs is not modelled"
         ),
         "--distribute-saved-activations": Refused(
             "recomputed inputs split over the tensor-parallel group: pipesim stashes them whole"
@@ -532,6 +538,13 @@ UNTIL: Mapping[str, tuple[str, str, str]] = MappingProxyType(
             "2023-10-24",
             "3f554d9",
             "replaced by --no-overlap-p2p-communication (overlap the default)",
+        ),
+        # read by nothing since the pipeline code moved to megatron/core (3c92fa9, merged
+        # edca71d, 2023-03-23); the option itself stayed until 10e7b74
+        "--no-scatter-gather-tensors-in-pipeline": (
+            "2026-04-04",
+            "10e7b74",
+            "removed, unused since Megatron-Core's pipeline",
         ),
     }
 )
@@ -850,6 +863,8 @@ def _translate(
         overlap_grad_reduce=_overlap_grad_reduce(args),
         attention=_attention(args, recipe),
         blocking_p2p=_blocking_p2p(args, recipe, layout.chunks),
+        scatter_gather_p2p=_scatter_gather_p2p(args, recipe),
+        tp_comm_overlap=_tp_comm_overlap(args, recipe, tensor),
     )
     _check_fusion(args, recipe)
     if tensor == 1:
@@ -1390,6 +1405,51 @@ def _blocking_p2p(args: _Args, recipe: Recipe, chunks: int) -> bool | None:
     return None
 
 
+def _scatter_gather_p2p(args: _Args, recipe: Recipe) -> bool | None:
+    """False with ``--no-scatter-gather-tensors-in-pipeline`` where the recipe scatters
+    (Megatron-LM before Megatron-Core: megatron/p2p_communication.py splits each message over
+    the tensor-parallel ranks unless it is given, 6985e58; it does nothing under sequence
+    parallelism, whose messages are 1/T already); None (the recipe's) otherwise. Megatron-Core
+    keeps the option but reads it nowhere: ignored, with the reason."""
+    option = "--no-scatter-gather-tensors-in-pipeline"
+    if not args.has(option):
+        return None
+    if recipe.scatter_gather_p2p:
+        return False
+    args.ignore(
+        option,
+        f"{recipe.name} sends whole tensors: nothing reads the option since the pipeline code "
+        "moved to megatron/core (3c92fa9, merged 2023-03-23)",
+    )
+    return None
+
+
+def _tp_comm_overlap(args: _Args, recipe: Recipe, tensor: int) -> bool | None:
+    """True with ``--tp-comm-overlap`` (Transformer Engine's userbuffers overlap the
+    tensor-parallel all-gathers and reduce-scatters with the GEMMs); None (the recipe's)
+    otherwise. Megatron asserts sequence parallelism beside it, after turning sequence
+    parallelism off at T = 1 (9dc7fef arguments.py 587-593): refused without it. Only
+    Transformer Engine's layers read it (megatron/core/extensions/transformer_engine.py): with
+    ``--transformer-impl local`` it is ignored, with the reason."""
+    option = "--tp-comm-overlap"
+    if not args.has(option):
+        return None
+    if tensor == 1 or not args.has("--sequence-parallel"):
+        at_one = ", which Megatron-LM turns off at T = 1" if tensor == 1 else ""
+        raise SpecError(
+            f"{option} needs --sequence-parallel{at_one}: Megatron-LM asserts it ({_CORE})"
+        )
+    default = "transformer_engine" if recipe.name == MEGATRON_RECIPES[-1] else "local"
+    if args.word("--transformer-impl", default) == "local":
+        args.ignore(
+            option,
+            "only Transformer Engine's layers overlap their collectives; --transformer-impl "
+            "local runs them between the GEMMs",
+        )
+        return None
+    return None if recipe.tp_comm_overlap else True
+
+
 def _check_fusion(args: _Args, recipe: Recipe) -> None:
     if args.has("--no-gradient-accumulation-fusion") and recipe.fused_gradient_accumulation:
         raise SpecError(
@@ -1742,6 +1802,8 @@ class _Writer:
                 f"Megatron-LM of {self.recipe_name} waits for the pipeline's messages here "
                 "(it overlaps them in Megatron-Core's interleaved schedule only)",
             )
+        self.scatter_gather()
+        self.tensor_overlap()
         try:
             attention = Attention(run.attention) if run.attention else recipe.attention
         except ValueError:
@@ -1753,6 +1815,37 @@ class _Writer:
             self.emit("attention flash", "--use-flash-attn")
         else:
             self.emit("attention eager", "--attention-backend", "unfused")
+
+    def scatter_gather(self) -> None:
+        """Megatron-LM's scatter/gather of pipeline messages: on before Megatron-Core, with an
+        opt-out; Megatron-Core has none."""
+        run, recipe = self.run, self.recipe
+        if run.scatter_gather_p2p is None or run.scatter_gather_p2p == recipe.scatter_gather_p2p:
+            return
+        if recipe.scatter_gather_p2p:
+            self.emit("scatter_gather_p2p false", "--no-scatter-gather-tensors-in-pipeline")
+        else:
+            self.cannot(
+                "scatter_gather_p2p true",
+                f"Megatron-LM of {self.recipe_name} sends whole tensors (no scatter/gather since "
+                "the pipeline code moved to megatron/core, 3c92fa9, 2023-03-23)",
+            )
+
+    def tensor_overlap(self) -> None:
+        """Transformer Engine's overlap of the tensor-parallel collectives with the GEMMs."""
+        run, recipe = self.run, self.recipe
+        if not run.tp_comm_overlap or recipe.tp_comm_overlap:
+            return
+        if not self.available("tp_comm_overlap", "--tp-comm-overlap"):
+            return
+        if not run.sequence_parallel or (run.tensor_parallel or 1) == 1:
+            self.cannot(
+                "tp_comm_overlap",
+                "Megatron-LM asserts --sequence-parallel beside --tp-comm-overlap (and turns "
+                f"sequence parallelism off at T = 1; {_CORE})",
+            )
+            return
+        self.emit("tp_comm_overlap", "--tp-comm-overlap")
 
     def simulation_only(self) -> None:
         """pipesim's own settings: no Megatron-LM option states them."""

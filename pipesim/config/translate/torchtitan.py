@@ -166,8 +166,10 @@ REFUSED: Mapping[str, Refused] = MappingProxyType(
         ),
         "parallelism.enable_async_tensor_parallel": Refused(
             (False,),
-            "async tensor parallelism overlaps the TP collectives with the matmuls, "
-            "which pipesim does not model",
+            "async tensor parallelism is torch.compile's micro-pipelining: torchtitan refuses "
+            "it without compile.enable (torchtitan/distributed/tensor_parallel.py), whose "
+            "kernel fusion pipesim does not model, so a recipe's tp_comm_overlap alone would "
+            "not be this run",
         ),
         "parallelism.disable_loss_parallel": Refused(
             (False,), "the logits gathered whole for the loss are not modelled"
@@ -1295,6 +1297,12 @@ def _check_recipe(run: RunFile, lost: list[str]) -> None:
     """Name a recipe, or a change to one, that is not torchtitan's software."""
     if run.recipe not in (None, "torchtitan"):
         lost.append(f"recipe {run.recipe}: a torchtitan file runs torchtitan's software")
-    for attribute in ("overlap_grad_reduce", "attention", "blocking_p2p"):
+    for attribute in (
+        "overlap_grad_reduce",
+        "attention",
+        "blocking_p2p",
+        "scatter_gather_p2p",
+        "tp_comm_overlap",
+    ):
         if getattr(run, attribute) is not None:
             lost.append(f"{attribute} {getattr(run, attribute)}: torchtitan's recipe decides it")
