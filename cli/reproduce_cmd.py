@@ -50,8 +50,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         return EXIT_OK
     compared = [r for r in outcome.rows if r.difference is not None]
     sys.stdout.write(
-        f"{outcome.title}: {len(outcome.rows)} table cells, {len(compared)} with a "
-        "published number to compare\n"
+        f"{outcome.title}: {len(outcome.rows)} table cells, {len(compared)} with both a "
+        "published and a simulated number\n"
     )
     for line in summary_lines(outcome.rows):
         sys.stdout.write(f"  {line}\n")

@@ -164,6 +164,9 @@ def read_costs(args: argparse.Namespace) -> CostsAsk:
         )
     if args.costs is not None:
         for flag, value in given_cost_options(args, MODEL_OPTIONS):
+            if isinstance(value, bool):  # a switch: the form typed, --X or --no-X
+                said = flag if value else flag.replace("--", "--no-", 1)
+                raise PipesimError(f"{said} goes with --model, not with --costs")
             if isinstance(value, str) and (not value or len(value) > SHOWN_CHARACTERS):
                 value = repr(value)  # an empty value seen as one; a long one quoted, then cut
             raise PipesimError(f"{flag} goes with --model, not with --costs, got {value}")

@@ -109,8 +109,10 @@ class RunConfig:
     def unread_fields(self) -> tuple[str, ...]:
         """What this configuration sets that no cost reads, a line each (a command warns with
         them): the accelerator's ``efficiency`` a user's file gave where every layer is timed
-        kernel by kernel, and a recipe's gradient accumulation or attention for a model given
-        as layers."""
+        kernel by kernel, and a recipe's gradient accumulation, attention or tensor-parallel
+        overlap for a model given as layers; and one combination the frameworks refuse that
+        the simulation still prices: the tensor-parallel overlap without sequence
+        parallelism."""
         notes = []
         accelerator = self.hardware.accelerator
         kernel_level = accelerator.kernel_level and all(
@@ -134,6 +136,21 @@ class RunConfig:
                     f"recipe {recipe.name}: its {recipe.attention.value} attention changes no "
                     f"layer of {self.model.name}, which is given as layers with no attention"
                 )
+            if recipe.tp_comm_overlap:
+                notes.append(
+                    f"recipe {recipe.name}: its tensor-parallel overlap changes no layer of "
+                    f"{self.model.name}, which is given as layers with no tensor parallelism"
+                )
+        elif (
+            self.recipe.tp_comm_overlap
+            and self.parallelism.tensor > 1
+            and not self.parallelism.sequence_parallel
+        ):
+            notes.append(
+                f"recipe {self.recipe.name}: tensor-parallel overlap without sequence "
+                "parallelism, which Megatron-Core refuses (it asserts --sequence-parallel with "
+                "--tp-comm-overlap); simulated as overlapped all the same"
+            )
         return tuple(notes)
 
 

@@ -88,6 +88,8 @@ def assumptions(report: PlanReport) -> list[str]:
     held = [
         f"overlap_grad_reduce={'on' if recipe.overlap_grad_reduce else 'off'}",
         f"blocking_p2p={'on' if recipe.blocking_p2p else 'off'}",
+        f"scatter_gather_p2p={'on' if recipe.scatter_gather_p2p else 'off'}",
+        f"tp_comm_overlap={'on' if recipe.tp_comm_overlap else 'off'}",
         "attention=" + (recipe.attention.value if recipe.attention is not None else "the model's"),
     ]
     lines.append(

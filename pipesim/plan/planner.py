@@ -506,8 +506,9 @@ class PlanContext:
         return self.run.with_parallelism(self.parallelism(c))
 
     def tensor_group(self, tensor: int) -> TensorGroup | None:
-        """Where the tensor-parallel collectives run: the first T ranks of the job."""
-        return TensorGroup.first(self.job, tensor)
+        """Where the tensor-parallel collectives run: the first T ranks of the job, overlapped
+        with the GEMMs where the recipe says so (as model_on_hardware's group)."""
+        return TensorGroup.first(self.job, tensor, self.run.recipe.tp_comm_overlap)
 
     def layer_costs(self, c: Candidate, recompute: str | None = None) -> tuple[StageCosts, ...]:
         """One rank's per-layer costs for ``c`` (cached per :data:`LayerKey`): under recompute

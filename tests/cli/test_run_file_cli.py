@@ -253,13 +253,16 @@ def test_a_run_file_s_recipe_switch_is_its_flag_and_its_no_form_undoes_it(
 ) -> None:
     """[recipe] tp_comm_overlap and scatter_gather_p2p, as blocking_p2p: the file's true is
     the flag, and the flag's --no- form beside the file turns it off again."""
-    core = HYBRID.replace("megatron-lm-2021", "megatron-core-2024").replace(
-        "sequence_parallel = true", "sequence_parallel = false"
-    )
+    # The overlap goes with sequence parallelism (Megatron-Core asserts it); scatter/gather
+    # matters only without it.
+    sequence_parallel = key == "tp_comm_overlap"
+    core = HYBRID.replace("megatron-lm-2021", "megatron-core-2024")
+    if not sequence_parallel:
+        core = core.replace("sequence_parallel = true", "sequence_parallel = false")
     flags = [
         "megatron-core-2024" if word == "megatron-lm-2021" else word
         for word in HYBRID_FLAGS
-        if word != "--sequence-parallel"
+        if sequence_parallel or word != "--sequence-parallel"
     ]
     path = _file(tmp_path, core + f"{key} = true\n")
     by_file = _simulated(capsys, "--run", path)

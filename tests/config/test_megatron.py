@@ -546,6 +546,34 @@ def test_an_uneven_end_partition_is_megatron_core_s_first_and_last_stage_counts(
     assert back == run
 
 
+@pytest.mark.parametrize("recipe", ["megatron-lm-2021", "megatron-core-2024", "nemo-2024"])
+def test_written_arguments_read_back_as_their_era_without_the_recipe_named(recipe: str) -> None:
+    """A reader not told the recipe dates a line by its newest option: a Megatron-Core line of
+    options all older than 2023 read back as megatron-lm-2022 (eager attention: out of memory
+    where the plan fitted; found by a hostile pass, 2026-11-27). The writer dates it with
+    --use-mcore-models; a non-Megatron recipe is written, and read, as megatron-core-2024.
+    (A megatron-lm-2022 line without an option of 2022 is 2021's as well: no harmless option
+    dates it, and it reads back as 2022 only with the recipe named.)"""
+    run, model = base_run(recipe=recipe)
+    words, _ = megatron_args(run, model)  # type: ignore[arg-type]
+    back, _ = run_from_megatron_args(words, hardware="a100", world_size=16)
+    expected = recipe if recipe in MEGATRON_RECIPES else MEGATRON_RECIPES[-1]
+    assert back.recipe == expected
+    assert ("--use-mcore-models" in words) == (expected == MEGATRON_RECIPES[-1])
+
+
+def test_two_stages_of_uneven_blocks_have_no_middle_to_split() -> None:
+    """P = 2 with first 17 and last 15 blocks: no middle stages and no middle blocks, which
+    Megatron-Core accepts ("either ... middle pp stages and layers or none of them"); a plan's
+    export wrote it and the reader refused it (found by a hostile pass, 2026-11-27). Middle
+    blocks without middle stages, or the reverse, stay refused."""
+    assert megatron_partition(32, 2, 1, 17, 15) == (18, 16)
+    with pytest.raises(SpecError, match="must split evenly over the other 0 stages"):
+        megatron_partition(33, 2, 1, 17, 15)
+    with pytest.raises(SpecError, match="must split evenly over the other 1 stages"):
+        megatron_partition(32, 3, 1, 17, 15)
+
+
 def test_a_model_given_as_layers_has_no_megatron_arguments() -> None:
     run, _ = base_run()
     with pytest.raises(SpecError, match="given as layers"):

@@ -182,3 +182,20 @@ def test_a_recipe_made_in_python_is_checked(fields: dict[str, object], message: 
         PIPESIM.with_choices([("blocking_p2p", True)])  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"run\.tensor_across_nodes must be true or false"):
         RunConfig(model("uniform-8"), hardware("a100"), tensor_across_nodes="yes")  # type: ignore[arg-type]
+
+
+def test_the_tensor_parallel_overlap_warns_where_it_cannot_be_what_it_says() -> None:
+    """On a model given as layers it changes nothing; under T > 1 without sequence
+    parallelism Megatron-Core refuses it (and pipesim's Megatron reader does): both said, once
+    each; with sequence parallelism, or at T = 1, nothing to say."""
+    from pipesim.config.recipes import NEMO_2024
+
+    layers_run = RunConfig(model("amoebanet-d-18-256"), hardware("a100"), recipe=NEMO_2024)
+    layers_note = layers_run.unread_fields()[-1]
+    assert "tensor-parallel overlap changes no layer of amoebanet-d-18-256" in layers_note
+    gpt = model("megatron-1.7b")
+    (note,) = RunConfig(gpt, hardware("a100"), Parallelism(tensor=8), NEMO_2024).unread_fields()
+    assert "without sequence parallelism, which Megatron-Core refuses" in note
+    with_sp = Parallelism(tensor=8, sequence_parallel=True)
+    assert RunConfig(gpt, hardware("a100"), with_sp, NEMO_2024).unread_fields() == ()
+    assert RunConfig(gpt, hardware("a100"), recipe=NEMO_2024).unread_fields() == ()

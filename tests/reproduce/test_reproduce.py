@@ -449,7 +449,10 @@ def test_the_headline_line_counts_out_of_sample_cells_only() -> None:
         Row("C", "m", "hw", 2, 1, "q", 1.0, 3.0, sample=Sample.FORMULA, sample_why="closed form"),
     ]
     assert sample_headline(rows) == (
-        "out-of-sample: 2 cells, |pipesim/paper - 1| median 15.0%, max 20.0% (1 in-sample "
-        "cells left out)"
+        "out-of-sample: 2 cells, |pipesim/paper - 1| mean 15.0%, max 20.0% (1 in-sample "
+        "cell left out)"
     )
     assert sample_headline(rows[:1]).startswith("out-of-sample: none; all 1 measured cells")
+    assert sample_headline(rows[3:]).startswith("out-of-sample: none; every published value")
+    derived = [Row("A", "m", "hw", 2, 1, "q", 1.0, 1.5, sample=Sample.IN, derived=True)]
+    assert sample_headline(derived) == ""  # a derived cell is never counted, in or out

@@ -217,32 +217,32 @@ def summary_lines(rows: list[Row]) -> list[str]:
 
 def sample_headline(rows: list[Row]) -> str:
     """The accuracy a suite may claim: over its out-of-sample measured cells only (left out:
-    baselines, derived cells, formulas and in-sample cells), the median and largest
-    |pipesim/paper - 1|; or that it has none to claim."""
-    measured = [r for r in rows if r.ratio is not None and r.sample is not None]
-    if not measured:
-        return ""
-    counted = [
-        abs(r.ratio - 1)
-        for r in measured
-        if r.sample is Sample.OUT
-        and r.ratio is not None
-        and not r.by_construction
-        and not r.derived
+    baselines, derived cells, formulas and in-sample cells), the mean and largest
+    |pipesim/paper - 1|; or that it has none to claim, and why."""
+    compared = [
+        r
+        for r in rows
+        if r.ratio is not None and r.sample is not None and not r.by_construction and not r.derived
     ]
-    inside = sum(1 for r in measured if r.sample is Sample.IN)
+    if not compared:
+        return ""
+    counted = [abs((r.ratio or 1.0) - 1) for r in compared if r.sample is Sample.OUT]
+    inside = sum(1 for r in compared if r.sample is Sample.IN)
     if not counted:
         if not inside:
-            return ""
+            return (
+                "out-of-sample: none; every published value compared here is a formula's or an "
+                "analytic claim's, not a measured run"
+            )
         return (
-            f"out-of-sample: none; all {inside} measured cells here are in-sample (used to "
-            "choose or set something in pipesim), so they show agreement, not prediction"
+            f"out-of-sample: none; all {inside} measured cells compared here are in-sample "
+            "(used to choose or set something in pipesim), so they show agreement, not "
+            "prediction"
         )
     return (
         f"out-of-sample: {len(counted)} {'cell' if len(counted) == 1 else 'cells'}, "
-        "|pipesim/paper - 1| median "
-        f"{statistics.median(counted):.1%}, max {max(counted):.1%} ({inside} in-sample cells "
-        "left out)"
+        f"|pipesim/paper - 1| mean {statistics.fmean(counted):.1%}, max {max(counted):.1%} "
+        f"({inside} in-sample {'cell' if inside == 1 else 'cells'} left out)"
     )
 
 

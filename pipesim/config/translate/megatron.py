@@ -207,6 +207,12 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
             _W, "attention", ("flash", "fused", "unfused", "local", "auto")
         ),
         "--transformer-impl": Mapped(_W, "attention's default", ("local", "transformer_engine")),
+        "--use-mcore-models": Mapped(
+            _F,
+            "the recipe megatron-core-2024 (Megatron-Core's models: the option chose them from "
+            "2023-10-10, bd609d2, and dates the line to that era; ignored by Megatron-LM since "
+            "Megatron-Core became the default)",
+        ),
         # precision and optimizer
         "--fp16": Mapped(_F, "the model's dtype fp16"),
         "--bf16": Mapped(_F, "the model's dtype bf16, fp32 gradients"),
@@ -435,8 +441,6 @@ COST_NEUTRAL: Mapping[str, str] = MappingProxyType(
         "--distributed-timeout-minutes": "a timeout, not a step's work",
         "--distributed-backend": "the process group's backend name (NCCL's collectives are "
         "the hardware spec's)",
-        "--use-mcore-models": "deprecated and ignored by Megatron-LM since Megatron-Core "
-        f"became the default ({_CORE})",
         "--manual-gc": "Python's garbage collection between steps",
         "--empty-unused-memory-level": "torch.cuda.empty_cache() between steps",
         "--rampup-batch-size": "the batch's ramp during the first samples: pipesim simulates "
@@ -1256,13 +1260,16 @@ def megatron_partition(
         ends = [x for x in (first, last) if x is not None]
         middle = stages - len(ends)
         rest = layers - sum(ends)
-        if middle < 1 or rest < 0 or rest % middle:
+        # Megatron-Core's TransformerConfig: middle blocks and middle stages both or neither
+        # (transformer_config.py, "Ensure you either have middle pp stages and layers or none
+        # of them"), and the middle blocks split evenly over the middle stages.
+        if rest < 0 or bool(rest) != bool(middle) or (middle and rest % middle):
             raise SpecError(
                 f"--decoder-first/last-pipeline-num-layers {first}/{last}: the other "
                 f"{layers - sum(ends)} blocks must split evenly over the other {middle} stages "
                 "(Megatron asserts it)"
             )
-        counts = [rest // middle] * stages
+        counts = [rest // middle if middle else 0] * stages
         if first is not None:
             counts[0] = first
         if last is not None:
@@ -1481,6 +1488,7 @@ def megatron_args(run: RunFile, model: Model) -> tuple[list[str], tuple[str, ...
     writer.precision(trained, dtype)
     writer.layout(arch)
     writer.simulation_only()
+    writer.dated()
     return writer.words, tuple(writer.unexpressed)
 
 
@@ -1523,6 +1531,18 @@ class _Writer:
             self.cannot(what, f"{option} was {until[2]} in {until[1]} ({until[0]})")
             return False
         return True
+
+    def dated(self) -> None:
+        """Make the arguments read back as this recipe's era: a reader without a recipe named
+        dates a line by its newest option (:func:`_recipe_name`), so a Megatron-Core line whose
+        options all predate 2023 (a GPT without Megatron-Core's newer options) would read as
+        megatron-lm-2022, eager attention and all (found by a hostile pass, 2026-11-27).
+        Megatron-Core's own ``--use-mcore-models`` (bd609d2, 2023-10-10; accepted, ignored,
+        since Megatron-Core became the default) dates it."""
+        present = [word for word in self.words if word in SINCE]
+        newest = max((SINCE[word][0] for word in present), default="0000-00-00")
+        if _era_of(newest) != self.recipe_name and self.recipe_name == MEGATRON_RECIPES[-1]:
+            self.words.append("--use-mcore-models")
 
     def emit(self, what: str, option: str, *values: object) -> bool:
         """``option`` with ``values``, if this Megatron-LM has it; else say ``what`` is lost."""
