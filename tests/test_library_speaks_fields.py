@@ -44,6 +44,9 @@ FORMATTED = "0"
 CITED: dict[tuple[str, str], str] = {
     ("pipesim/config/recipes.py", "--overlap-grad-reduce"): "Megatron-LM's flag, a recipe's source",
     ("pipesim/config/recipes.py", "--tp-comm-overlap"): "Megatron-LM's flag, a recipe's source",
+    # a warning that Megatron-Core asserts its own two options together
+    ("pipesim/config/run_config.py", "--tp-comm-overlap"): "Megatron-Core's option, cited",
+    ("pipesim/config/run_config.py", "--sequence-parallel"): "Megatron-Core's option, cited",
     # the Megatron-LM translator reads and writes Megatron's own options, six of which are
     # spelled as pipesim's flags are
     **{
