@@ -76,7 +76,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 bad input, 130 interrupted. Every failure is one line on stderr (a schedule error adds
     its marked grid on the lines after the first), never a traceback; standard output that
     cannot be written is one of them (:func:`application.command_line.watching_stdout`)."""
-    return watching_stdout(lambda: _run(argv), "pipesim")
+    status = watching_stdout(lambda: _run(argv), "pipesim")
+    if status == EXIT_INTERRUPTED and argv is None:
+        _stops_change_nothing_now()
+    return status
+
+
+def _stops_change_nothing_now() -> None:
+    """Once the process has decided to end interrupted, its last line written and its work
+    saved, a later stop signal changes nothing: ignored from here, through the interpreter's
+    shutdown (which puts SIGINT back to the system's default, under which a Ctrl-C then kills
+    the process, exit -2, and closes the Dask cluster's threads and processes meanwhile). Only
+    for the process's own command line (``argv`` None): a caller that runs :func:`main` in its
+    own process keeps its handlers."""
+    for signum in (signal.SIGINT, *STOP_SIGNALS):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _run(argv: Sequence[str] | None) -> int:

@@ -163,6 +163,6 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_exit_130_and_keeps_the_rows
     process = sweep_under_way(out, [*grid, "--cluster", "local"], start_new_session=True)
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 130
+    assert process.returncode == 130, (process.returncode, err)
     assert err.startswith("pipesim: interrupted: ") and err.count("\n") == 1, err
     assert len(out.read_text().splitlines()) >= 3
