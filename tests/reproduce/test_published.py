@@ -11,13 +11,12 @@ from importlib import resources
 
 import pytest
 
-from validation.reproduce import published
+from validation.reproduce import published, published_data
 from validation.reproduce.framework import Sample
-from validation.reproduce.published import (
+from validation.reproduce.published import Prediction, headline
+from validation.reproduce.published_data import (
     FILL_RULES,
-    Prediction,
     flops_per_step,
-    headline,
     published_runs,
     published_seconds,
 )
@@ -28,7 +27,7 @@ def found() -> list[Prediction]:
     return published.predictions()
 
 
-def _run(run_id: str) -> published.PublishedRun:
+def _run(run_id: str) -> published_data.PublishedRun:
     return next(r for r in published_runs()[1] if r.id == run_id)
 
 
@@ -54,11 +53,11 @@ def test_the_suite_has_the_issues_breadth(found: list[Prediction]) -> None:
 def test_the_file_states_only_what_the_sources_state() -> None:
     """The rules fill exactly the fields the data file leaves out (no filled field was also
     stated, none left out was silently defaulted)."""
-    text = resources.files("validation.reproduce").joinpath(published.DATA_FILE).read_text()
+    text = resources.files("validation.reproduce").joinpath(published_data.DATA_FILE).read_text()
     entries = {entry["id"]: entry for entry in tomllib.loads(text)["run"]}
     statable = [r for r in published_runs()[1] if not r.unstatable]
     for run in statable:
-        fill = published.filled(run)
+        fill = published_data.filled(run)
         stated = entries[run.id]
         for field_name in ("microbatch_size", "recompute", "sequence_parallel", "dtype"):
             assert (field_name in fill.filled) == (field_name not in stated), (run.id, field_name)
@@ -74,7 +73,7 @@ def test_a_filled_recomputation_is_the_least_that_fits(found: list[Prediction]) 
     for p in found:
         if p.filled is None or "recompute" not in p.filled.filled:
             continue
-        options = published._recompute_options(p.run.source.recipe)
+        options = published_data.recompute_options(p.run.source.recipe)
         index = options.index(p.filled.recompute)
         assert not p.filled.simulate().oom
         if index > 0:
