@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 
 from pipesim.config import RunConfig
-from pipesim.config.recipe import Recipe
+from pipesim.config.recipe import CHOICES, Recipe
 from pipesim.config.recipes import PIPESIM
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.engine import SimulationResult, simulate
 from pipesim.hardware import hardware
+from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.parallel.config import Parallelism
+from pipesim.partition.from_model import blocks_partition
 from pipesim.schedules import build
 from pipesim.workload import Model, model
 from pipesim.workload.architecture import Attention
@@ -44,6 +47,48 @@ def simulate_model(
     run = RunConfig(target, hardware(hardware_name), recipe=recipe)
     costs = model_on_hardware(run, devices, built.chunks, batch / microbatches, optimizer=optimizer)
     return simulate(built, costs, steps=steps)
+
+
+def simulate_megatron_layout(
+    target: Model,
+    spec: HardwareSpec,
+    parallelism: Parallelism,
+    recipe: Recipe,
+    pipeline: int,
+    chunks: int,
+    microbatch_size: int,
+    microbatches: int,
+) -> SimulationResult:
+    """One step of a run laid out as Megatron-LM lays it out: 1F1B (interleaved over
+    ``chunks`` when there are several), the blocks split evenly over the stages with the
+    embedding on the first and the output layer on the last; ``parallelism``'s tensor,
+    sequence, recomputation, ZeRO and data parallelism; ``recipe``'s software. The Megatron-LM
+    tables and the published runs simulate through here."""
+    name = "1f1b" if chunks == 1 else "interleaved-1f1b"
+    schedule = build(name, pipeline, microbatches, chunks)
+    costs = model_on_hardware(
+        RunConfig(target, spec, parallelism, recipe),
+        pipeline,
+        chunks,
+        microbatch_size,
+        blocks_partition(target, pipeline * chunks),
+        placement=schedule.placement,
+    )
+    return simulate(schedule, costs)
+
+
+def recipe_sensitivity(
+    recipe: Recipe, step_s: Callable[[Recipe], float], base_s: float
+) -> dict[str, float]:
+    """``recipe.CHOICE`` -> how far the step moves (relative to ``base_s``) with that one
+    choice turned the other way (:func:`flipped_recipe`), ``step_s`` timing a step under a
+    recipe."""
+    moved = {}
+    for choice in CHOICES:
+        other = flipped_recipe(recipe, choice)
+        if other is not None and other != recipe:
+            moved[f"recipe.{choice}"] = step_s(other) / base_s - 1
+    return moved
 
 
 def flipped_recipe(recipe: Recipe, choice: str) -> Recipe | None:

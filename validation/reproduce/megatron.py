@@ -12,16 +12,13 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.config import CHOICES, Recipe, RunConfig
+from pipesim.config import Recipe
 from pipesim.config.recipes import MEGATRON_LM_2021, MEGATRON_LM_2022
 from pipesim.costs.kernel_time import pass_time_s
-from pipesim.costs.model_on_hardware import model_on_hardware
-from pipesim.engine import SimulationResult, simulate
+from pipesim.engine import SimulationResult
 from pipesim.hardware import hardware
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.parallel.groups import TensorGroup
-from pipesim.partition.from_model import blocks_partition
-from pipesim.schedules import build
 from pipesim.workload import model
 from pipesim.workload.architecture import TransformerArchitecture
 from pipesim.workload.catalogue import from_architecture
@@ -29,7 +26,12 @@ from pipesim.workload.model import Model
 from pipesim.workload.transformer import transformer_block
 from plots import save
 from plots.megatron_figures import interleaving_figure
-from validation.reproduce.common import flipped_recipe, sensitivity_markdown, suite_readme
+from validation.reproduce.common import (
+    recipe_sensitivity,
+    sensitivity_markdown,
+    simulate_megatron_layout,
+    suite_readme,
+)
 from validation.reproduce.framework import Outcome, Row, Sample, SampleLabel, labelled
 
 HARDWARE = "a100"
@@ -61,35 +63,30 @@ class Run:
     def simulate(self) -> SimulationResult:
         """The run as Megatron-LM ran it then, by its era's recipe (``megatron-lm-2021`` or
         ``megatron-lm-2022``: blocking messages, the local DDP's reduce after the backward)."""
-        name = "1f1b" if self.chunks == 1 else "interleaved-1f1b"
-        schedule = build(name, self.pipeline, self.microbatches, self.chunks)
         parallelism = Parallelism(
             tensor=self.tensor,
             sequence_parallel=self.sequence_parallel,
             recompute=Recompute.parse(self.recompute),
             data=self.data,
         )
-        run = RunConfig(self.model, hardware(HARDWARE), parallelism, self.recipe)
-        costs = model_on_hardware(
-            run,
+        return simulate_megatron_layout(
+            self.model,
+            hardware(HARDWARE),
+            parallelism,
+            self.recipe,
             self.pipeline,
             self.chunks,
             self.microbatch_size,
-            blocks_partition(self.model, self.pipeline * self.chunks),
-            placement=schedule.placement,
+            self.microbatches,
         )
-        return simulate(schedule, costs)
 
     def recipe_sensitivity(self) -> dict[str, float]:
         """How far each of the recipe's choices, turned the other way, moves the step."""
-        base = self.simulate().iteration_time_s
-        moved = {}
-        for choice in CHOICES:
-            other = flipped_recipe(self.recipe, choice)
-            if other is not None and other != self.recipe:
-                changed = dataclasses.replace(self, recipe=other)
-                moved[f"recipe.{choice}"] = changed.simulate().iteration_time_s / base - 1
-        return moved
+        return recipe_sensitivity(
+            self.recipe,
+            lambda recipe: dataclasses.replace(self, recipe=recipe).simulate().iteration_time_s,
+            self.simulate().iteration_time_s,
+        )
 
     def label(self) -> str:
         v = f" v={self.chunks}" if self.chunks > 1 else ""

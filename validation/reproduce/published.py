@@ -21,10 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.config.recipe import CHOICES
 from plots import save
 from plots.published_figures import predicted_against_published_figure
-from validation.reproduce.common import flipped_recipe, suite_readme
+from validation.reproduce.common import (
+    recipe_sensitivity,
+    suite_readme,
+)
 from validation.reproduce.common import sensitivity_markdown as common_sensitivity_markdown
 from validation.reproduce.framework import Outcome, Row, Sample
 from validation.reproduce.published_data import (
@@ -60,11 +62,9 @@ def sensitivities(fill: FilledRun, base_s: float) -> dict[str, float]:
     """How much each recipe choice, and each field the rules filled, moves the predicted step:
     the relative change with that one thing changed (a recipe choice flipped; a filled field
     at its next value: micro-batch 2, the next recomputation, interleaving on or off)."""
-    moved: dict[str, float] = {}
-    for choice in CHOICES:
-        other = flipped_recipe(fill.recipe, choice)
-        if other is not None and other != fill.recipe:
-            moved[f"recipe.{choice}"] = fill.simulate(recipe=other).iteration_time_s / base_s - 1
+    moved = recipe_sensitivity(
+        fill.recipe, lambda recipe: fill.simulate(recipe=recipe).iteration_time_s, base_s
+    )
     run = fill.run
     if "microbatch_size" in fill.filled and run.global_batch % (run.data * 2) == 0:
         moved["microbatch_size=2"] = fill.simulate(microbatch_size=2).iteration_time_s / base_s - 1

@@ -21,21 +21,18 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from pipesim.config import RunConfig
 from pipesim.config.recipe import Recipe
 from pipesim.config.recipes import named_recipe
-from pipesim.costs.model_on_hardware import model_on_hardware
-from pipesim.engine import SimulationResult, simulate
+from pipesim.engine import SimulationResult
 from pipesim.files.toml_reader import parse_toml
 from pipesim.hardware import hardware
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Link
 from pipesim.parallel.config import Parallelism, Recompute
-from pipesim.partition.from_model import blocks_partition
-from pipesim.schedules import build
 from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
 from pipesim.workload.catalogue import from_architecture, llama_architecture
 from pipesim.workload.model import Model
+from validation.reproduce.common import simulate_megatron_layout
 from validation.reproduce.framework import Sample
 
 DATA_FILE = "published_runs.toml"
@@ -194,9 +191,6 @@ class FilledRun:
         """One step of the run (or of it with one field changed, for the sensitivity table)."""
         run = self.run
         b = self.microbatch_size if microbatch_size is None else microbatch_size
-        v = self.chunks if chunks is None else chunks
-        m = run.global_batch // (run.data * b)
-        schedule = build("1f1b" if v == 1 else "interleaved-1f1b", run.pipeline, m, v)
         parallelism = Parallelism(
             tensor=run.tensor,
             sequence_parallel=self.sequence_parallel,
@@ -204,16 +198,16 @@ class FilledRun:
             zero=self.zero,
             data=run.data,
         )
-        config = RunConfig(self.model, self.spec, parallelism, recipe or self.recipe)
-        costs = model_on_hardware(
-            config,
+        return simulate_megatron_layout(
+            self.model,
+            self.spec,
+            parallelism,
+            recipe or self.recipe,
             run.pipeline,
-            v,
+            self.chunks if chunks is None else chunks,
             b,
-            blocks_partition(self.model, run.pipeline * v),
-            placement=schedule.placement,
+            run.global_batch // (run.data * b),
         )
-        return simulate(schedule, costs)
 
 
 def _architecture(table: Mapping[str, Any]) -> TransformerArchitecture:
