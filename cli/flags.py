@@ -54,5 +54,6 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "top": "--top",
         "world_size": "--world-size",
         "zero": "--zero",
+        "reshard_after_forward": "--reshard-after-forward",
     }
 )

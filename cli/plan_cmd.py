@@ -90,9 +90,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--zero",
-        metavar="0,1",
-        help="optimizer sharding stages to try where there are replicas (default 1: ZeRO-1 is "
-        "never slower and never larger in pipesim's model; 0,1 compares both)",
+        metavar="0,1,2,3",
+        help="ZeRO stages to try where there are replicas (default 1,3: ZeRO-1 is never "
+        "slower and never larger than 0 in pipesim's model; inside a pipeline 2 and 3 hold and "
+        "move what 1 does, so 3 (FSDP) is tried without one)",
     )
     parser.add_argument(
         "--sequence-parallel",
@@ -142,8 +143,8 @@ def _words(text: str, field: str) -> tuple[str, ...]:
 def _zero_stages(text: str) -> tuple[int, ...]:
     stages = []
     for word in _words(text, "--zero"):
-        if word not in ("0", "1"):
-            raise PipesimError(f"--zero must be 0 or 1 (or both, 0,1), got {text!r}")
+        if word not in ("0", "1", "2", "3"):
+            raise PipesimError(f"--zero must be stages 0 to 3 (e.g. 1 or 1,3), got {text!r}")
         stages.append(int(word))
     return tuple(sorted(set(stages)))
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipesim.config import DEFAULT_RECIPE, RECIPES, RunConfig, named_recipe
+from pipesim.errors import PipesimError
 from pipesim.parallel.config import IDENTITY, Parallelism
+from pipesim.parallel.sharding import ReshardPolicy
 
 # The recipe's true-or-false choices a flag of the command line turns on (its --no- form undoes
 # only a true given before it, a run file's: it never turns a recipe's own choice off). plan
@@ -64,6 +66,7 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
             recompute=Recompute.parse(flags.recompute),
             zero=flags.zero,
             data=flags.data,
+            reshard_after_forward=_reshard_policy(flags.reshard_after_forward),
         )
     changes = dict(flags.recipe_changes)
     if flags.attention is not None:
@@ -94,6 +97,7 @@ class _RunFlags:
     sequence_parallel: bool
     recompute: str
     zero: int
+    reshard_after_forward: str
     data: int | None
     recipe: str | None
     recipe_changes: tuple[tuple[str, object], ...]
@@ -127,9 +131,20 @@ class _RunFlags:
             bool(getattr(args, "sequence_parallel", False)) if layout else False,
             given("recompute", "none") if layout else "none",
             given("zero", 0) if layout else 0,
+            given("reshard_after_forward", "default") if layout else "default",
             data_parallel,
             given("recipe"),
             changes,
             given("attention"),
             bool(getattr(args, "tensor_across_nodes", False)),
         )
+
+
+def _reshard_policy(text: str) -> ReshardPolicy:
+    """``--reshard-after-forward``'s policy, or a one-line error naming the flag."""
+    try:
+        return ReshardPolicy(str(text).strip().lower())
+    except ValueError:
+        raise PipesimError(
+            f"--reshard-after-forward must be default, always or never, got {text!r}"
+        ) from None

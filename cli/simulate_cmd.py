@@ -101,6 +101,7 @@ COST_OPTIONS = (
     ("--sequence-parallel", "sequence_parallel", False, "model"),
     ("--recompute", "recompute", None, "model"),
     ("--zero", "zero", None, "model"),
+    ("--reshard-after-forward", "reshard_after_forward", None, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
     ("--overlap-grad-reduce", "overlap_grad_reduce", None, "model"),
     ("--attention", "attention", None, "model"),
@@ -315,9 +316,16 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     hybrid.add_argument(
         "--zero",
         type=int,
-        metavar="0|1",
-        help="1: shard optimizer state and master weights over the data-parallel replicas "
-        "(ZeRO-1, Megatron's distributed optimizer); 0 (default): replicate them",
+        metavar="0-3",
+        help="ZeRO stage over the data-parallel replicas: 1 shards optimizer state and master "
+        "weights (Megatron's distributed optimizer), 2 the gradients too, 3 the weights too "
+        "(FSDP, torchtitan's default); 0 (default): replicate them",
+    )
+    hybrid.add_argument(
+        "--reshard-after-forward",
+        metavar="POLICY",
+        help="ZeRO-3 (FSDP): free each layer's gathered weights after its forward: default "
+        "(only without a pipeline, torchtitan's), always, never",
     )
     hybrid.add_argument(
         "--microbatch-size",

@@ -18,7 +18,8 @@ shape and schedule, and the software's recipe::
     sequence_parallel = false
     pipeline_parallel = 16              # K, the pipeline's devices
     data_parallel = 8
-    zero = 0                            # 1: the optimizer state sharded over the replicas
+    zero = 0                            # ZeRO stage 0-3 (3: FSDP, weights sharded too)
+    reshard_after_forward = "default"   # ZeRO-3: default (not in a pipeline), always, never
     recompute = "none"                  # selective, full, or a number of layers per stage
 
     [pipeline]
@@ -118,6 +119,7 @@ KEYS: tuple[_Key, ...] = (
     _Key("parallelism", "pipeline_parallel", "pipeline_parallel", checks.positive_int),
     _Key("parallelism", "data_parallel", "data_parallel", checks.positive_int),
     _Key("parallelism", "zero", "zero", _count),
+    _Key("parallelism", "reshard_after_forward", "reshard_after_forward", string),
     _Key("parallelism", "recompute", "recompute", _recompute),
     _Key("parallelism", "tensor_across_nodes", "tensor_across_nodes", boolean),
     _Key("pipeline", "schedule", "schedule", string),
@@ -159,6 +161,7 @@ class RunFile:
     pipeline_parallel: int | None = None
     data_parallel: int | None = None
     zero: int | None = None
+    reshard_after_forward: str | None = None
     recompute: str | None = None
     tensor_across_nodes: bool | None = None
     schedule: str | None = None

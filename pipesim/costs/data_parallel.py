@@ -8,9 +8,17 @@ has a data-parallel group of D ranks, one per replica, T x K ranks apart.
 
 Per step, each stage's gradients (its ``gradient_bytes``, one tensor rank's share) are
 * all-reduced over the group (plain data parallelism), or
-* reduce-scattered, and after the optimizer step the updated weights (``parameter_bytes``)
-  all-gathered (ZeRO stage 1, Megatron's distributed optimizer), whose optimizer state and
-  master weights are divided by D already (:mod:`pipesim.costs.spec_derived`).
+* reduce-scattered, and after the optimizer step the updated weights all-gathered (ZeRO
+  stage 1, Megatron's distributed optimizer, and stages 2 and 3 inside a pipeline, where
+  PyTorch defers the gradient sync to the step's last backward), whose optimizer state and
+  master weights are divided by D already (:mod:`pipesim.costs.spec_derived`), or
+* without a pipeline under ZeRO-2/3, reduce-scattered during every micro-batch's backward,
+  and under ZeRO-3 with the weights resharded after each forward, the weights all-gathered for
+  every forward and every backward (:func:`pass_sync_s`), each pass exposing only what its
+  compute does not hide (:mod:`pipesim.parallel.sharding` says which regime runs when).
+
+The collectives move the stage's whole weights and gradients on one tensor rank
+(``whole_parameter_bytes``, ``whole_gradient_bytes``), whatever share of them it holds.
 
 Each collective costs :func:`pipesim.hardware.collectives.collective_time_s` on the job's
 network; the K x T groups run at once on disjoint ranks, each with its own path (one NIC per
@@ -40,20 +48,79 @@ from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Network
 from pipesim.parallel.config import Parallelism
 from pipesim.parallel.ranks import RankLayout
+from pipesim.parallel.sharding import ReshardPolicy, Sharding
+
+_NEVER = ReshardPolicy.NEVER
 
 BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``)."""
 
 
 def gradient_sync_s(stage: StageCosts, network: Network, group: Sequence[int], zero: int) -> float:
-    """The data-parallel communication of one stage's shard over ``group``: an all-reduce of
-    its gradients, or under ZeRO-1 a reduce-scatter of its gradients and an all-gather of its
-    weights."""
-    if zero:
-        return collective_time_s(
-            network, group, Collective.REDUCE_SCATTER, stage.gradient_bytes
-        ) + collective_time_s(network, group, Collective.ALL_GATHER, stage.parameter_bytes)
-    return collective_time_s(network, group, Collective.ALL_REDUCE, stage.gradient_bytes)
+    """The data-parallel communication of one stage's shard over ``group`` once per step: an
+    all-reduce of its gradients, or under ZeRO (any stage, inside a pipeline) a reduce-scatter
+    of its gradients and an all-gather of its weights."""
+    return step_sync_s(stage, network, group, Sharding.of(zero, len(group), _NEVER, True))
+
+
+def step_sync_s(
+    stage: StageCosts, network: Network, group: Sequence[int], sharding: Sharding
+) -> float:
+    """What of one stage's data-parallel communication runs once per step, after its last
+    backward and before (or, for the weights' all-gather, right after) its optimizer step:
+    the gradients' all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1, and ZeRO-2/3 inside a
+    pipeline), and the weights' all-gather unless ZeRO-3 gathers them in every pass."""
+    gradients, weights = stage.whole_gradient_bytes, stage.whole_parameter_bytes
+    if sharding.zero == 0:
+        return collective_time_s(network, group, Collective.ALL_REDUCE, gradients)
+    reduce = (
+        0.0
+        if sharding.syncs_every_microbatch
+        else collective_time_s(network, group, Collective.REDUCE_SCATTER, gradients)
+    )
+    gather = (
+        0.0
+        if sharding.reshard_after_forward
+        else collective_time_s(network, group, Collective.ALL_GATHER, weights)
+    )
+    return reduce + gather
+
+
+def pass_sync_s(
+    stage: StageCosts, network: Network, group: Sequence[int], sharding: Sharding
+) -> tuple[float, float]:
+    """(forward, backward): the communication each micro-batch's passes of one stage start,
+    ZeRO-2/3 without a pipeline: ZeRO-3 gathers the weights for the forward and, resharded
+    after it, again for the backward; ZeRO-2/3 reduce-scatter each backward's gradients."""
+    gather = (
+        collective_time_s(network, group, Collective.ALL_GATHER, stage.whole_parameter_bytes)
+        if sharding.reshard_after_forward
+        else 0.0
+    )
+    reduce = (
+        collective_time_s(network, group, Collective.REDUCE_SCATTER, stage.whole_gradient_bytes)
+        if sharding.syncs_every_microbatch
+        else 0.0
+    )
+    return gather, gather + reduce
+
+
+def with_pass_sync(stage: StageCosts, forward_comm_s: float, backward_comm_s: float) -> StageCosts:
+    """``stage`` with what of its passes' collectives their compute does not hide (FSDP runs
+    them on their own stream, prefetching the next layer's gather during this one's compute):
+    the part longer than the pass. The first layer's gather, which nothing precedes, is not
+    counted: a lower bound on the exposed time."""
+    forward_extra = max(0.0, forward_comm_s - stage.forward_s)
+    backward_extra = max(0.0, backward_comm_s - stage.backward_s)
+    if not forward_extra and not backward_extra:
+        return stage
+    full = stage.full_backward_s
+    return dataclasses.replace(
+        stage,
+        forward_s=stage.forward_s + forward_extra,
+        input_grad_s=stage.input_grad_s + backward_extra,
+        full_backward_s=None if full is None else full + backward_extra,
+    )
 
 
 def exposed_sync_s(stage: StageCosts, sync_s: float, overlap: bool) -> float:
@@ -62,9 +129,8 @@ def exposed_sync_s(stage: StageCosts, sync_s: float, overlap: bool) -> float:
     bucket's."""
     if not overlap or sync_s <= 0:
         return sync_s
-    last_bucket = (
-        sync_s * min(1.0, BUCKET_BYTES / stage.gradient_bytes) if stage.gradient_bytes else 0.0
-    )
+    gradients = stage.whole_gradient_bytes
+    last_bucket = sync_s * min(1.0, BUCKET_BYTES / gradients) if gradients else 0.0
     return max(sync_s - stage.backward_s, last_bucket)
 
 
@@ -87,7 +153,7 @@ def tied_embedding_sync_s(
         if placement[index] == placement[0] or stage.parameter_bytes <= 0:
             continue
         shared_gradient = (
-            stage.shared_parameter_bytes * stage.gradient_bytes / stage.parameter_bytes
+            stage.shared_parameter_bytes * stage.whole_gradient_bytes / stage.parameter_bytes
         )
         group = [layout.rank(0, placement[0]), layout.rank(0, placement[index])]
         seconds = collective_time_s(job_network, group, Collective.ALL_REDUCE, shared_gradient)
@@ -111,10 +177,33 @@ def sync_times_s(
     out = tied_embedding_sync_s(stages, placement, job_network, layout)
     if layout.data == 1:
         return out
+    sharding = parallelism.sharding(pipelined=len(stages) > 1)
     for index, stage in enumerate(stages):
         group = layout.data_group(placement[index])
-        sync = gradient_sync_s(stage, job_network, group, parallelism.zero)
+        sync = step_sync_s(stage, job_network, group, sharding)
         out[index] += exposed_sync_s(stage, sync, overlap_grad_reduce)
+    return out
+
+
+def with_sync(
+    stages: Sequence[StageCosts],
+    placement: Sequence[int],
+    job_network: Network,
+    layout: RankLayout,
+    parallelism: Parallelism,
+    overlap_grad_reduce: bool = False,
+) -> list[StageCosts]:
+    """The stages with their data-parallel communication: each pass's exposed collectives
+    (ZeRO-2/3 without a pipeline, :func:`pass_sync_s`) and the once-per-step part added to
+    the optimizer step (:func:`sync_times_s`)."""
+    extra = sync_times_s(stages, placement, job_network, layout, parallelism, overlap_grad_reduce)
+    out = [add_to_optimizer_step(s, e) if e else s for s, e in zip(stages, extra, strict=True)]
+    sharding = parallelism.sharding(pipelined=len(stages) > 1)
+    if layout.data == 1 or not (sharding.reshard_after_forward or sharding.syncs_every_microbatch):
+        return out
+    for index, stage in enumerate(out):
+        group = layout.data_group(placement[index])
+        out[index] = with_pass_sync(stage, *pass_sync_s(stage, job_network, group, sharding))
     return out
 
 
@@ -134,19 +223,19 @@ def with_data_parallel(
     """
     replicas = parallelism.data
     layout = RankLayout(parallelism.tensor, costs.network.devices, replicas)
-    extra = sync_times_s(
+    stages = with_sync(
         costs.stages, placement, job_network, layout, parallelism, overlap_grad_reduce
     )
-    if replicas == 1 and not any(extra):
+    if replicas == 1 and all(a is b for a, b in zip(stages, costs.stages, strict=True)):
         return costs
-    stages = [
-        add_to_optimizer_step(stage, seconds)
-        for stage, seconds in zip(costs.stages, extra, strict=True)
-    ]
     if replicas == 1:
         return dataclasses.replace(costs, stages=tuple(stages))
     samples = costs.samples_per_microbatch
-    kind = "ZeRO-1 reduce-scatter + all-gather" if parallelism.zero else "ring all-reduce"
+    kind = (
+        f"ZeRO-{parallelism.zero} reduce-scatter + all-gather"
+        if parallelism.zero
+        else "ring all-reduce"
+    )
     return dataclasses.replace(
         costs,
         stages=tuple(stages),

@@ -134,6 +134,7 @@ def _on_the_job(
         else costs.samples_per_microbatch / parallelism.data,
         "recompute": parallelism.recompute.label,
         "zero": parallelism.zero,
+        "reshard_after_forward": parallelism.reshard_after_forward.value,
     }
     return dataclasses.replace(
         costs,

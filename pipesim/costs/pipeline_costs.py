@@ -9,6 +9,8 @@ from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.hardware.network import Network
 
+_OPTIONAL = frozenset({"full_backward_s", "unsharded_parameter_bytes", "unsharded_gradient_bytes"})
+
 
 @dataclass(frozen=True)
 class StageCosts:
@@ -38,6 +40,10 @@ class StageCosts:
             the stash while they run (temporaries, the incoming and outgoing tensors, a
             recomputed layer's activations, the loss's logits).
         optimizer_transient_bytes: what the stage's optimizer step allocates while it runs.
+        unsharded_parameter_bytes, unsharded_gradient_bytes: the stage's whole weights and
+            gradients on one tensor rank, what its data-parallel collectives move, where a
+            ZeRO stage holds less of them than that (None: ``parameter_bytes`` and
+            ``gradient_bytes``).
     """
 
     forward_s: float
@@ -58,11 +64,13 @@ class StageCosts:
     input_grad_transient_bytes: float = 0.0
     weight_grad_transient_bytes: float = 0.0
     optimizer_transient_bytes: float = 0.0
+    unsharded_parameter_bytes: float | None = None
+    unsharded_gradient_bytes: float | None = None
 
     def __post_init__(self) -> None:
         for attribute in self.__dataclass_fields__:
             value = getattr(self, attribute)
-            if attribute != "full_backward_s" or value is not None:
+            if value is not None or attribute not in _OPTIONAL:
                 checks.non_negative(f"stage cost {attribute}", value)
         if self.weight_grad_activation_bytes > self.activation_bytes:
             raise SpecError(
@@ -74,6 +82,22 @@ class StageCosts:
                 "stage cost shared_parameter_bytes must not exceed parameter_bytes, got "
                 f"{self.shared_parameter_bytes:g} > {self.parameter_bytes:g}"
             )
+
+    @property
+    def whole_parameter_bytes(self) -> float:
+        """The stage's weights on one tensor rank, sharded or not (what an all-gather of
+        them moves)."""
+        if self.unsharded_parameter_bytes is None:
+            return self.parameter_bytes
+        return self.unsharded_parameter_bytes
+
+    @property
+    def whole_gradient_bytes(self) -> float:
+        """The stage's gradients on one tensor rank, sharded or not (what their reduction
+        moves)."""
+        if self.unsharded_gradient_bytes is None:
+            return self.gradient_bytes
+        return self.unsharded_gradient_bytes
 
     @property
     def backward_s(self) -> float:
@@ -112,6 +136,12 @@ def merge_layers(
         input_grad_transient_bytes=max(layer.input_grad_transient_bytes for layer in layers),
         weight_grad_transient_bytes=max(layer.weight_grad_transient_bytes for layer in layers),
         optimizer_transient_bytes=sum(layer.optimizer_transient_bytes for layer in layers),
+        unsharded_parameter_bytes=None
+        if all(layer.unsharded_parameter_bytes is None for layer in layers)
+        else sum(layer.whole_parameter_bytes for layer in layers),
+        unsharded_gradient_bytes=None
+        if all(layer.unsharded_gradient_bytes is None for layer in layers)
+        else sum(layer.whole_gradient_bytes for layer in layers),
     )
 
 

@@ -13,7 +13,8 @@ writes) over the bandwidth, plus the per-kernel overhead. The optimizer step is 
 reads and writes weights, gradients, optimizer state and master weights once.
 
 Memory of a stage: its layers' parameters on one tensor-parallel rank (weights, gradients,
-optimizer state and master weights; the last two divided by D under ZeRO-1), their stashes,
+optimizer state and master weights, as the ZeRO stage shards them:
+:mod:`pipesim.parallel.sharding`), their stashes,
 and each pass's transient: its largest layer's temporaries with the tensors it receives and
 sends (:mod:`pipesim.workload.work`).
 """
@@ -31,6 +32,7 @@ from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster
 from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.parallel.groups import TensorGroup
+from pipesim.parallel.sharding import LayerBytes
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.sharding import ShardedLayers, sharded_layers
 from pipesim.workload.stage_layers import check_partition, even_partition
@@ -48,11 +50,14 @@ def layer_costs(
     optimizer: bool = True,
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
+    pipelined: bool = True,
 ) -> StageCosts:
     """One layer as a one-layer stage: its passes' times, stash, sizes and transients.
 
     ``input_bytes`` is what the layer receives per micro-batch (the model's input for the
-    first, the previous layer's output otherwise)."""
+    first, the previous layer's output otherwise); ``pipelined``: the layer sits in a
+    pipeline of more than one stage, which decides when ZeRO-2/3 gather and reduce
+    (:mod:`pipesim.parallel.sharding`)."""
     b = microbatch_size
     kernel_level = layer.work is not None and accelerator.kernel_level
     if kernel_level and layer.work is not None:
@@ -63,16 +68,16 @@ def layer_costs(
         forward_s = _forward_s(layer, model, accelerator, b)
         input_grad_s = _input_grad_s(layer, model, accelerator, b)
         weight_grad_s = _weight_grad_s(layer, model, accelerator, b)
-    shards = parallelism.data if parallelism.zero else 1
+    sharding = parallelism.sharding(pipelined)
+    held = sharding.held(layer.parameters, _bytes_per_parameter(model))
     weights = layer.parameters * model.weight_bytes_per_parameter
     gradients = layer.parameters * model.gradient_bytes_per_parameter
-    state = layer.parameters * model.optimizer_bytes_per_parameter / shards
-    master = layer.parameters * model.master_weight_bytes_per_parameter / shards
     bandwidth = accelerator.memory_bandwidth_bytes_per_s
     if kernel_level:
         bandwidth *= accelerator.memory_bandwidth_efficiency
-    # The optimizer reads and writes every byte it owns once; ZeRO-1 owns 1/D of them.
-    moved = (weights + gradients) / shards + (state + master)
+    # The optimizer reads and writes every byte it owns once; ZeRO-1 and up own 1/D of them.
+    owned_state = held.optimizer_bytes + held.master_weight_bytes
+    moved = (weights + gradients) / sharding.shards + owned_state
     optimizer_s = 2 * moved / bandwidth
     output = layer.output_bytes * b
     forward_transient = input_grad_transient = weight_grad_transient = 0.0
@@ -81,6 +86,9 @@ def layer_costs(
         forward_transient = _transient(work.forward, b) + output
         input_grad_transient = _transient(work.input_grad, b) + output + input_bytes
         weight_grad_transient = _transient(work.weight_grad, b)
+    forward_transient += held.forward_gather_bytes
+    input_grad_transient += held.backward_gather_bytes
+    weight_grad_transient += held.backward_gather_bytes
     return StageCosts(
         forward_s=forward_s,
         input_grad_s=input_grad_s,
@@ -89,18 +97,30 @@ def layer_costs(
         weight_grad_activation_bytes=layer.weight_grad_activation_bytes * b,
         input_bytes=input_bytes,
         output_bytes=output,
-        parameter_bytes=weights,
-        gradient_bytes=gradients,
-        optimizer_bytes=state,
+        parameter_bytes=held.parameter_bytes,
+        gradient_bytes=held.gradient_bytes,
+        optimizer_bytes=held.optimizer_bytes,
         optimizer_step_s=optimizer_s if optimizer else 0.0,
-        master_weight_bytes=master,
-        shared_parameter_bytes=layer.shared_parameters * model.weight_bytes_per_parameter,
+        master_weight_bytes=held.master_weight_bytes,
+        shared_parameter_bytes=layer.shared_parameters
+        * model.weight_bytes_per_parameter
+        * (held.parameter_bytes / weights if weights else 0.0),
         forward_transient_bytes=forward_transient,
         input_grad_transient_bytes=input_grad_transient,
         weight_grad_transient_bytes=weight_grad_transient,
-        optimizer_transient_bytes=layer.parameters
-        * model.optimizer_temporary_bytes_per_parameter
-        / shards,
+        optimizer_transient_bytes=held.optimizer_transient_bytes,
+        unsharded_parameter_bytes=None if held.parameter_bytes == weights else weights,
+        unsharded_gradient_bytes=None if held.gradient_bytes == gradients else gradients,
+    )
+
+
+def _bytes_per_parameter(model: Model) -> LayerBytes:
+    return LayerBytes(
+        weight=model.weight_bytes_per_parameter,
+        gradient=model.gradient_bytes_per_parameter,
+        optimizer=model.optimizer_bytes_per_parameter,
+        master=model.master_weight_bytes_per_parameter,
+        optimizer_temporary=model.optimizer_temporary_bytes_per_parameter,
     )
 
 
@@ -165,6 +185,7 @@ def costs_from_model(
                 optimizer=optimizer,
                 parallelism=parallelism,
                 tensor_group=tensor_group,
+                pipelined=stages > 1,
             )
         )
     return _pipeline_costs(model, cluster, sharded, ranges, per_stage, b, parallelism)
@@ -180,6 +201,7 @@ def costs_of_layers(
     optimizer: bool = True,
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
+    pipelined: bool = True,
 ) -> list[StageCosts]:
     """:func:`layer_costs` of each of ``layers`` in a row, the first receiving
     ``first_input_bytes`` per micro-batch and each later one its predecessor's output. A
@@ -201,6 +223,7 @@ def costs_of_layers(
                 optimizer=optimizer,
                 parallelism=parallelism,
                 tensor_group=tensor_group,
+                pipelined=pipelined,
             )
         out.append(costed[key])
     return out

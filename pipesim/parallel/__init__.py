@@ -9,6 +9,7 @@ from pipesim.parallel.config import (
     RecomputeMode,
 )
 from pipesim.parallel.ranks import RankLayout
+from pipesim.parallel.sharding import ReshardPolicy, Sharding
 
 __all__ = [
     "IDENTITY",
@@ -17,4 +18,6 @@ __all__ = [
     "RankLayout",
     "Recompute",
     "RecomputeMode",
+    "ReshardPolicy",
+    "Sharding",
 ]

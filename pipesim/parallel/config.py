@@ -15,9 +15,12 @@ the backward is the software's choice, the run's recipe (:mod:`pipesim.config.re
 * ``recompute``: :class:`Recompute`, none, selective (the attention core, §5 of 2205.05198),
   full (every layer, its input alone stashed) or full for the first N layers of each stage
   (Megatron's ``--recompute-num-layers N`` with the block method).
-* ``zero``: 0 (every replica holds its optimizer state) or 1 (ZeRO stage 1, Megatron's
-  distributed optimizer: optimizer state and fp32 master weights divided by D; gradients
-  reduce-scattered, parameters all-gathered).
+* ``zero``: the ZeRO stage, 0 to 3 (:mod:`pipesim.parallel.sharding`): 0 every replica holds
+  everything; 1 optimizer state and fp32 master weights divided by D (Megatron's distributed
+  optimizer); 2 the gradients too; 3 the weights too (FSDP, torchtitan's default).
+* ``reshard_after_forward``: under ZeRO-3, whether a layer's gathered weights are freed after
+  its forward (torchtitan's ``fsdp_reshard_after_forward``: ``default`` does so only without a
+  pipeline).
 * ``data`` (D): data-parallel replicas of the whole T x K model.
 """
 
@@ -29,6 +32,7 @@ from enum import Enum
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.errors import named
+from pipesim.parallel.sharding import ZERO_STAGES, ReshardPolicy, Sharding
 
 
 class RecomputeMode(Enum):
@@ -106,8 +110,9 @@ class Parallelism:
         tensor: T, tensor-parallel degree (1: none).
         sequence_parallel: sequence parallelism inside each tensor-parallel group (T > 1).
         recompute: activation recomputation.
-        zero: optimizer sharding stage, 0 or 1.
-        data: D, data-parallel replicas.
+        zero: the ZeRO stage, 0 to 3.
+        data: D, data-parallel replicas (the ranks a ZeRO stage shards over).
+        reshard_after_forward: under ZeRO-3, when gathered weights are freed.
     """
 
     tensor: int = 1
@@ -115,12 +120,18 @@ class Parallelism:
     recompute: Recompute = NO_RECOMPUTE
     zero: int = 0
     data: int = 1
+    reshard_after_forward: ReshardPolicy = ReshardPolicy.DEFAULT
 
     def __post_init__(self) -> None:
         checks.positive_int(named("tensor_parallel"), self.tensor)
         checks.positive_int(named("data_parallel"), self.data)
-        if self.zero not in (0, 1) or isinstance(self.zero, bool):
-            raise SpecError(f"{named('zero')} must be 0 or 1, got {self.zero!r}")
+        if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
+            raise SpecError(f"{named('zero')} must be 0, 1, 2 or 3, got {self.zero!r}")
+        if not isinstance(self.reshard_after_forward, ReshardPolicy):
+            raise SpecError(
+                f"{named('reshard_after_forward')} must be default, always or never, got "
+                f"{self.reshard_after_forward!r}"
+            )
         if not isinstance(self.recompute, Recompute):
             raise SpecError(f"recompute must be a Recompute, got {self.recompute!r}")
         if not isinstance(self.sequence_parallel, bool):
@@ -142,7 +153,12 @@ class Parallelism:
             and not self.sequence_parallel
             and self.recompute == NO_RECOMPUTE
             and self.zero == 0
+            and self.reshard_after_forward is ReshardPolicy.DEFAULT
         )
+
+    def sharding(self, pipelined: bool) -> Sharding:
+        """The ZeRO regime one rank runs, inside a pipeline (more than one stage) or not."""
+        return Sharding.of(self.zero, self.data, self.reshard_after_forward, pipelined)
 
     def label(self) -> str:
         """A short description: ``T=8 SP recompute=full ZeRO-1 D=4``."""
@@ -153,6 +169,8 @@ class Parallelism:
             words.append(f"recompute={self.recompute.label}")
         if self.zero:
             words.append(f"ZeRO-{self.zero}")
+        if self.reshard_after_forward is not ReshardPolicy.DEFAULT:
+            words.append(f"reshard-after-forward={self.reshard_after_forward.value}")
         words.append(f"D={self.data}")
         return " ".join(words)
 

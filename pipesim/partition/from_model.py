@@ -61,11 +61,13 @@ def layer_costs(
     optimizer: bool = True,
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
+    pipelined: bool = True,
 ) -> tuple[StageCosts, ...]:
     """One :class:`StageCosts` per layer of ``model`` at ``microbatch_size`` on the
     cluster's accelerator, as one tensor-parallel rank holds it under ``parallelism`` (the
     pipeline's network plays no part in them; the tensor-parallel collectives run on
-    ``tensor_group``). Under ``--recompute N`` the layers are the ones built without
+    ``tensor_group``; ``pipelined``: they sit in a pipeline of more than one stage, which
+    decides what ZeRO-2/3 hold). Under ``--recompute N`` the layers are the ones built without
     recomputation; their recomputed twins, which each stage's first N blocks swap in, are
     :func:`recompute_first`'s."""
     sharded = sharded_layers(model, parallelism)
@@ -79,6 +81,7 @@ def layer_costs(
             optimizer=optimizer,
             parallelism=parallelism,
             tensor_group=tensor_group,
+            pipelined=pipelined,
         )
     )
 
@@ -91,6 +94,7 @@ def recompute_first(
     optimizer: bool = True,
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
+    pipelined: bool = True,
 ) -> RecomputeFirst | None:
     """Under ``--recompute N`` (``parallelism.recompute.layers_per_stage``): each layer of
     one rank fully recomputed, costed as :func:`layer_costs` costs the layers, for a
@@ -109,6 +113,7 @@ def recompute_first(
         optimizer=optimizer,
         parallelism=parallelism,
         tensor_group=tensor_group,
+        pipelined=pipelined,
     )
     return RecomputeFirst(
         layers_per_stage, tuple(twins), tuple(is_block(layer) for layer in sharded.layers)
@@ -143,6 +148,7 @@ def model_problem(
             optimizer=optimizer,
             parallelism=parallelism,
             tensor_group=tensor_group,
+            pipelined=len(placement) > 1,
         )
     if layers is None:
         layers = layer_costs(
@@ -152,6 +158,7 @@ def model_problem(
             optimizer=optimizer,
             parallelism=parallelism,
             tensor_group=tensor_group,
+            pipelined=len(placement) > 1,
         )
     accelerator = cluster.accelerator
     return PartitionProblem(

@@ -50,6 +50,7 @@ from pipesim.memory.forms import MemoryForm
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.ranks import RankLayout
+from pipesim.parallel.sharding import ZERO_STAGES
 from pipesim.partition import (
     NoPartitionFits,
     PartitionProblem,
@@ -105,7 +106,7 @@ class PlanSettings:
     chunk_options: tuple[int, ...] = (2, 4)
     tensor_sizes: tuple[int, ...] | None = None
     recompute: tuple[str, ...] | None = None
-    zero: tuple[int, ...] = (1,)
+    zero: tuple[int, ...] = (1, 3)
     sequence_parallel: tuple[bool, ...] = (True,)
     model_name: str = ""
     hardware_name: str = ""
@@ -367,8 +368,8 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
     else:
         recompute = DEFAULT_RECOMPUTE if arch is not None else ("none",)
     for stage in settings.zero:
-        if stage not in (0, 1):
-            raise SpecError(f"{named('zero')} must be 0 or 1, got {stage}")
+        if stage not in ZERO_STAGES or isinstance(stage, bool):
+            raise SpecError(f"{named('zero')} must be 0, 1, 2 or 3, got {stage}")
     return SpaceLimits(
         len(model.layers),
         sizes,
@@ -426,17 +427,28 @@ class SyncTerms:
     fixed_s: float
 
 
-LayerKey = tuple[int, bool, str, int, int]
-"""(T, sequence parallel, recompute, b, optimizer shards): what one rank's per-layer costs
-depend on (the shards are D under ZeRO-1, else 1); under recompute N, what its partitions and
+LayerKey = tuple[int, bool, str, int, tuple[int, int, bool]]
+"""(T, sequence parallel, recompute, b, sharding): what one rank's per-layer costs depend on
+(the sharding is :func:`sharding_key`'s); under recompute N, what its partitions and
 stages depend on besides the layers."""
 
 
 def layer_key(c: Candidate) -> LayerKey:
     """The per-layer costs ``c`` reads (under recompute N, N's: its partitions and stages are
     cached by it)."""
-    shards = c.data_parallel if c.zero else 1
-    return (c.tensor, c.sequence_parallel, c.recompute, c.microbatch_size, shards)
+    return (c.tensor, c.sequence_parallel, c.recompute, c.microbatch_size, sharding_key(c))
+
+
+def sharding_key(c: Candidate) -> tuple[int, int, bool]:
+    """What of ``c``'s ZeRO stage its per-layer costs depend on: the ranks sharing the state,
+    the stage (1 stands for every stage that shards the optimizer alone, or nothing at all
+    with one replica) and, for ZeRO-2/3, whether the layers sit in a pipeline
+    (:mod:`pipesim.parallel.sharding`)."""
+    if not c.zero or c.data_parallel == 1:
+        return (1, 0, True)
+    if c.zero == 1:
+        return (c.data_parallel, 1, True)
+    return (c.data_parallel, c.zero, c.stages > 1)
 
 
 def table_key(c: Candidate, recompute: str | None = None) -> LayerKey:
@@ -445,8 +457,7 @@ def table_key(c: Candidate, recompute: str | None = None) -> LayerKey:
     stages swap for the ``full`` table's first N (``recompute`` names that other table)."""
     if recompute is None:
         recompute = "none" if recomputes_first(c) else c.recompute
-    shards = c.data_parallel if c.zero else 1
-    return (c.tensor, c.sequence_parallel, recompute, c.microbatch_size, shards)
+    return (c.tensor, c.sequence_parallel, recompute, c.microbatch_size, sharding_key(c))
 
 
 def recomputes_first(c: Candidate) -> bool:
@@ -522,6 +533,7 @@ class PlanContext:
                 c.microbatch_size,
                 parallelism=self.parallelism(c, key[2]),
                 tensor_group=self.tensor_group(c.tensor),
+                pipelined=c.stages > 1,
             )
         return self.layers[key]
 
@@ -557,8 +569,8 @@ class PlanContext:
                 sum(x.forward_s * again + x.backward_s for x in layers),
                 sum(x.forward_s * (again - 1) + x.forward_s + x.input_grad_s for x in layers),
                 sum(x.optimizer_step_s for x in layers),
-                sum(x.gradient_bytes for x in layers),
-                sum(x.parameter_bytes for x in layers),
+                sum(x.whole_gradient_bytes for x in layers),
+                sum(x.whole_parameter_bytes for x in layers),
             )
         return self.sums[key]
 
@@ -649,7 +661,9 @@ class PlanContext:
         work += recomputing * extra_work
         path += recomputing * extra_path
         sync = 0.0
-        if c.data_parallel > 1 and not self.run.recipe.overlap_grad_reduce:
+        # ZeRO-2/3 without a pipeline move their bytes during the passes, which may hide them
+        per_pass = c.zero >= 2 and c.stages == 1
+        if c.data_parallel > 1 and not self.run.recipe.overlap_grad_reduce and not per_pass:
             terms = self.sync_terms(c)
             sync = (
                 terms.gradient_per_byte * gradients

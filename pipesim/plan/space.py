@@ -87,7 +87,7 @@ class Candidate:
         recompute: layer-level recomputation, ``none``, ``selective``, ``full``, or a count N
             (the first N blocks of each stage fully recomputed, as ``--recompute N``); in the
             search space also :data:`RECOMPUTE_LAYERS`, resolved to a count per configuration.
-        zero: optimizer sharding stage, 0 or 1.
+        zero: the ZeRO stage, 0 to 3.
     """
 
     devices: int
@@ -137,7 +137,7 @@ class Candidate:
         remat = " remat" if self.remat else ""
         sp = " SP" if self.sequence_parallel else ""
         recompute = "" if self.recompute == "none" else f" recompute={self.recompute}"
-        zero = " ZeRO-1" if self.zero else ""
+        zero = f" ZeRO-{self.zero}" if self.zero else ""
         return (
             f"{self.schedule_label} T={self.tensor}{sp} K={self.devices} DP={self.data_parallel} "
             f"v={self.chunks} M={self.microbatches} b={self.microbatch_size}{remat}{recompute}"
@@ -241,6 +241,16 @@ def candidates(
                 yield from _schedules(limits, schedules, chunk_options, tensor, k, dp, m, b)
 
 
+def _zero_stages(stages: tuple[int, ...], pipeline_stages: int) -> tuple[int, ...]:
+    """The ZeRO stages worth trying: all asked for without a pipeline; inside one, ZeRO-2
+    and 3 hold and move what ZeRO-1 does (PyTorch defers their gradient sync to the step's
+    last backward and keeps the gathered weights through the step:
+    :mod:`pipesim.parallel.sharding`), so where 1 is tried they are not tried again."""
+    if pipeline_stages == 1 or 1 not in stages:
+        return stages
+    return tuple(stage for stage in stages if stage < 2)
+
+
 def _schedules(
     limits: SpaceLimits,
     schedules: Sequence[str],
@@ -273,7 +283,7 @@ def _schedules(
                     count = recompute_layers(recompute)
                     if count is not None and count > -(-limits.blocks // (k * v)):
                         continue  # some partition would leave no stage N blocks to recompute
-                    for zero in limits.zero if dp > 1 else (0,):
+                    for zero in _zero_stages(limits.zero, k * v) if dp > 1 else (0,):
                         for sp in limits.sequence_parallel if tensor > 1 else (False,):
                             if sp and tensor not in (limits.sequence_splits or (tensor,)):
                                 continue  # the sequence does not split T ways

@@ -110,7 +110,11 @@ def test_a_flat_fabric_says_it_is_one(capsys: pytest.CaptureFixture[str]) -> Non
             ("--hardware", "a100", "--microbatch-size", "2", "--batch", "100"),
             "--batch 100 and --microbatch-size 2 disagree: 2 x 8 micro-batches is 16",
         ),
-        (("--hardware", "a100", "--zero", "2"), "--zero must be 0 or 1, got 2"),
+        (("--hardware", "a100", "--zero", "4"), "--zero must be 0, 1, 2 or 3, got 4"),
+        (
+            ("--hardware", "a100", "--zero", "3", "--reshard-after-forward", "sometimes"),
+            "--reshard-after-forward must be default, always or never, got 'sometimes'",
+        ),
         (("--hardware", "a100", "--fragmentation", "-1"), "--fragmentation must be a number in"),
         (("--hardware", "a100", "--fragmentation", "1.5"), "--fragmentation must be a number in"),
         (
@@ -316,6 +320,7 @@ def test_the_result_states_its_layout(capsys: pytest.CaptureFixture[str]) -> Non
         "microbatch_size": 2.0,
         "recompute": "full",
         "zero": 1,
+        "reshard_after_forward": "default",
     }
     status, out, _ = run(
         capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "4", "--costs", "1,2", "--json"
@@ -354,3 +359,38 @@ def test_a_balanced_partition_weighs_recomputing_the_first_n_layers(
         times[partition] = json.loads(out)["iteration_time"]
     assert times["balanced"] < times["even"]
     assert times["memory-aware"] <= times["even"]
+
+
+def _peak_and_layout(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[float, dict]:
+    status, out, err = run(
+        capsys,
+        "simulate",
+        *("--model", "megatron-1.7b", "--hardware", "a100", "--schedule", "1f1b"),
+        *("-K", "1", "-M", "4", "--data-parallel", "8", "--batch", "32", "--json"),
+        *extra,
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    return result["per_device"][0]["peak_memory_bytes"], result["layout"]
+
+
+def test_fsdp_is_stated_on_the_command_line_and_in_a_run_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without a pipeline each ZeRO stage holds less than the one before; ZeRO-3 with its
+    weights kept gathered (never resharded) holds more than resharded; a run file's
+    ``reshard_after_forward`` is the flag's."""
+    peaks = [_peak_and_layout(capsys, "--zero", str(z))[0] for z in range(4)]
+    assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == 4
+    kept, layout = _peak_and_layout(capsys, "--zero", "3", "--reshard-after-forward", "never")
+    assert kept > peaks[3]
+    assert (layout["zero"], layout["reshard_after_forward"]) == (3, "never")
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        'model = "megatron-1.7b"\nhardware = "a100"\n[training]\nbatch = 32\n'
+        "[parallelism]\npipeline_parallel = 1\ndata_parallel = 8\nzero = 3\n"
+        'reshard_after_forward = "never"\n[pipeline]\nschedule = "1f1b"\nmicrobatches = 4\n'
+    )
+    status, out, err = run(capsys, "simulate", "--run", str(run_file), "--json")
+    assert status == 0, err
+    assert json.loads(out)["per_device"][0]["peak_memory_bytes"] == kept

@@ -93,3 +93,67 @@ def test_tied_embeddings_all_reduce_between_the_end_stages() -> None:
     job6 = Network(6, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
     both = with_data_parallel(costs, (0, 1, 2), job6, Parallelism(data=2))
     assert [s.optimizer_step_s for s in both.stages] == pytest.approx([2 + 2, 0, 2 + 4])
+
+
+def _four_replicas() -> tuple[Network, PipelineCosts]:
+    job = Network(4, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    stage = StageCosts(
+        1.0,
+        1.5,
+        0.5,
+        parameter_bytes=0.0,
+        gradient_bytes=0.25e9,
+        unsharded_parameter_bytes=0.5e9,
+        unsharded_gradient_bytes=1e9,
+    )
+    one = Network(1, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    return job, PipelineCosts((stage,), one)
+
+
+def test_fsdp_without_a_pipeline_gathers_in_every_pass_and_reduces_every_backward() -> None:
+    """One stage, ZeRO-3 resharded after the forward over 4 replicas at 1 GB/s: the forward
+    gathers 0.5 GB (3/8 s, hidden by its 1 s), the backward gathers again and reduce-scatters
+    1 GB (3/8 + 3/4 s against 2 s: hidden); nothing waits at the step's end. The collectives
+    move the whole weights and gradients, not the shards the rank holds."""
+    job, costs = _four_replicas()
+    fsdp = with_data_parallel(costs, (0,), job, Parallelism(zero=3, data=4))
+    (stage,) = fsdp.stages
+    assert (stage.forward_s, stage.backward_s, stage.optimizer_step_s) == (1.0, 2.0, 0.0)
+    assert fsdp.samples_per_microbatch is None
+
+
+def test_what_a_pass_does_not_hide_is_exposed() -> None:
+    """The same on a link 4 times slower: the forward's gather takes 1.5 s against 1 s of
+    compute (0.5 s exposed, added to F), the backward's 1.5 + 3 s against 2 s (2.5 s, added
+    to I)."""
+    job = Network(4, Topology.ALL_TO_ALL, Link("l", 0.25e9, 0.0))
+    _, costs = _four_replicas()
+    fsdp = with_data_parallel(costs, (0,), job, Parallelism(zero=3, data=4))
+    (stage,) = fsdp.stages
+    assert stage.forward_s == pytest.approx(1.5)
+    assert stage.input_grad_s == pytest.approx(1.5 + 2.5)
+    assert stage.weight_grad_s == 0.5
+
+
+def test_zero_2_without_a_pipeline_gathers_the_weights_once_per_step() -> None:
+    """ZeRO-2: the gradients reduce-scattered in each backward (3/4 s, hidden by 2 s), the
+    updated weights all-gathered once after the optimizer step (3/8 s)."""
+    job, costs = _four_replicas()
+    (stage,) = with_data_parallel(costs, (0,), job, Parallelism(zero=2, data=4)).stages
+    assert stage.optimizer_step_s == pytest.approx(0.375)
+    assert (stage.forward_s, stage.backward_s) == (1.0, 2.0)
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_inside_a_pipeline_every_stage_moves_what_zero_1_moves(zero: int) -> None:
+    """Two stages: PyTorch defers ZeRO-2/3's gradient sync to the step's last backward and
+    keeps the gathered weights, so each stage reduce-scatters its 1 GB of gradients (3/4 s)
+    and gathers its 0.5 GB of weights (3/8 s) once per step, as ZeRO-1 does."""
+    _, single = _four_replicas()
+    stage = single.stages[0]
+    pipeline = Network(2, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    costs = PipelineCosts((stage, stage), pipeline)
+    job8 = Network(8, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    stages = with_data_parallel(costs, (0, 1), job8, Parallelism(zero=zero, data=4)).stages
+    assert [s.optimizer_step_s for s in stages] == pytest.approx([1.125, 1.125])
+    assert [s.forward_s for s in stages] == [1.0, 1.0]

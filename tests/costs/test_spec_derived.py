@@ -114,3 +114,39 @@ def test_an_explicit_partition_sums_its_layers() -> None:
     costs = costs_from_model(_tiny_model(), _cluster(1e18), 1, 4, partition=[2], optimizer=False)
     assert costs.stages[0].forward_s == pytest.approx(16e-3, rel=1e-12)
     assert costs.stages[0].parameter_bytes == 8e6
+
+
+def test_fsdp_holds_shards_and_gathers_two_layers_at_a_time() -> None:
+    """One stage of the two 1M-parameter fp32 layers (4 B weights, 4 B gradients, 8 B of
+    optimizer state each) under ZeRO-3 over 4 replicas, no pipeline: at rest a quarter of
+    the weights (no master copy: the shard is in the weights' dtype), of the gradients and of
+    the state; while a pass runs, one layer's and the next one's gathered weights (8 MB), in
+    the backward the layer's whole gradient too (4 MB) until its reduce-scatter. The
+    optimizer steps over its quarter: 2 x (4 + 4 + 8) MB / 4 at 1 GB/s."""
+    from pipesim.parallel.config import Parallelism
+
+    costs = costs_from_model(
+        _tiny_model(), _cluster(1e9), 1, 1, parallelism=Parallelism(zero=3, data=4)
+    )
+    stage = costs.stages[0]
+    assert (stage.parameter_bytes, stage.gradient_bytes, stage.optimizer_bytes) == (
+        2e6,
+        2e6,
+        4e6,
+    )
+    assert (stage.unsharded_parameter_bytes, stage.unsharded_gradient_bytes) == (8e6, 8e6)
+    plain = costs_from_model(_tiny_model(), _cluster(1e9), 1, 1).stages[0]
+    assert stage.forward_transient_bytes == pytest.approx(plain.forward_transient_bytes + 8e6)
+    assert stage.input_grad_transient_bytes == pytest.approx(
+        plain.input_grad_transient_bytes + 12e6
+    )
+    assert stage.optimizer_step_s == pytest.approx(2 * 32e6 / 4 / 1e9)
+    # inside a pipeline (two stages) each stage holds its whole weights and gradients
+    piped = costs_from_model(
+        _tiny_model(), _cluster(1e9), 2, 1, parallelism=Parallelism(zero=3, data=4)
+    ).stages[0]
+    assert (piped.parameter_bytes, piped.gradient_bytes, piped.optimizer_bytes) == (
+        4e6 + 1e6,
+        4e6,
+        2e6,
+    )

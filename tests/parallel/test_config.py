@@ -42,7 +42,9 @@ def test_a_bad_recompute_is_named(text: str) -> None:
     ("fields", "message"),
     [
         ({"tensor": 0}, "tensor_parallel must be an integer >= 1, got 0"),
-        ({"zero": 2}, "zero must be 0 or 1, got 2"),
+        ({"zero": 4}, "zero must be 0, 1, 2 or 3, got 4"),
+        ({"zero": True}, "zero must be 0, 1, 2 or 3, got True"),
+        ({"reshard_after_forward": "never"}, "reshard_after_forward must be default, always"),
         ({"sequence_parallel": True}, "sequence_parallel splits the sequence"),
         ({"data": -4}, "data_parallel must be an integer >= 1, got -4"),
     ],
