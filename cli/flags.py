@@ -41,6 +41,7 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "recipe": "--recipe",
         "recompute": "--recompute",
         "remat": "--remat",
+        "reshard_after_forward": "--reshard-after-forward",
         "resume": "--resume",
         "saved_records": "pipesim validate (results.json)",
         "saved_run": "pipesim simulate --save",
@@ -54,6 +55,5 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "top": "--top",
         "world_size": "--world-size",
         "zero": "--zero",
-        "reshard_after_forward": "--reshard-after-forward",
     }
 )

@@ -1,6 +1,7 @@
 """Schedules on the looped placement (stage s on device s mod K): fill-drain (GPipe, looped BFS),
-1F1B and its no-flush variants (PipeDream, PipeDream-2BW), interleaved 1F1B, and the zero-bubble
-handcrafted schedules.
+1F1B and its no-flush variants (PipeDream, PipeDream-2BW), interleaved 1F1B (with PyTorch's
+equal rounds, or Megatron-Core's micro-batch groups for any M), and the zero-bubble handcrafted
+schedules.
 
 Every generator here is one call of
 :func:`~pipesim.schedules.phases.merge_one_forward_one_backward` per device, on integer arrays
@@ -12,6 +13,8 @@ weight-update rule.
 
 from __future__ import annotations
 
+from pipesim.common import checks
+from pipesim.errors import ScheduleError
 from pipesim.parallel.placement import looped
 from pipesim.schedules.encoded import ActionArrays
 from pipesim.schedules.phases import chunk_sequence, merge_one_forward_one_backward
@@ -116,9 +119,14 @@ def interleaved_rounds(devices: int, microbatches: int) -> int:
 
 
 def _interleaved(
-    name: str, devices: int, microbatches: int, chunks: int, hop_factor: int, split: bool
+    name: str,
+    devices: int,
+    microbatches: int,
+    chunks: int,
+    hop_factor: int,
+    split: bool,
+    per_round: int,
 ) -> Schedule:
-    per_round = interleaved_rounds(devices, microbatches)
     total = microbatches * chunks
     # Forwards before the first backward: the last device fills its other chunks
     # ((v-1) rounds), and each hop away from it adds `hop_factor` more (2 for 1F1B: a forward
@@ -141,13 +149,85 @@ def _interleaved(
 def interleaved_one_f_one_b(devices: int, microbatches: int, chunks: int) -> Schedule:
     """Interleaved 1F1B (Narayanan et al., arXiv 2104.04473 §2.2): v chunks per device, stage
     s on device s mod K, depth-first over rounds of micro-batches."""
-    return _interleaved("interleaved-1f1b", devices, microbatches, chunks, 2, split=False)
+    per_round = interleaved_rounds(devices, microbatches)
+    return _interleaved("interleaved-1f1b", devices, microbatches, chunks, 2, False, per_round)
 
 
 def interleaved_zero_bubble(devices: int, microbatches: int, chunks: int) -> Schedule:
     """Interleaved zero bubble, ZB1P with v chunks (Qi et al., arXiv 2401.10241; PyTorch's
     ScheduleInterleavedZeroBubble): interleaved 1F1B with I/W split, W delayed d on device d."""
-    return _interleaved("interleaved-zb", devices, microbatches, chunks, 1, split=True)
+    per_round = interleaved_rounds(devices, microbatches)
+    return _interleaved("interleaved-zb", devices, microbatches, chunks, 1, True, per_round)
+
+
+def group_size_reason(devices: int, microbatches: int, group_size: int) -> str | None:
+    """Why the flexible interleaved schedule cannot group M = ``microbatches`` by
+    ``group_size`` on K = ``devices``, or None when it can.
+
+    Megatron-Core's rule (``forward_backward_pipelining_with_interleaving``): K <= N <= M, and
+    the last group, M mod N, is empty or holds at least K micro-batches. A shorter last group
+    cannot keep the pipeline fed: Megatron-Core refuses it, and run in order it often
+    deadlocks. With M < K the one group of all M micro-batches is allowed (PyTorch's and
+    ``interleaved-1f1b``'s order there; Megatron-Core refuses M < K).
+    """
+    low = min(devices, microbatches)
+    if not low <= group_size <= microbatches:
+        return (
+            f"group_size must be in [min(K, M), M] = [{low}, {microbatches}] with "
+            f"M={microbatches} and K={devices}, got {group_size}"
+        )
+    last = microbatches % group_size
+    if 0 < last < devices:
+        return (
+            f"group_size must leave a last group of 0 or >= K = {devices} micro-batches, got "
+            f"{group_size}: M={microbatches} leaves {last}"
+        )
+    return None
+
+
+def flexible_group_size(devices: int, microbatches: int) -> int:
+    """The micro-batch group size of ``interleaved-1f1b-flexible``: the smallest N >= K that
+    :func:`group_size_reason` allows (M when M < K). It is K, Megatron-Core's default, whenever
+    K divides M, and the smallest keeps the fewest micro-batches in flight (the warm-up grows
+    with N).
+
+    Wherever M splits into max(1, M // K) equal rounds, this is the round's size (see
+    :func:`interleaved_rounds`): with r = M // K rounds of n = M / r, every N in [K, n) leaves
+    M - rN = r(n - N) > 0 and below (r + 1)K - rK = K.
+
+    >>> flexible_group_size(2, 5), flexible_group_size(4, 9), flexible_group_size(4, 8)
+    (3, 5, 4)
+    """
+    low = min(devices, microbatches)
+    return next(
+        size
+        for size in range(low, microbatches + 1)
+        if group_size_reason(devices, microbatches, size) is None
+    )
+
+
+def interleaved_flexible(
+    devices: int, microbatches: int, chunks: int, group_size: int | None = None
+) -> Schedule:
+    """Interleaved 1F1B for any M (Llama 3, arXiv 2407.21783 §3.3.2; Megatron-Core's
+    ``microbatch_group_size_per_vp_stage``): each chunk takes a group of N micro-batches in
+    turn, forward and backward, the last group holding the M mod N left over.
+
+    Device d runs min((v-1)·N + 2(K-1-d), vM) warm-up forwards, then one forward one
+    backward: Megatron-Core's ``get_schedule_table``, ``get_pp_rank_microbatches`` and
+    ``convert_schedule_table_to_order`` (megatron/core/pipeline_parallel/schedules.py,
+    megatron/core/transformer/cuda_graphs.py). ``group_size`` defaults to
+    :func:`flexible_group_size`; one that :func:`group_size_reason` refuses raises
+    :class:`ScheduleError`.
+    """
+    if group_size is None:
+        size = flexible_group_size(devices, microbatches)
+    else:
+        size = checks.positive_int("group_size", group_size, error=ScheduleError)
+    reason = group_size_reason(devices, microbatches, size)
+    if reason is not None:
+        raise ScheduleError(f"interleaved-1f1b-flexible: {reason}")
+    return _interleaved("interleaved-1f1b-flexible", devices, microbatches, chunks, 2, False, size)
 
 
 def zb_h1(devices: int, microbatches: int, chunks: int) -> Schedule:

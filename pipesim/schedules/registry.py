@@ -70,11 +70,21 @@ def _chunks_exactly(required: int, why: str) -> Constraint:
     return check
 
 
+def _chunks_at_least(required: int, why: str) -> Constraint:
+    def check(devices: int, microbatches: int, chunks: int) -> str | None:
+        if chunks < required:
+            return f"chunks must be >= {required} ({why}), got {chunks}"
+        return None
+
+    return check
+
+
 def _interleaved_constraint(devices: int, microbatches: int, chunks: int) -> str | None:
-    if chunks < 2:
-        return (
-            f"chunks must be >= 2 (with one chunk per device this is 1f1b or zb-h1), got {chunks}"
-        )
+    reason = _chunks_at_least(2, "with one chunk per device this is 1f1b or zb-h1")(
+        devices, microbatches, chunks
+    )
+    if reason:
+        return reason
     rounds = max(1, microbatches // devices)
     if microbatches % rounds:
         return (
@@ -154,6 +164,20 @@ _REGISTRY: dict[str, ScheduleInfo] = {
             torch_class="ScheduleInterleaved1F1B",
             probe_role=ProbeRole.FULL_BACKWARD,
             probe_priority=1,
+        ),
+        ScheduleInfo(
+            "interleaved-1f1b-flexible",
+            looped.interleaved_flexible,
+            "interleaved 1F1B for any M: each chunk takes groups of N >= K micro-batches, the "
+            "smallest N Megatron-Core allows (K when K divides M)",
+            "Llama 3, arXiv 2407.21783 §3.3.2; Megatron-Core get_schedule_table "
+            "(microbatch_group_size_per_vp_stage)",
+            2,
+            _chunks_at_least(2, "with one chunk per device Megatron-Core runs 1f1b"),
+            True,
+            # Idle (K-1)(F+B) of one chunk whenever M >= K, the form and condition of looped
+            # BFS: checked against the engine for every group size Megatron-Core allows.
+            closed_form=closed_forms.looped_bfs,
         ),
         ScheduleInfo(
             "looped-bfs",

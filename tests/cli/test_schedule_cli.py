@@ -132,7 +132,7 @@ def test_show_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
         (
             ["schedule", "show", "--schedule", "nope", "-K", "2", "-M", "2"],
             "pipesim: error: unknown schedule 'nope'; choose one of: gpipe, 1f1b, "
-            "interleaved-1f1b, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, "
+            "interleaved-1f1b, interleaved-1f1b-flexible, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, "
             "pipedream-2bw, pipedream",
         ),
         (

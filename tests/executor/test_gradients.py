@@ -13,6 +13,7 @@ from executor import run_step, split_model
 from executor.models import mlp, transformer
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.schedules import Schedule, build
+from pipesim.schedules.looped_schedules import interleaved_flexible
 from pipesim.synthesis.synthesis import minimum_limit, synthesize
 
 from ..schedules.strategies import pipeline_costs, placed_pipeline_costs, schedules
@@ -76,6 +77,17 @@ def test_transformer_gradients_equal_unpipelined(
 def test_remat_gives_the_same_gradients() -> None:
     check_step(build("gpipe", 3, 4, remat=True), "mlp", 1, 5, 7, 2)
     check_step(build("interleaved-1f1b", 2, 4, 2, remat=True), "transformer", 0, 4, 3, 1)
+
+
+def test_flexible_interleaving_gives_the_same_gradients() -> None:
+    """Llama 3's interleaving for M that PyTorch's equal rounds refuse: groups of 3 and 2 (K=2,
+    M=5), of 4 and 3 over three chunks (K=3, M=7), a group size chosen by hand (K=2, M=6 in
+    groups of 3), and with re-materialization."""
+    flexible = "interleaved-1f1b-flexible"
+    check_step(build(flexible, 2, 5, 2), "mlp", 1, 4, 11, 2)
+    check_step(build(flexible, 3, 7, 3), "mlp", 0, 3, 12, 1)
+    check_step(interleaved_flexible(2, 6, 2, group_size=3), "transformer", 1, 4, 13, 1)
+    check_step(build(flexible, 2, 3, 2, remat=True), "transformer", 0, 4, 14, 1)
 
 
 def test_gradients_accumulate_over_calls() -> None:

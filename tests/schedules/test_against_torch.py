@@ -88,3 +88,18 @@ def test_orders_equal_pytorchs(name: str, class_name: str, chunk_options: tuple[
 def test_every_multi_stage_schedule_pytorch_has_is_compared() -> None:
     """A schedule given a PyTorch class in the registry cannot escape this comparison."""
     assert set(torch_schedules()) - SINGLE_STAGE == set(CHUNKS_COMPARED)
+
+
+def test_the_flexible_interleaving_is_pytorchs_wherever_pytorch_runs_the_micro_batches() -> None:
+    """interleaved-1f1b-flexible has no PyTorch class (ScheduleInterleaved1F1B refuses M that
+    does not split into max(1, M // K) equal rounds); where PyTorch accepts M, its order."""
+    cls = schedules_module.ScheduleInterleaved1F1B
+    compared = 0
+    for devices, microbatches, chunks in itertools.product(range(1, 7), range(1, 25), (2, 3)):
+        if microbatches % max(1, microbatches // devices):
+            continue
+        ours = build("interleaved-1f1b-flexible", devices, microbatches, chunks)
+        rows = [[str(a) for a in row] for row in ours.device_actions]
+        assert rows == torch_order(cls, devices, microbatches, chunks), (devices, microbatches)
+        compared += 1
+    assert compared >= 100

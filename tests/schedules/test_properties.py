@@ -146,6 +146,7 @@ def test_every_schedule_builds_validates_and_exports_over_the_whole_grid() -> No
     assert built["dualpipev"] == sum(33 - 2 * k for k in range(1, 9))
     assert built["pipedream-2bw"] == sum(33 - k for k in range(1, 9))
     assert built["interleaved-1f1b"] == built["interleaved-zb"] > 8 * 8 * 3
+    assert built["interleaved-1f1b-flexible"] == 8 * 32 * 3
 
 
 def schedule_with_name(schedule: Schedule, name: str) -> Schedule:

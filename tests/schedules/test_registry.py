@@ -32,8 +32,9 @@ def test_unknown_name_lists_the_valid_ones() -> None:
     with pytest.raises(ScheduleError) as error:
         build("1F1B", 2, 2)
     assert str(error.value) == (
-        "unknown schedule '1F1B'; choose one of: gpipe, 1f1b, interleaved-1f1b, looped-bfs, "
-        "zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, pipedream-2bw, pipedream"
+        "unknown schedule '1F1B'; choose one of: gpipe, 1f1b, interleaved-1f1b, "
+        "interleaved-1f1b-flexible, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, "
+        "pipedream-2bw, pipedream"
     )
 
 
@@ -89,6 +90,11 @@ def test_chunks_default_to_the_schedules_own() -> None:
             "about K micro-batches (any multiple of K works), got M=9 with K=4",
         ),
         (
+            ("interleaved-1f1b-flexible", 4, 9, 1),
+            "interleaved-1f1b-flexible: chunks must be >= 2 (with one chunk per device "
+            "Megatron-Core runs 1f1b), got 1",
+        ),
+        (
             ("pipedream-2bw", 4, 3),
             "pipedream-2bw: microbatches must be >= devices (a new weight version every M >= K "
             "micro-batches keeps two versions enough, PipeDream-2BW §3), got M=3 with K=4",
@@ -120,6 +126,7 @@ def test_unsupported_reason_is_none_where_build_succeeds() -> None:
     assert unsupported_reason("interleaved-1f1b", 4, 8, 2) is None
     assert unsupported_reason("interleaved-1f1b", 4, 3, 2) is None  # one round of 3
     assert unsupported_reason("interleaved-1f1b", 4, 10, 2) is None  # two rounds of 5
+    assert unsupported_reason("interleaved-1f1b-flexible", 4, 9, 2) is None  # groups of 5, 4
     assert unsupported_reason("dualpipev", 2, 3) is not None
 
 
