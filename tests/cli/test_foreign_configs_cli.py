@@ -81,6 +81,27 @@ def test_a_torchtitan_job_simulates_as_the_same_run_stated_by_flags(
     assert translated == by_flags
 
 
+def test_a_torchtitan_fsdp_job_simulates_as_zero_3_stated_by_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """torchtitan's shipped Llama 3 8B config on 64 GPUs: the shard degree -1 is FSDP over all
+    64, pipesim's ZeRO-3 with torchtitan's default reshard policy, in bf16."""
+    translated = _simulated(
+        capsys,
+        "--torchtitan",
+        str(TORCHTITAN / "llama3_8b.toml"),
+        *("--hardware", "h100", "--world-size", "64", "--allow-ignored"),
+    )
+    by_flags = _simulated(
+        capsys,
+        *("--model", "llama3-8b", "--hardware", "h100", "--recipe", "torchtitan"),
+        *("--data-parallel", "64", "--zero", "3", "--reshard-after-forward", "default"),
+        *("-K", "1", "--schedule", "1f1b", "-M", "1", "--batch", "64"),
+        *("--recompute", "selective", "--partition", "34"),
+    )
+    assert translated == by_flags
+
+
 def test_a_hugging_face_config_simulates_as_the_catalogue_model(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -108,10 +129,10 @@ def test_a_hugging_face_config_simulates_as_the_catalogue_model(
         (
             [
                 "--torchtitan",
-                str(TORCHTITAN / "llama3_8b.toml"),
-                *("--hardware", "h100", "--world-size", "64"),  # FSDP said before the rest
+                str(TORCHTITAN / "llama3_405b.toml"),
+                *("--hardware", "h100", "--world-size", "128"),  # said before the rest
             ],
-            "parallelism.data_parallel_shard_degree",
+            "model.converters",
         ),
         (
             [

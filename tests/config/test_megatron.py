@@ -366,6 +366,217 @@ def test_the_scatter_gather_opt_out_and_the_gemm_overlap_survive_the_round_trip(
 
 
 # ---------------------------------------------------------------------------------------------
+# Sharded data parallelism: the distributed optimizer, Megatron-FSDP, PyTorch FSDP2
+
+MEGATRON_FSDP = ("--use-megatron-fsdp", "--ckpt-format", "fsdp_dtensor")
+
+
+@pytest.mark.parametrize(
+    ("extra", "zero", "reshard"),
+    [
+        ([], 0, None),
+        (["--use-distributed-optimizer"], 1, None),
+        ([*MEGATRON_FSDP, "--data-parallel-sharding-strategy", "no_shard"], 0, None),
+        ([*MEGATRON_FSDP, "--data-parallel-sharding-strategy", "optim"], 1, None),
+        ([*MEGATRON_FSDP, "--data-parallel-sharding-strategy", "optim_grads"], 2, None),
+        ([*MEGATRON_FSDP, "--data-parallel-sharding-strategy", "optim_grads_params"], 3, None),
+        (  # the distributed optimizer beside Megatron-FSDP is its own: the strategy decides
+            [
+                "--use-distributed-optimizer",
+                *MEGATRON_FSDP,
+                *("--data-parallel-sharding-strategy", "optim_grads"),
+            ],
+            2,
+            None,
+        ),
+        (["--use-custom-fsdp", "--use-distributed-optimizer"], 0, None),  # no_shard, its default
+        (
+            [
+                *("--use-custom-fsdp", "--use-distributed-optimizer"),
+                *("--data-parallel-sharding-strategy", "optim"),
+            ],
+            1,
+            None,
+        ),
+    ],
+)
+def test_each_sharding_option_is_a_zero_stage(
+    extra: list[str], zero: int, reshard: str | None
+) -> None:
+    run, ignored = run_from_megatron_args(small_line(*extra), hardware="a100", world_size=4)
+    assert (run.zero, run.reshard_after_forward, run.data_parallel, ignored) == (
+        zero,
+        reshard,
+        4,
+        (),
+    )
+    if any("fsdp" in word for word in extra):
+        assert run.recipe == "megatron-core-2024"  # 892c4c8 and 4dd2f2b are Megatron-Core's
+
+
+def test_megatron_fsdp_s_default_strategy_is_read_by_the_line_s_date() -> None:
+    """no_shard until 3499efe (2026-04-01), optim_grads_params since: a line with an option of
+    2026-04-21 (--step-batch-size-schedule, 532ad92) runs today's default; one that nothing
+    dates is refused, naming the option to give."""
+    dated = small_line(*MEGATRON_FSDP, "--step-batch-size-schedule", "1")
+    run, _ = run_from_megatron_args(dated, hardware="a100", world_size=4, allow_ignored=True)
+    assert (run.zero, run.recipe) == (3, "megatron-core-2024")
+    with pytest.raises(SpecError) as error:
+        run_from_megatron_args(small_line(*MEGATRON_FSDP), hardware="a100", world_size=4)
+    assert str(error.value) == (
+        "Megatron-LM arguments: --use-megatron-fsdp without --data-parallel-sharding-strategy: "
+        "its default was no_shard until 3499efe (2026-04-01) and optim_grads_params since, and "
+        "no option of this line dates it; give --data-parallel-sharding-strategy"
+    )
+
+
+def test_torch_fsdp2_is_zero_3_where_megatron_runs_it() -> None:
+    """Megatron asserts unfused gradient accumulation beside FSDP2, which megatron-core-2024
+    fuses: read under the recipe named unfused (megatron-lm-2021), refused otherwise by the
+    fusion check. --torch-fsdp2-no-reshard-after-forward keeps the gathered weights."""
+    line = small_line(
+        "--use-torch-fsdp2",
+        "--no-gradient-accumulation-fusion",
+        "--untie-embeddings-and-output-weights",
+    )
+    for extra, reshard in (((), None), (("--torch-fsdp2-no-reshard-after-forward",), "never")):
+        run, ignored = run_from_megatron_args(
+            [*line, *extra], hardware="a100", world_size=4, recipe="megatron-lm-2021"
+        )
+        assert (run.zero, run.reshard_after_forward, run.data_parallel, ignored) == (
+            3,
+            reshard,
+            4,
+            (),
+        )
+    with pytest.raises(SpecError, match="--no-gradient-accumulation-fusion under megatron-core"):
+        run_from_megatron_args(line, hardware="a100", world_size=4)
+
+
+def test_sharding_options_without_their_fsdp_are_ignored_and_listed() -> None:
+    line = small_line(
+        *("--data-parallel-sharding-strategy", "optim"),
+        "--torch-fsdp2-no-reshard-after-forward",
+        *("--ckpt-format", "torch_dist"),
+    )
+    with pytest.raises(SpecError, match="allow_ignored would list it"):
+        run_from_megatron_args(line, hardware="a100", world_size=4)
+    run, ignored = run_from_megatron_args(line, hardware="a100", world_size=4, allow_ignored=True)
+    assert run.zero == 0
+    assert sorted(note.split(": ignored (")[0] for note in ignored) == [
+        "--ckpt-format torch_dist",
+        "--data-parallel-sharding-strategy optim",
+        "--torch-fsdp2-no-reshard-after-forward",
+    ]
+
+
+FSDP2 = ("--use-torch-fsdp2", "--no-gradient-accumulation-fusion")
+UNTIED = "--untie-embeddings-and-output-weights"
+STRATEGY_3 = ("--data-parallel-sharding-strategy", "optim_grads_params")
+STRATEGY_2 = ("--data-parallel-sharding-strategy", "optim_grads")
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (
+            [*FSDP2, UNTIED, "--pipeline-model-parallel-size", "2"],
+            "--use-torch-fsdp2 with --pipeline-model-parallel-size 2: '--use-torch-fsdp2 is not "
+            "supported with pipeline parallelism' (Megatron-LM asserts it",
+        ),
+        (
+            [*FSDP2, UNTIED, "--use-distributed-optimizer"],
+            "--use-torch-fsdp2 beside --use-distributed-optimizer",
+        ),
+        (
+            ["--use-torch-fsdp2", UNTIED],
+            "--use-torch-fsdp2 needs --no-gradient-accumulation-fusion",
+        ),
+        ([*FSDP2], "--use-torch-fsdp2 needs --untie-embeddings-and-output-weights"),
+        ([*FSDP2, UNTIED, "--fp16"], "--use-torch-fsdp2 with --fp16"),
+        ([*FSDP2, UNTIED, "--ckpt-format", "torch"], "it requires torch_dist or torch_dcp"),
+        (
+            [*FSDP2, UNTIED, *MEGATRON_FSDP, *STRATEGY_3],
+            "--use-torch-fsdp2 beside --use-megatron-fsdp: two FSDP implementations",
+        ),
+        (
+            ["--use-megatron-fsdp", *STRATEGY_3],
+            "--use-megatron-fsdp needs --ckpt-format fsdp_dtensor, got the default torch_dist",
+        ),
+        (
+            [*MEGATRON_FSDP, *STRATEGY_3, "--pipeline-model-parallel-size", "2"],
+            "--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params and "
+            "--pipeline-model-parallel-size 2: Megatron-FSDP reduce-scatters each micro-batch's "
+            "gradients inside the pipeline too",
+        ),
+        (
+            [*MEGATRON_FSDP, *STRATEGY_2, "--pipeline-model-parallel-size", "2"],
+            "pipesim's pipelined ZeRO-2 holds them whole",
+        ),
+        (["--use-custom-fsdp"], "--use-custom-fsdp needs --use-distributed-optimizer"),
+        (
+            ["--use-custom-fsdp", "--use-distributed-optimizer", *STRATEGY_2],
+            "--use-custom-fsdp with --data-parallel-sharding-strategy optim_grads needs "
+            "--no-gradient-accumulation-fusion",
+        ),
+        (
+            ["--use-custom-fsdp", "--use-distributed-optimizer", *MEGATRON_FSDP, *STRATEGY_3],
+            "--use-custom-fsdp (renamed --use-megatron-fsdp in 4dd2f2b, 2025-08-21)",
+        ),
+        (["--ckpt-format", "fsdp_dtensor"], "--ckpt-format fsdp_dtensor without"),
+        ([*MEGATRON_FSDP, "--data-parallel-sharding-strategy", "zero3"], "must be one of"),
+    ],
+)
+def test_each_sharding_refusal_is_one_line(extra: list[str], said: str) -> None:
+    with pytest.raises(SpecError) as error:
+        run_from_megatron_args(small_line(*extra), hardware="a100", world_size=4)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("Megatron-LM arguments: ")
+    assert said in message, message
+
+
+def test_zero_2_and_3_are_written_as_megatron_fsdp_and_read_back() -> None:
+    for zero, strategy in ((2, "optim_grads"), (3, "optim_grads_params")):
+        run, model = base_run(zero=zero, pipeline_parallel=1, partition="10")
+        words, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+        assert unexpressed == ()
+        assert words[-6:] == [
+            "--use-distributed-optimizer",
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy",
+            strategy,
+            "--ckpt-format",
+            "fsdp_dtensor",
+        ]
+        assert "--use-mcore-models" not in words  # Megatron-FSDP (2025) dates the line
+        back, ignored = run_from_megatron_args(words, hardware="a100", world_size=4)
+        assert (back, ignored) == (run, ())
+
+
+@pytest.mark.parametrize("recipe", ["megatron-lm-2021", "megatron-lm-2022"])
+def test_zero_3_of_an_older_recipe_is_written_as_megatron_core_s_and_said(recipe: str) -> None:
+    """Only Megatron-Core shards weights: the line is megatron-core-2024's, the older recipe's
+    eager attention stated (--attention-backend unfused), its scattered messages (and 2021's
+    unfused accumulation) named; the layout reads back, zero included."""
+    run, model = base_run(recipe=recipe, zero=3, pipeline_parallel=1, partition="10")
+    words, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+    assert unexpressed[0].startswith(
+        f"recipe {recipe} with zero 3: Megatron-LM shards gradients and weights only with "
+        "Megatron-Core's FSDP (--use-megatron-fsdp, 4dd2f2b, 2025-08-21); these are "
+        "megatron-core-2024's arguments"
+    )
+    assert any(line.startswith("scatter_gather_p2p true") for line in unexpressed)
+    assert any("unfused gradient accumulation" in line for line in unexpressed) == (
+        recipe == "megatron-lm-2021"
+    )
+    assert words[-2:] == ["--attention-backend", "unfused"]
+    back, ignored = run_from_megatron_args(words, hardware="a100", world_size=4)
+    assert ignored == ()
+    assert dataclasses.replace(back, attention=None, recipe=recipe) == run
+    assert (back.recipe, back.attention, back.zero) == ("megatron-core-2024", "eager", 3)
+
+
+# ---------------------------------------------------------------------------------------------
 # Refusals: one line, naming the option
 
 
@@ -522,6 +733,19 @@ def base_run(**changes: object) -> tuple[RunFile, object]:
             "tp_comm_overlap: Megatron-LM of megatron-lm-2022 has no --tp-comm-overlap",
         ),
         ({"schedule": "interleaved-1f1b", "chunks": 3, "partition": None}, "3 chunks"),
+        ({"zero": 3}, "zero 3 in a pipeline of 4: Megatron-FSDP reduce-scatters every"),
+        ({"zero": 2}, "zero 2 in a pipeline of 4"),
+        ({"zero": 3}, "reshard_after_forward default: Megatron-FSDP frees each layer's"),
+        (
+            {
+                "zero": 3,
+                "pipeline_parallel": 1,
+                "partition": "10",
+                "reshard_after_forward": "never",
+            },
+            "reshard_after_forward never: Megatron-FSDP frees each layer's gathered weights",
+        ),
+        ({"zero": 1, "reshard_after_forward": "always"}, "reshard_after_forward always: FSDP's"),
     ],
 )
 def test_what_megatron_cannot_express_is_named(changes: dict[str, object], named: str) -> None:
@@ -638,7 +862,9 @@ def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
         optimizer_bytes=draw(st.sampled_from([8.0, 4.0, 0.0])),
     )
     recomputes = ["none", "full", str(draw(st.integers(1, layers // pipeline)))]
-    zero = draw(st.sampled_from([0, 1])) if later else 0
+    # ZeRO-2/3 is Megatron-Core's FSDP, read without a pipeline only
+    zeros = [0, 1, 2, 3] if core and pipeline == 1 else [0, 1] if later else [0]
+    zero = draw(st.sampled_from(zeros))
     # Megatron before Megatron-Core overlaps the reduce with PyTorch's DDP only, which it
     # refuses beside fp32 gradients and the distributed optimizer
     torch_ddp = dtype == "fp32" or (dtype == "fp16" and model.gradient_bytes_per_parameter == 2)
@@ -677,6 +903,7 @@ def test_a_plan_s_run_survives_the_megatron_arguments(plan: tuple[RunFile, int])
     run, world = plan
     assert not isinstance(run.model, str)
     words, unexpressed = megatron_args(run, run.model)
+    assert ("--use-megatron-fsdp" in words) == ((run.zero or 0) >= 2)
     assert unexpressed == ()
     back, ignored = run_from_megatron_args(
         words, hardware=run.hardware, world_size=world, recipe=run.recipe

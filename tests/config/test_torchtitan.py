@@ -83,15 +83,45 @@ def test_the_fixtures_are_the_shipped_files_with_their_source_named() -> None:
         )
 
 
-@pytest.mark.parametrize("name", ["llama3_8b", "llama3_70b"])
-def test_shipped_llama3_configs_use_fsdp_and_are_refused_for_it(name: str) -> None:
-    """Their data_parallel_shard_degree = -1 is the rest of the world: FSDP on 64 GPUs."""
-    with pytest.raises(SpecError) as caught:
-        read(name, world_size=64)
-    message = str(caught.value)
-    assert "\n" not in message
-    assert "parallelism.data_parallel_shard_degree" in message and "FSDP" in message
-    assert "ZeRO-1" in message
+def test_the_shipped_8b_config_is_fsdp_over_the_whole_world() -> None:
+    """data_parallel_shard_degree = -1 is the rest of the world: ZeRO-3 over 64 replicas of
+    llama3-8b, in bf16 (FSDP's mixed precision), torchtitan's default reshard policy, one
+    sequence a replica, op-level selective checkpointing."""
+    run, notes = read("llama3_8b", world_size=64)
+    assert run == RunFile(
+        "llama3-8b",
+        "h100",
+        batch=64,
+        microbatch_size=1,
+        optimizer="adam",
+        dtype="bf16",
+        tensor_parallel=1,
+        sequence_parallel=False,
+        pipeline_parallel=1,
+        data_parallel=64,
+        zero=3,
+        reshard_after_forward="default",
+        recompute="selective",
+        schedule="1f1b",
+        chunks=1,
+        microbatches=1,
+        partition="34",
+        remat=False,
+        recipe="torchtitan",
+    )
+    assert not any("mixed_precision" in note for note in notes)
+
+
+def test_the_shipped_70b_config_is_fsdp_beside_tensor_parallelism_in_bf16() -> None:
+    """T = 8 leaves 8 of 64 GPUs to the shard degree; under FSDP mixed_precision_param takes
+    effect whatever the tensor degree: the catalogue's llama3-70b, bf16."""
+    run, notes = read("llama3_70b", world_size=64)
+    assert (run.model, run.dtype) == ("llama3-70b", "bf16")
+    assert (run.tensor_parallel, run.sequence_parallel, run.pipeline_parallel) == (8, True, 1)
+    assert (run.data_parallel, run.zero, run.reshard_after_forward) == (8, 3, "default")
+    assert (run.batch, run.microbatch_size, run.microbatches) == (64, 8, 1)
+    assert (run.recompute, run.partition) == ("full", "82")
+    assert not any("mixed_precision" in note for note in notes)
 
 
 def test_shipped_405b_is_refused_for_float8_compile_and_async_tp_in_one_line() -> None:
@@ -338,7 +368,28 @@ REFUSALS = {
         {"parallelism__enable_async_tensor_parallel": True},
         "parallelism.enable_async_tensor_parallel",
     ),
-    "fsdp": ({"parallelism__data_parallel_shard_degree": 2}, "data_parallel_shard_degree"),
+    "hsdp": (
+        {
+            "parallelism__data_parallel_shard_degree": 2,
+            "parallelism__data_parallel_replicate_degree": 2,
+        },
+        "parallelism.data_parallel_replicate_degree = 2 beside "
+        "parallelism.data_parallel_shard_degree = 2: HSDP",
+    ),
+    "reshard policy": (
+        {
+            "parallelism__data_parallel_shard_degree": 2,
+            "parallelism__fsdp_reshard_after_forward": "sometimes",
+        },
+        "parallelism.fsdp_reshard_after_forward must be one of default, always, never",
+    ),
+    "bf16 reduce": (
+        {
+            "parallelism__data_parallel_shard_degree": 2,
+            "training__mixed_precision_reduce": "bfloat16",
+        },
+        "training.mixed_precision_reduce = 'bfloat16': JobConfig takes 'float32' only",
+    ),
     "ddp beside tp": (
         {
             "parallelism__data_parallel_replicate_degree": 2,
@@ -448,7 +499,9 @@ def test_each_refusal_is_one_line_naming_the_key(tmp_path: Path, case: str) -> N
 
 
 def test_a_degree_of_minus_one_resolved_to_one_is_no_fsdp(tmp_path: Path) -> None:
-    """With only tensor and pipeline parallelism filling the world, -1 is 1: no sharding."""
+    """With only tensor and pipeline parallelism filling the world, -1 is 1: no sharding, and
+    float32 (no mixed precision without FSDP). Twice the world leaves 2 to the shard degree:
+    ZeRO-3 over 2 replicas, in bf16 (FSDP's mixed precision) with the pipeline."""
     path = written(
         tmp_path,
         with_keys(
@@ -457,10 +510,44 @@ def test_a_degree_of_minus_one_resolved_to_one_is_no_fsdp(tmp_path: Path) -> Non
             parallelism__pipeline_parallel_degree=2,
         ),
     )
-    run, _ = run_from_torchtitan(path, hardware="h100", world_size=4)
+    run, notes = run_from_torchtitan(path, hardware="h100", world_size=4)
     assert (run.tensor_parallel, run.pipeline_parallel, run.data_parallel) == (2, 2, 1)
-    with pytest.raises(SpecError, match="data_parallel_shard_degree = 2: FSDP"):
-        run_from_torchtitan(path, hardware="h100", world_size=8)
+    assert (run.zero, run.reshard_after_forward, run.dtype) == (0, None, "fp32")
+    assert any(note.startswith("training.mixed_precision_param = 'bfloat16'") for note in notes)
+    run, notes = run_from_torchtitan(path, hardware="h100", world_size=8)
+    assert (run.tensor_parallel, run.pipeline_parallel, run.data_parallel) == (2, 2, 2)
+    assert (run.zero, run.reshard_after_forward, run.dtype) == (3, "default", "bf16")
+    assert (run.batch, run.microbatches) == (16, 8)  # local 8 a replica, micro-batches of 1
+    assert not any("mixed_precision" in note for note in notes)
+
+
+@pytest.mark.parametrize("policy", ["default", "always", "never"])
+def test_fsdps_reshard_policy_is_the_runs(tmp_path: Path, policy: str) -> None:
+    path = written(
+        tmp_path,
+        with_keys(
+            parallelism__data_parallel_shard_degree=4,
+            parallelism__fsdp_reshard_after_forward=policy,
+            training__mixed_precision_param="float32",
+            training__mixed_precision_reduce="float32",
+        ),
+    )
+    run, notes = run_from_torchtitan(path, hardware="h100")
+    assert (run.data_parallel, run.zero, run.reshard_after_forward) == (4, 3, policy)
+    assert run.dtype == "fp32" and run.model == flavor_model("debugmodel", 2048, "fp32")
+    assert (run.batch, run.microbatch_size, run.microbatches) == (32, 8, 1)
+    assert not any("ignored" in note for note in notes)
+
+
+def test_fsdps_keys_without_fsdp_are_noted(tmp_path: Path) -> None:
+    """A shard degree of 1: the reshard policy does nothing (said), the run states none."""
+    path = written(tmp_path, with_keys(parallelism__fsdp_reshard_after_forward="never"))
+    run, notes = run_from_torchtitan(path, hardware="h100")
+    assert (run.zero, run.reshard_after_forward) == (0, None)
+    assert (
+        "parallelism.fsdp_reshard_after_forward = 'never': no effect without FSDP (a shard "
+        "degree of 1)"
+    ) in notes
 
 
 # --- writing and reading back --------------------------------------------------------------------
@@ -569,6 +656,32 @@ ROUND_TRIPS = {
         dtype="fp32",
         partition="9,9,8,8",
     ),
+    "fsdp with accumulation": plan_run(
+        "llama3-8b",
+        microbatch_size=2,
+        microbatches=4,
+        data_parallel=8,
+        zero=3,
+        reshard_after_forward="default",
+        dtype="bf16",
+        recompute="full",
+        partition="34",
+    ),
+    "fsdp in bf16 beside tensor and pipeline parallelism": plan_run(
+        "llama3-70b",
+        microbatch_size=1,
+        microbatches=8,
+        tensor_parallel=8,
+        sequence_parallel=True,
+        pipeline_parallel=4,
+        schedule="interleaved-1f1b",
+        chunks=2,
+        data_parallel=2,
+        zero=3,
+        reshard_after_forward="never",
+        dtype="bf16",
+        partition="11,11,10,10,10,10,10,10",
+    ),
     "layer checkpointing": plan_run(
         FP32_8B,
         microbatch_size=1,
@@ -611,6 +724,29 @@ def test_torchtitans_own_split_is_written_as_no_key_and_others_as_modules() -> N
     assert tomllib.loads(three)["parallelism"]["pipeline_parallel_layers_per_stage"] == 3
 
 
+def test_zero_3_is_written_as_the_shard_degree_with_the_reshard_policy() -> None:
+    text, lost = torchtitan_toml(ROUND_TRIPS["fsdp in bf16 beside tensor and pipeline parallelism"])
+    table = tomllib.loads(text)
+    assert lost == ()
+    assert {
+        key: table["parallelism"][key]
+        for key in (
+            "data_parallel_replicate_degree",
+            "data_parallel_shard_degree",
+            "fsdp_reshard_after_forward",
+            "tensor_parallel_degree",
+            "pipeline_parallel_degree",
+        )
+    } == {
+        "data_parallel_replicate_degree": 1,
+        "data_parallel_shard_degree": 2,
+        "fsdp_reshard_after_forward": "never",
+        "tensor_parallel_degree": 8,
+        "pipeline_parallel_degree": 4,
+    }
+    assert table["training"]["mixed_precision_param"] == "bfloat16"
+
+
 def test_the_written_file_states_what_torchtitan_defaults_differently() -> None:
     text, _ = torchtitan_toml(ROUND_TRIPS["ddp with accumulation"])
     table = tomllib.loads(text)
@@ -648,7 +784,24 @@ LOSSES = {
         dict(
             microbatch_size=1, microbatches=1, data_parallel=8, zero=1, dtype="bf16", partition="34"
         ),
-        "zero 1",
+        "zero 1: torchtitan shards only through FSDP",
+    ),
+    "zero-2": (
+        dict(
+            microbatch_size=1, microbatches=1, data_parallel=8, zero=2, dtype="bf16", partition="34"
+        ),
+        "zero 2: torchtitan shards only through FSDP",
+    ),
+    "a reshard policy without fsdp": (
+        dict(
+            microbatch_size=1,
+            microbatches=1,
+            data_parallel=8,
+            reshard_after_forward="never",
+            dtype="bf16",
+            partition="34",
+        ),
+        "reshard_after_forward never: FSDP's alone",
     ),
     "a schedule pytorch lacks": (
         dict(

@@ -8,8 +8,9 @@ reproduction scripts of arXiv 2104.04473), :data:`CORE_COMMIT` (2024-12-07,
 :data:`SNAPSHOT_COMMIT`. Every option this module knows is in exactly one of three tables:
 
 * :data:`MAPPED`: read into the run (the architecture, the precision and optimizer, the
-  parallel sizes, the batch, the interleaving, the recomputation, the data-parallel and
-  pipeline communication); a value pipesim cannot state is refused in one line naming it.
+  parallel sizes and the sharding, the batch, the interleaving, the recomputation, the
+  data-parallel and pipeline communication); a value pipesim cannot state is refused in one
+  line naming it.
 * :data:`REFUSED`: features that change a step's cost in ways pipesim does not model
   (mixture of experts, context parallelism, FP8, overlapped parameter gathers...), refused in
   one line naming the option, unless given at the value that switches them off (``--context-
@@ -74,6 +75,22 @@ takes Megatron-LM's default (``--attention-dropout 0.1``, ``--make-vocab-size-di
   is ``tp_comm_overlap = true``; Megatron asserts ``--sequence-parallel`` beside it (refused
   without), and only Transformer Engine's layers read it (ignored with ``--transformer-impl
   local``).
+* **Sharded data parallelism** (:mod:`pipesim.parallel.sharding`).
+  ``--use-distributed-optimizer`` is ZeRO-1. Megatron-FSDP (``--use-megatron-fsdp``, 4dd2f2b,
+  2025-08-21; before it ``--use-custom-fsdp``, 892c4c8, 2025-02-26) is the ZeRO stage its
+  ``--data-parallel-sharding-strategy`` names: ``no_shard`` 0, ``optim`` 1, ``optim_grads``
+  2, ``optim_grads_params`` 3 (the distributed optimizer beside it is its own). The
+  strategy's default was ``no_shard`` until 3499efe (2026-04-01), ``optim_grads_params``
+  since: a line that gives none is read by its date, refused when nothing dates it.
+  Megatron-FSDP's ZeRO-2/3 reduce-scatters every micro-batch's gradients, in a pipeline too,
+  which pipesim's pipelined ZeRO-2/3 (PyTorch's: gradients held until the step's last
+  backward) cannot state: refused with P > 1. ``--use-torch-fsdp2`` is ZeRO-3
+  (``--torch-fsdp2-no-reshard-after-forward``: ``reshard_after_forward = never``). Megatron's
+  own asserts are reproduced: FSDP2 refuses pipeline parallelism, the distributed optimizer,
+  fused gradient accumulation (so only a named unfused recipe, ``megatron-lm-2021``, reads
+  it), tied embeddings and fp16; ``--use-custom-fsdp`` needs the distributed optimizer and,
+  for ``optim_grads*``, unfused accumulation; ``--use-megatron-fsdp`` needs ``--ckpt-format
+  fsdp_dtensor`` (without FSDP the format is a checkpoint's, ignored).
 
 A choice equal to the recipe's is not stated (``overlap_grad_reduce`` false, the recipe's
 attention), so a run read back from :func:`megatron_args` equals the run written.
@@ -82,12 +99,19 @@ attention), so a run read back from :func:`megatron_args` equals the run written
 names (sc21's option names for ``megatron-lm-2021``) and names, never drops, what that
 Megatron-LM cannot express of it: schedules other than 1F1B and interleaved 1F1B, a partition
 other than Megatron's, options its era lacks (``--sequence-parallel`` in 2021), pipesim's own
-settings (``steps``, ``remat``...). It writes the arguments that change the cost; data paths,
-tokenizer files and the learning rate are the user's to add.
+settings (``steps``, ``remat``...). ZeRO-2/3 is written as Megatron-FSDP, as Megatron's
+examples/megatron_fsdp give it: ``--use-distributed-optimizer --use-megatron-fsdp
+--data-parallel-sharding-strategy optim_grads`` (or ``optim_grads_params``) ``--ckpt-format
+fsdp_dtensor``, options that date the line to Megatron-Core. A ZeRO-2/3 run of an older recipe
+is written as Megatron-Core's arguments, its recipe's choices stated where Megatron-Core has
+options for them (eager attention: ``--attention-backend unfused``), the rest named. It writes
+the arguments that change the cost; data paths, tokenizer files and the learning rate are the
+user's to add.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -102,6 +126,7 @@ from pipesim.config.recipes import RECIPES
 from pipesim.config.run_file import RunFile
 from pipesim.errors import few, named, shown
 from pipesim.parallel.config import Recompute, RecomputeMode
+from pipesim.parallel.sharding import ReshardPolicy
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.catalogue import from_architecture
 from pipesim.workload.model import Model
@@ -179,6 +204,14 @@ class Refused:
 
 _F, _I, _N, _W = Takes.FLAG, Takes.INT, Takes.FLOAT, Takes.WORD
 
+# Megatron-FSDP's --data-parallel-sharding-strategy and the ZeRO stage of each: the buffers it
+# distributes over the data-parallel ranks (_init_each_parameter_group_buffers in
+# megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py at the snapshot):
+# none; the main (fp32) weights and so the optimizer state; the gradients too; the weights too.
+SHARDING_STRATEGIES: Mapping[str, int] = MappingProxyType(
+    {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+)
+
 MAPPED: Mapping[str, Mapped] = MappingProxyType(
     {
         # the architecture
@@ -231,7 +264,25 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         "--micro-batch-size": Mapped(_I, "microbatch_size"),
         "--global-batch-size": Mapped(_I, "batch; microbatches = global / (micro x D)"),
         "--sequence-parallel": Mapped(_F, "sequence_parallel (T > 1)"),
-        "--use-distributed-optimizer": Mapped(_F, "zero = 1"),
+        "--use-distributed-optimizer": Mapped(
+            _F, "zero = 1 (beside Megatron-FSDP, its optimizer: the strategy decides)"
+        ),
+        "--use-megatron-fsdp": Mapped(_F, "zero as --data-parallel-sharding-strategy (P = 1)"),
+        "--use-custom-fsdp": Mapped(_F, "--use-megatron-fsdp's name until 4dd2f2b"),
+        "--data-parallel-sharding-strategy": Mapped(
+            _W,
+            "zero: no_shard 0, optim 1, optim_grads 2, optim_grads_params 3 (Megatron-FSDP)",
+            tuple(SHARDING_STRATEGIES),
+        ),
+        "--use-torch-fsdp2": Mapped(_F, "zero = 3 (PyTorch FSDP2; Megatron asserts P = 1)"),
+        "--torch-fsdp2-no-reshard-after-forward": Mapped(
+            _F, "reshard_after_forward = never (with --use-torch-fsdp2)"
+        ),
+        "--ckpt-format": Mapped(
+            _W,
+            "checked: fsdp_dtensor with Megatron-FSDP, torch_dist or torch_dcp with FSDP2 "
+            "(Megatron asserts them); otherwise ignored (a checkpoint's format)",
+        ),
         "--overlap-grad-reduce": Mapped(_F, "overlap_grad_reduce"),
         "--DDP-impl": Mapped(_W, "overlap_grad_reduce (torch)", ("local", "torch")),
         "--overlap-p2p-communication": Mapped(_F, "blocking_p2p = false (interleaved)"),
@@ -308,8 +359,6 @@ REFUSED: Mapping[str, Refused] = MappingProxyType(
         "--defer-embedding-wgrad-compute": Refused(
             "the output layer's weight gradient deferred to the flush is not modelled"
         ),
-        "--use-torch-fsdp2": Refused("FSDP is not modelled (pipesim shards optimizer state)"),
-        "--use-custom-fsdp": Refused("FSDP is not modelled (pipesim shards optimizer state)"),
         "--num-distributed-optimizer-instances": Refused(
             "a partially sharded optimizer is not modelled (ZeRO-1 shards over all D)", ("1",)
         ),
@@ -386,7 +435,6 @@ COST_NEUTRAL: Mapping[str, str] = MappingProxyType(
                 "--save",
                 "--load",
                 "--save-interval",
-                "--ckpt-format",
                 "--no-save-optim",
                 "--no-save-rng",
                 "--no-load-optim",
@@ -518,6 +566,10 @@ SINCE: Mapping[str, tuple[str, str]] = MappingProxyType(
         "--use-torch-fsdp2": ("2024-11-13", "4c4215f"),
         "--attention-backend": ("2024-12-07", "9dc7fef"),
         "--grad-reduce-in-bf16": ("2025-02-26", "892c4c8"),
+        "--use-custom-fsdp": ("2025-02-26", "892c4c8"),
+        "--data-parallel-sharding-strategy": ("2025-02-26", "892c4c8"),
+        "--torch-fsdp2-no-reshard-after-forward": ("2025-04-22", "1cb506c"),
+        "--use-megatron-fsdp": ("2025-08-21", "4dd2f2b"),
         "--step-batch-size-schedule": ("2026-04-21", "532ad92"),
     }
 )
@@ -538,6 +590,7 @@ UNTIL: Mapping[str, tuple[str, str, str]] = MappingProxyType(
         ),
         "--checkpoint-activations": ("2023-05-05", "8619640", "Megatron-LM exits on it"),
         "--DDP-impl": ("2023-09-07", "e801b2b", "removed: Megatron-Core's DDP only"),
+        "--use-custom-fsdp": ("2025-08-21", "4dd2f2b", "renamed --use-megatron-fsdp"),
         "--overlap-p2p-communication": (
             "2023-10-24",
             "3f554d9",
@@ -552,6 +605,9 @@ UNTIL: Mapping[str, tuple[str, str, str]] = MappingProxyType(
         ),
     }
 )
+# --data-parallel-sharding-strategy defaulted to no_shard until 3499efe (2026-04-01, "Modify
+# mfsdp default data-parallel-sharding-strategy"), then to optim_grads_params.
+_STRATEGY_DEFAULT_CHANGED = ("2026-04-01", "3499efe")
 # --recompute-num-layers defaulted to 1 until 115b677 (2023-09-05), then to None, which
 # Megatron-Core refuses with full recomputation (transformer_config.py at 9dc7fef, 477-483).
 _RECOMPUTE_LAYERS_DEFAULT_NONE = "2023-09-05"
@@ -837,6 +893,7 @@ def _translate(
     tensor = args.positive("--tensor-model-parallel-size", 1)
     arch, vocabulary = _architecture(args, tensor)
     layout = _layout(args, arch, tensor, world_size, recipe)
+    zero, reshard = _sharding(args, layout.pipeline)
     dtype = _dtype(args)
     model = megatron_model(
         arch,
@@ -856,7 +913,8 @@ def _translate(
         sequence_parallel=args.has("--sequence-parallel") and tensor > 1,
         pipeline_parallel=layout.pipeline,
         data_parallel=layout.data,
-        zero=1 if args.has("--use-distributed-optimizer") else 0,
+        zero=zero,
+        reshard_after_forward=reshard,
         recompute=_recompute(args, recipe.name).label,
         schedule="interleaved-1f1b" if layout.chunks > 1 else "1f1b",
         chunks=layout.chunks,
@@ -944,10 +1002,14 @@ def _check_values(option: str, values: tuple[str, ...], mapped: Mapped) -> None:
 # The recipe
 
 
+def _newest(options: Iterable[str]) -> str | None:
+    """The option of ``options`` that reached Megatron-LM last (:data:`SINCE`), if any."""
+    return max((o for o in options if o in SINCE), key=lambda o: SINCE[o][0], default=None)
+
+
 def _recipe_name(options: Iterable[str], recipe: str | None) -> str:
     """The recipe named, or the era the options show; a line no Megatron-LM runs is refused."""
-    present = [o for o in options if o in SINCE]
-    newest = max(present, key=lambda o: SINCE[o][0], default=None)
+    newest = _newest(options)
     for option in options:
         if option in UNTIL and newest is not None and SINCE[newest][0] >= UNTIL[option][0]:
             date, commit, what = UNTIL[option]
@@ -973,6 +1035,137 @@ def _era_of(date: str) -> str:
         (name for name, (start, end) in ERAS.items() if start <= date < end),
         MEGATRON_RECIPES[-1],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharded data parallelism
+
+_TORCH_FSDP2 = "--use-torch-fsdp2"
+_MEGATRON_FSDP = "--use-megatron-fsdp"
+_CUSTOM_FSDP = "--use-custom-fsdp"
+_STRATEGY = "--data-parallel-sharding-strategy"
+_ARGUMENTS = "megatron/training/arguments.py"
+
+
+def _sharding(args: _Args, pipeline: int) -> tuple[int, str | None]:
+    """The ZeRO stage and the reshard policy (None: pipesim's default): the distributed
+    optimizer is ZeRO-1; Megatron-FSDP's strategy names the stage; PyTorch FSDP2 is ZeRO-3.
+    Megatron's own asserts on them are reproduced."""
+    megatron_fsdp = next((o for o in (_MEGATRON_FSDP, _CUSTOM_FSDP) if args.has(o)), None)
+    torch_fsdp = args.has(_TORCH_FSDP2)
+    if not torch_fsdp:
+        args.ignore(
+            "--torch-fsdp2-no-reshard-after-forward", f"Megatron reads it with {_TORCH_FSDP2} only"
+        )
+    if megatron_fsdp is None:
+        args.ignore(_STRATEGY, f"Megatron reads it with {_MEGATRON_FSDP} only")
+    if torch_fsdp and megatron_fsdp is not None:
+        raise SpecError(
+            f"{_TORCH_FSDP2} beside {megatron_fsdp}: two FSDP implementations; Megatron-LM "
+            "builds one (DistributedInitConfig.use_megatron_fsdp: 'Cannot be used together with "
+            "use_torch_fsdp2')"
+        )
+    if torch_fsdp:
+        return 3, _torch_fsdp2(args, pipeline)
+    if megatron_fsdp is not None:
+        return _megatron_fsdp(args, megatron_fsdp, pipeline), None
+    if args.word("--ckpt-format") == "fsdp_dtensor":
+        raise SpecError(
+            f"--ckpt-format fsdp_dtensor without {_MEGATRON_FSDP}: Megatron-LM asserts it "
+            f"('only tested with Megatron FSDP', {_ARGUMENTS} since 4dd2f2b)"
+        )
+    args.ignore("--ckpt-format", _CHECKPOINT)
+    return (1 if args.has("--use-distributed-optimizer") else 0), None
+
+
+def _torch_fsdp2(args: _Args, pipeline: int) -> str | None:
+    """PyTorch FSDP2 (``fully_shard`` of each layer): ZeRO-3 without a pipeline, resharding
+    after the forward unless ``--torch-fsdp2-no-reshard-after-forward``. Its gradients are
+    reduce-scattered every micro-batch (Megatron's no_sync does nothing for it), as pipesim's
+    ZeRO-3 without a pipeline does. validate_args' asserts, in its order (4c4215f to today)."""
+    at = f"Megatron-LM asserts it, {_ARGUMENTS} since 4c4215f"
+    if pipeline > 1:
+        raise SpecError(
+            f"{_TORCH_FSDP2} with --pipeline-model-parallel-size {pipeline}: '{_TORCH_FSDP2} is "
+            f"not supported with pipeline parallelism' ({at})"
+        )
+    if args.has("--use-distributed-optimizer"):
+        raise SpecError(
+            f"{_TORCH_FSDP2} beside --use-distributed-optimizer: 'not supported with MCore's "
+            f"distributed optimizer' ({at})"
+        )
+    if not args.has("--no-gradient-accumulation-fusion"):
+        raise SpecError(
+            f"{_TORCH_FSDP2} needs --no-gradient-accumulation-fusion: '{_TORCH_FSDP2} is not "
+            f"supported with gradient accumulation fusion' ({at})"
+        )
+    checkpoint = args.word("--ckpt-format", "torch_dist")
+    if checkpoint not in ("torch_dist", "torch_dcp"):
+        raise SpecError(
+            f"{_TORCH_FSDP2} with --ckpt-format {checkpoint}: it requires torch_dist or "
+            f"torch_dcp ({at})"
+        )
+    if not args.has("--untie-embeddings-and-output-weights"):
+        raise SpecError(f"{_TORCH_FSDP2} needs --untie-embeddings-and-output-weights ({at})")
+    if args.has("--fp16"):
+        raise SpecError(f"{_TORCH_FSDP2} with --fp16: 'not supported with fp16 yet' ({at})")
+    return "never" if args.has("--torch-fsdp2-no-reshard-after-forward") else None
+
+
+def _megatron_fsdp(args: _Args, option: str, pipeline: int) -> int:
+    """Megatron-FSDP's ZeRO stage (:data:`SHARDING_STRATEGIES`). Under optim_grads_params it
+    frees each layer's gathered weights after its forward, as pipesim's ZeRO-3 without a
+    pipeline does; under optim_grads and optim_grads_params it reduce-scatters every
+    micro-batch's gradients, in a pipeline too (``grad_reduce_every_bprop``,
+    megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py), which pipesim's
+    pipelined ZeRO-2/3 (gradients held whole until the step's last backward) cannot state:
+    refused with a pipeline."""
+    strategy = args.word(_STRATEGY)
+    if strategy is None:
+        newest = _newest(args.options)
+        date, commit = _STRATEGY_DEFAULT_CHANGED
+        if option == _CUSTOM_FSDP:
+            strategy = "no_shard"  # the default throughout --use-custom-fsdp's life
+        elif newest is not None and SINCE[newest][0] >= date:
+            strategy = "optim_grads_params"
+        else:
+            raise SpecError(
+                f"{option} without {_STRATEGY}: its default was no_shard until {commit} "
+                f"({date}) and optim_grads_params since, and no option of this line dates it; "
+                f"give {_STRATEGY}"
+            )
+    zero = SHARDING_STRATEGIES[strategy]
+    if option == _CUSTOM_FSDP:
+        at = f"Megatron-LM asserts it, {_ARGUMENTS} 892c4c8 to 4dd2f2b"
+        if not args.has("--use-distributed-optimizer"):
+            raise SpecError(
+                f"{option} needs --use-distributed-optimizer: '{option} only supported with "
+                f"distributed optimizer' ({at})"
+            )
+        if zero >= 2 and not args.has("--no-gradient-accumulation-fusion"):
+            raise SpecError(
+                f"{option} with {_STRATEGY} {strategy} needs --no-gradient-accumulation-fusion: "
+                f"'optim_grads_params optim_grads are not supported with gradient accumulation "
+                f"fusion' ({at})"
+            )
+        args.ignore("--ckpt-format", _CHECKPOINT)
+    else:
+        checkpoint = args.word("--ckpt-format")
+        if checkpoint != "fsdp_dtensor":
+            given = f"--ckpt-format {checkpoint}" if checkpoint else "the default torch_dist"
+            raise SpecError(
+                f"{option} needs --ckpt-format fsdp_dtensor, got {given}: Megatron-LM asserts "
+                f"it ({_ARGUMENTS} since 4dd2f2b)"
+            )
+    if zero >= 2 and pipeline > 1:
+        raise SpecError(
+            f"{option} with {_STRATEGY} {strategy} and --pipeline-model-parallel-size "
+            f"{pipeline}: Megatron-FSDP reduce-scatters each micro-batch's gradients inside the "
+            "pipeline too (grad_reduce_every_bprop, megatron_fsdp.py), where pipesim's "
+            f"pipelined ZeRO-{zero} holds them whole until the step's last backward (PyTorch's "
+            "pipelining)"
+        )
+    return zero
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1492,6 +1685,10 @@ def megatron_args(run: RunFile, model: Model) -> tuple[list[str], tuple[str, ...
     return writer.words, tuple(writer.unexpressed)
 
 
+def _given(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
+
+
 def _stated(value: int | None, field: str) -> int:
     if value is None:
         raise SpecError(f"the run must state {field} (a plan's run states every layout field)")
@@ -1512,10 +1709,40 @@ class _Writer:
                 f"{', '.join(MEGATRON_RECIPES)}; these are megatron-core-2024's arguments"
             )
             recipe = MEGATRON_RECIPES[-1]
+        elif (run.zero or 0) >= 2 and ERAS[recipe][1] <= SINCE[_MEGATRON_FSDP][0]:
+            self.to_megatron_core(recipe)
+            recipe = MEGATRON_RECIPES[-1]
         self.recipe_name = recipe
         self.recipe = RECIPES[recipe]
         self.start, self.end = ERAS[recipe]
         self.fp32_accumulation = False
+
+    def to_megatron_core(self, recipe: str) -> None:
+        """Write a ZeRO-2/3 run of an older Megatron-LM as Megatron-Core's arguments (the
+        only Megatron-LM that shards gradients and weights, with Megatron-FSDP), the older
+        recipe's choices stated where Megatron-Core has options for them (its eager attention:
+        ``--attention-backend unfused``), the rest named."""
+        since, commit = SINCE[_MEGATRON_FSDP]
+        old, core = RECIPES[recipe], RECIPES[MEGATRON_RECIPES[-1]]
+        self.unexpressed.append(
+            f"recipe {recipe} with zero {self.run.zero}: Megatron-LM shards gradients and "
+            f"weights only with Megatron-Core's FSDP ({_MEGATRON_FSDP}, {commit}, {since}); "
+            f"these are {core.name}'s arguments, with {recipe}'s choices where it has options"
+        )
+        run = self.run
+        self.run = dataclasses.replace(
+            run,
+            attention=run.attention or (old.attention and old.attention.value),
+            overlap_grad_reduce=_given(run.overlap_grad_reduce, old.overlap_grad_reduce),
+            blocking_p2p=_given(run.blocking_p2p, old.blocking_p2p),
+            scatter_gather_p2p=_given(run.scatter_gather_p2p, old.scatter_gather_p2p),
+            tp_comm_overlap=_given(run.tp_comm_overlap, old.tp_comm_overlap),
+        )
+        if old.fused_gradient_accumulation != core.fused_gradient_accumulation:
+            self.cannot(
+                f"{recipe}'s unfused gradient accumulation",
+                f"{core.name} fuses it (and its reader refuses --no-gradient-accumulation-fusion)",
+            )
 
     def available(self, what: str, option: str) -> bool:
         """Whether this recipe's Megatron-LM has ``option``; if not, say ``what`` is lost."""
@@ -1692,12 +1919,44 @@ class _Writer:
         self.recompute(arch.layers, pipeline)
         if run.sequence_parallel:
             self.emit("sequence_parallel", "--sequence-parallel")
-        if run.zero:
-            if run.zero == 1:
-                self.emit("zero 1", "--use-distributed-optimizer")
-            else:
-                self.cannot(f"zero {run.zero}", "Megatron's distributed optimizer is ZeRO-1")
+        self.sharding(pipeline)
         self.communication(chunks)
+
+    def sharding(self, pipeline: int) -> None:
+        """ZeRO-1 as the distributed optimizer; ZeRO-2 and -3 as Megatron-FSDP (optim_grads,
+        optim_grads_params), beside the distributed optimizer and the checkpoint format it
+        asserts, as Megatron's own examples give it (examples/megatron_fsdp)."""
+        zero = self.run.zero or 0
+        policy = self.run.reshard_after_forward or ReshardPolicy.DEFAULT.value
+        if policy not in {p.value for p in ReshardPolicy}:
+            self.cannot(f"reshard_after_forward {policy}", "not default, always or never")
+            policy = ReshardPolicy.DEFAULT.value
+        if zero != 3 and policy != ReshardPolicy.DEFAULT.value:
+            self.cannot(f"reshard_after_forward {policy}", "FSDP's alone (zero 3); not written")
+        if zero == 1:
+            self.emit("zero 1", "--use-distributed-optimizer")
+        if zero not in (2, 3):
+            return
+        what = f"zero {zero}"
+        if not self.available(what, _MEGATRON_FSDP):
+            return
+        strategy = next(name for name, stage in SHARDING_STRATEGIES.items() if stage == zero)
+        self.words += ["--use-distributed-optimizer", _MEGATRON_FSDP, _STRATEGY, strategy]
+        self.words += ["--ckpt-format", "fsdp_dtensor"]
+        if pipeline > 1:
+            self.cannot(
+                f"{what} in a pipeline of {pipeline}",
+                "Megatron-FSDP reduce-scatters every micro-batch's gradients inside the pipeline "
+                "too, where pipesim's run holds them whole until the step's last backward; "
+                f"written with {_MEGATRON_FSDP} all the same (pipesim does not read it back)",
+            )
+        if zero == 3 and not ReshardPolicy(policy).reshards(pipeline > 1):
+            self.cannot(
+                f"reshard_after_forward {policy}",
+                "Megatron-FSDP frees each layer's gathered weights after its forward (only "
+                f"{_TORCH_FSDP2} --torch-fsdp2-no-reshard-after-forward keeps them, and it "
+                "asserts unfused gradient accumulation, which megatron-core-2024 fuses)",
+            )
 
     def schedule(self, layers: int, pipeline: int) -> int:
         """The schedule; the chunks v Megatron runs (1 when it cannot run the run's)."""

@@ -7,12 +7,12 @@ The key names, defaults and behaviours are those of pytorch/torchtitan at
 Python). Every key of that commit's ``JobConfig`` (``torchtitan/config/job_config.py``) is in
 exactly one of three tables:
 
-* :data:`MAPPED`: read into the run (the model, the batch, the precision, the parallel degrees,
-  the pipeline, the activation checkpointing, the optimizer); a value pipesim cannot state is
-  refused in one line naming the key.
-* :data:`REFUSED`: features pipesim does not model (FSDP, context and expert parallelism,
-  float8, torch.compile, async tensor parallelism, ...): accepted only at the value that
-  switches them off, refused otherwise, one line naming every such key.
+* :data:`MAPPED`: read into the run (the model, the batch, the precision, the parallel degrees
+  and FSDP, the pipeline, the activation checkpointing, the optimizer); a value pipesim cannot
+  state is refused in one line naming the key.
+* :data:`REFUSED`: features pipesim does not model (context and expert parallelism, float8,
+  torch.compile, async tensor parallelism, ...): accepted only at the value that switches them
+  off, refused otherwise, one line naming every such key.
 * :data:`COST_NEUTRAL`: what changes neither a step's time nor its memory (the job's folders,
   profiling, metrics, checkpoints, the learning-rate schedule, datasets, timeouts): ignored and
   listed when ``allow_ignored``, else refused with the hint to allow them.
@@ -27,19 +27,28 @@ How torchtitan runs a file, and so how it is read:
 * **World size and FSDP.** The world is the product of the degrees (torchtitan's
   ``ParallelDims._validate``); ``data_parallel_shard_degree = -1`` is "the rest of the world",
   so a file with it needs ``world_size``. Resolved to 1 it means no sharding at all (plain
-  tensor/pipeline parallelism, or DDP); above 1 it is FSDP, which pipesim does not model yet
-  (pipesim shards the optimizer state at most, ZeRO-1): refused. The shipped Llama 3 configs all
-  use FSDP, so they are refused; a DDP variant of them translates.
-* **DDP is one-dimensional.** torchtitan refuses ``data_parallel_replicate_degree`` > 1 beside
-  any other parallelism ("DDP has not supported > 1D parallelism",
+  tensor/pipeline parallelism, or DDP); above 1 it is FSDP2 (``fully_shard`` of each block,
+  ``apply_fsdp`` in ``torchtitan/models/llama3/infra/parallelize.py``): ``zero = 3`` over
+  ``data_parallel`` = the shard degree, the replicas the batch is split over (ParallelDims'
+  ``batch`` mesh). ``parallelism.fsdp_reshard_after_forward`` (``default``: reshard only
+  without a pipeline, ``always``, ``never``, the same three words as pipesim's) is the run's
+  ``reshard_after_forward``. The shipped Llama 3 configs use FSDP and translate.
+* **HSDP and DDP.** A replicate degree above 1 beside a shard degree above 1 is HSDP (FSDP
+  groups replicated), which pipesim does not model (it shards over all D replicas): refused.
+  Without FSDP, torchtitan refuses ``data_parallel_replicate_degree`` > 1 beside any other
+  parallelism ("DDP has not supported > 1D parallelism",
   ``torchtitan/models/llama3/infra/parallelize.py``), and so does this reader.
-* **Precision.** ``mixed_precision_param`` takes effect through FSDP, or through autocast when
+* **Precision.** ``mixed_precision_param`` takes effect through FSDP (its
+  ``MixedPrecisionPolicy``, whatever the tensor and pipeline degrees), or through autocast when
   nothing but DDP is used; with tensor or pipeline parallelism and no FSDP torchtitan trains in
   ``training.dtype``, float32 by default (``maybe_enable_amp``,
-  ``torchtitan/distributed/utils.py``). So bfloat16 (``dtype = "bf16"``) is read for DDP and
-  single-device runs, and float32 otherwise: an fp32 model (4-byte weights, activations and
-  gradients, no master copy) stated inline. ``training.dtype = "bfloat16"`` (bf16 gradients and
-  optimizer state) is refused.
+  ``torchtitan/distributed/utils.py``). So bfloat16 (``dtype = "bf16"``: 2-byte weights and
+  activations, the fp32 parameter as the master copy, fp32 gradients) is read under FSDP, DDP
+  and on one device, and float32 otherwise: an fp32 model (4-byte weights, activations and
+  gradients, no master copy) stated inline. ``mixed_precision_reduce``, the dtype of FSDP's
+  gradient reduce-scatter, takes only ``float32`` at the commit (JobConfig's
+  ``Literal["float32"]``): the models' 4-byte gradients; another value is refused.
+  ``training.dtype = "bfloat16"`` (bf16 gradients and optimizer state) is refused.
 * **The model.** ``llama3`` flavors 8B, 70B and 405B at seq 8192 and bf16 are the catalogue's
   ``llama3-8b``/``70b``/``405b``, by name. A run file cannot state the sequence of a named
   model, so another ``seq_len``, float32, or the ``debugmodel`` flavor give the model inline,
@@ -70,8 +79,10 @@ How torchtitan runs a file, and so how it is read:
   places any T). The recipe is ``torchtitan``.
 
 :func:`torchtitan_toml` writes a run back as such a file and names, never drops, what
-torchtitan cannot express of it (ZeRO-1, DDP beside other parallelism, bf16 with tensor or
-pipeline parallelism, schedules PyTorch lacks, a model that is not a torchtitan flavor...).
+torchtitan cannot express of it (ZeRO-1 and ZeRO-2: torchtitan shards only through FSDP;
+DDP beside other parallelism, bf16 with tensor or pipeline parallelism and no FSDP, schedules
+PyTorch lacks, a model that is not a torchtitan flavor...). ZeRO-3 over D replicas is written
+as ``data_parallel_shard_degree = D`` with the run's ``fsdp_reshard_after_forward``.
 """
 
 from __future__ import annotations
@@ -91,6 +102,7 @@ from pipesim.errors import few, named, shown
 from pipesim.files.toml_reader import read_toml
 from pipesim.files.toml_writer import toml_text
 from pipesim.parallel.config import Recompute
+from pipesim.parallel.sharding import ReshardPolicy
 from pipesim.schedules.registry import schedule_info, unsupported_reason
 from pipesim.workload.catalogue import LLAMA_SHAPES, from_architecture, llama, resolve_model
 from pipesim.workload.huggingface import MAX_SIZE
@@ -134,9 +146,18 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         "training.batch_size": Mapped(None, "training.local_batch_size's older name"),
         "training.global_batch_size": Mapped(-1, "batch; gradient-accumulation steps"),
         "training.seq_len": Mapped(2048, "the model's seq (inline when not the catalogue's)"),
-        "training.dtype": Mapped("float32", "dtype under tensor/pipeline parallelism"),
-        "training.mixed_precision_param": Mapped("bfloat16", "dtype under DDP or one device"),
-        "parallelism.data_parallel_replicate_degree": Mapped(1, "data_parallel (D)"),
+        "training.dtype": Mapped("float32", "dtype under tensor/pipeline parallelism, no FSDP"),
+        "training.mixed_precision_param": Mapped("bfloat16", "dtype under FSDP, DDP or one device"),
+        "training.mixed_precision_reduce": Mapped(
+            "float32", "checked: float32 only, the fp32 gradients FSDP reduce-scatters"
+        ),
+        "parallelism.data_parallel_replicate_degree": Mapped(1, "data_parallel (D) under DDP"),
+        "parallelism.data_parallel_shard_degree": Mapped(
+            -1, "above 1: zero = 3 (FSDP) over data_parallel (D) = the degree"
+        ),
+        "parallelism.fsdp_reshard_after_forward": Mapped(
+            "default", "reshard_after_forward (under FSDP)"
+        ),
         "parallelism.tensor_parallel_degree": Mapped(1, "tensor_parallel (T), sequence_parallel"),
         "parallelism.pipeline_parallel_degree": Mapped(1, "pipeline_parallel (K)"),
         "parallelism.pipeline_parallel_schedule": Mapped("1F1B", "schedule"),
@@ -152,12 +173,6 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
 
 REFUSED: Mapping[str, Refused] = MappingProxyType(
     {
-        "parallelism.data_parallel_shard_degree": Refused(
-            (1,),
-            "FSDP (weights, gradients and optimizer state sharded) is not modelled yet: pipesim "
-            "shards the optimizer state at most (ZeRO-1); use data_parallel_shard_degree = 1 "
-            "(DDP: data_parallel_replicate_degree)",
-        ),
         "parallelism.context_parallel_degree": Refused(
             (1,), "context parallelism is not modelled yet"
         ),
@@ -220,7 +235,6 @@ _OUTPUT = "output and logging only"
 _LR = "the learning rate's value, not a step's work"
 _CHECKPOINT = "checkpoint saving and loading happen between steps"
 _DATA = "the data's source (pipesim takes the input as ready)"
-_ONLY_FSDP = "read only under FSDP, which is refused"
 _ONLY_EP = "read only with expert parallelism, which is refused"
 _ONLY_CP = "read only with context parallelism, which is refused"
 _ONLY_CONVERTER = "configures a converter; converters themselves (model.converters) are refused"
@@ -266,14 +280,12 @@ COST_NEUTRAL: Mapping[str, str] = MappingProxyType(
         "training.dataset_path": _DATA,
         "training.max_norm": "gradient clipping's threshold (the norm is a small reduction)",
         "training.steps": "how many steps the job runs, not what one costs",
-        "training.mixed_precision_reduce": _ONLY_FSDP,
         "training.gc_freq": "Python's garbage collection between steps",
         **_same(
             "training.dataloader.",
             "num_workers persistent_workers pin_memory prefetch_factor",
             _DATA,
         ),
-        "parallelism.fsdp_reshard_after_forward": _ONLY_FSDP,
         "parallelism.pipeline_parallel_expert_parallel_overlap": _ONLY_EP,
         "parallelism.context_parallel_load_balancer": _ONLY_CP,
         "parallelism.context_parallel_rotate_method": _ONLY_CP,
@@ -488,9 +500,9 @@ def run_from_torchtitan(
     ``world_size`` is needed when a degree is -1 (else one line says so); given beside full
     degrees it must equal their product. ``data_parallel_shard_degree = -1`` takes the devices
     the other degrees leave: 1 when tensor, pipeline and replicate degrees fill the world (no
-    sharding: plain TP/PP, or DDP), FSDP otherwise (refused). Anything pipesim cannot state as
-    torchtitan runs it is a :class:`SpecError` of one line naming the file and the key (see the
-    module docstring)."""
+    sharding: plain TP/PP, or DDP), FSDP otherwise (ZeRO-3 over them). Anything pipesim cannot
+    state as torchtitan runs it is a :class:`SpecError` of one line naming the file and the key
+    (see the module docstring)."""
     where = f"torchtitan file {str(path)!r}"
     table = read_toml(path, "torchtitan")
     try:
@@ -548,9 +560,9 @@ def _translate(
     _refuse(keys)
     file = _File(keys)
     flavor = _flavor(file)
-    degrees = _degrees(file, world_size)  # FSDP is refused here, before the ignored keys
+    degrees = _degrees(file, world_size)  # HSDP is refused here, before the ignored keys
     notes: list[str] = _neutral(keys, allow_ignored)
-    tensor, pipeline, data = degrees
+    tensor, pipeline, data, fsdp = degrees
     seq = file.integer("training.seq_len")
     if seq > MAX_SIZE:  # a sequence no run trains at, refused before any layer is built
         raise SpecError(f"training.seq_len must be at most {MAX_SIZE:,}, got {seq:,}")
@@ -559,7 +571,8 @@ def _translate(
             f"training.seq_len = {seq} must be divisible by 2 x tensor_parallel_degree "
             f"= {2 * tensor} (ParallelDims.seq_len_divisor, {_AT})"
         )
-    precision = _precision(file, tensor, pipeline, notes)
+    precision = _precision(file, tensor, pipeline, fsdp, notes)
+    reshard = _reshard(file, fsdp, notes)
     model = flavor_model(flavor, seq, precision)
     if isinstance(model, Model):
         notes.append(
@@ -580,7 +593,8 @@ def _translate(
         sequence_parallel=tensor > 1,
         pipeline_parallel=pipeline,
         data_parallel=data,
-        zero=0,
+        zero=3 if fsdp else 0,
+        reshard_after_forward=reshard,
         recompute=recompute,
         schedule=layout.schedule,
         chunks=layout.chunks,
@@ -604,9 +618,7 @@ def _refuse(keys: Mapping[str, Any]) -> None:
     refusals = [
         f"{key} = {shown(keys[key])}: {rule.why}"
         for key, rule in REFUSED.items()
-        if key in keys
-        and key != "parallelism.data_parallel_shard_degree"  # resolved with the world size
-        and not _inert(keys[key], rule.inert)
+        if key in keys and not _inert(keys[key], rule.inert)
     ]
     if refusals:
         raise SpecError("; ".join(refusals))
@@ -646,14 +658,15 @@ def _flavor(file: _File) -> str:
     return flavor
 
 
-def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int]:
-    """(T, K, D): torchtitan's ParallelDims with -1 resolved against ``world_size``; FSDP
-    (a shard degree above 1) and DDP beside other parallelism refused."""
+def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int, bool]:
+    """(T, K, D, FSDP): torchtitan's ParallelDims with -1 resolved against ``world_size``; D is
+    the shard degree under FSDP (a shard degree above 1), the replicate degree otherwise. HSDP
+    (both above 1) and DDP beside other parallelism refused."""
     replicate = file.integer("parallelism.data_parallel_replicate_degree")
     tensor = file.integer("parallelism.tensor_parallel_degree")
     pipeline = file.integer("parallelism.pipeline_parallel_degree")
     key = "parallelism.data_parallel_shard_degree"
-    shard = file.keys.get(key, -1)  # JobConfig's default: the rest of the world
+    shard = file.get(key)  # JobConfig's default -1: the rest of the world
     if isinstance(shard, bool) or not isinstance(shard, int) or (shard < 1 and shard != -1):
         raise SpecError(f"{key} must be -1 or an integer >= 1, got {shown(shard)}")
     others = replicate * tensor * pipeline
@@ -673,19 +686,28 @@ def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int]:
             f"{key}: the degrees' product {shard * others} is not world_size {world_size}"
         )
     if shard > 1:
-        raise SpecError(f"{key} = {shard}: {REFUSED[key].why}")
+        if replicate > 1:
+            raise SpecError(
+                f"parallelism.data_parallel_replicate_degree = {replicate} beside {key} = "
+                f"{shard}: HSDP (FSDP groups of {shard} replicated {replicate} times) is not "
+                "modelled; pipesim shards over all data-parallel replicas (give the product as "
+                "the shard degree, or a replicate degree of 1)"
+            )
+        return tensor, pipeline, shard, True
     if replicate > 1 and replicate != replicate * tensor * pipeline:
         raise SpecError(
             f"parallelism.data_parallel_replicate_degree = {replicate} beside tensor or "
             "pipeline parallelism: torchtitan's DDP is one-dimensional ('DDP has not "
-            f"supported > 1D parallelism', llama3/infra/parallelize.py, {_AT})"
+            f"supported > 1D parallelism', llama3/infra/parallelize.py, {_AT}); data "
+            f"parallelism beside them is FSDP there ({key} > 1)"
         )
-    return tensor, pipeline, replicate
+    return tensor, pipeline, replicate, False
 
 
-def _precision(file: _File, tensor: int, pipeline: int, notes: list[str]) -> str:
-    """pipesim's dtype: mixed_precision_param under DDP or one device, training.dtype with
-    tensor or pipeline parallelism (maybe_enable_amp, torchtitan/distributed/utils.py)."""
+def _precision(file: _File, tensor: int, pipeline: int, fsdp: bool, notes: list[str]) -> str:
+    """pipesim's dtype: mixed_precision_param under FSDP, DDP or one device, training.dtype
+    with tensor or pipeline parallelism and no FSDP (maybe_enable_amp,
+    torchtitan/distributed/utils.py); mixed_precision_reduce checked."""
     train_dtype = file.text("training.dtype", tuple(_PRECISIONS))
     if train_dtype == "bfloat16":
         raise SpecError(
@@ -693,7 +715,13 @@ def _precision(file: _File, tensor: int, pipeline: int, notes: list[str]) -> str
             "state, no fp32 weights) is not a precision pipesim's Llama states"
         )
     param = file.text("training.mixed_precision_param", tuple(_PRECISIONS))
-    if tensor == 1 and pipeline == 1:
+    reduce = file.get("training.mixed_precision_reduce")
+    if reduce != "float32":
+        raise SpecError(
+            f"training.mixed_precision_reduce = {shown(reduce)}: JobConfig takes 'float32' only "
+            f"(Literal['float32'], {_AT}): FSDP reduce-scatters fp32 gradients"
+        )
+    if fsdp or (tensor == 1 and pipeline == 1):
         return _PRECISIONS[param]
     if param != "float32":
         notes.append(
@@ -702,6 +730,17 @@ def _precision(file: _File, tensor: int, pipeline: int, notes: list[str]) -> str
             f"(maybe_enable_amp, torchtitan/distributed/utils.py, {_AT})"
         )
     return "fp32"
+
+
+def _reshard(file: _File, fsdp: bool, notes: list[str]) -> str | None:
+    """The run's reshard_after_forward: the file's policy under FSDP (None without)."""
+    key = "parallelism.fsdp_reshard_after_forward"
+    policy = file.text(key, tuple(policy.value for policy in ReshardPolicy))
+    if fsdp:
+        return policy
+    if policy != ReshardPolicy.DEFAULT.value:
+        notes.append(f"{key} = {policy!r}: no effect without FSDP (a shard degree of 1)")
+    return None
 
 
 def _optimizer(file: _File, notes: list[str]) -> str:
@@ -1027,8 +1066,10 @@ def torchtitan_toml(run: RunFile, model: Model | None = None) -> tuple[str, tupl
         run.pipeline_parallel or 1,
         run.data_parallel or 1,
     )
-    _check_parallelism(run, tensor, pipeline, data, lost)
-    _check_precision(run, tensor, pipeline, precision, lost)
+    fsdp = run.zero == 3 and data > 1
+    reshard = _written_reshard(run, fsdp, lost)
+    _check_parallelism(run, tensor, pipeline, data, fsdp, lost)
+    _check_precision(run, tensor, pipeline, precision, fsdp, lost)
     layers = FLAVORS[flavor].n_layers if flavor in FLAVORS else None
     parallelism, training, blocks = _written_layout(run, layers, pipeline, data, lost)
     document = {
@@ -1041,8 +1082,9 @@ def torchtitan_toml(run: RunFile, model: Model | None = None) -> tuple[str, tupl
             "mixed_precision_param": "bfloat16" if precision == "bf16" else "float32",
         },
         "parallelism": {
-            "data_parallel_replicate_degree": data,
-            "data_parallel_shard_degree": 1,
+            "data_parallel_replicate_degree": 1 if fsdp else data,
+            "data_parallel_shard_degree": data if fsdp else 1,
+            **({"fsdp_reshard_after_forward": reshard} if fsdp else {}),
             "tensor_parallel_degree": tensor,
             **parallelism,
         },
@@ -1096,20 +1138,37 @@ def _flavor_match(model: Model) -> tuple[str, int, str] | None:
     return None
 
 
+def _written_reshard(run: RunFile, fsdp: bool, lost: list[str]) -> str:
+    """fsdp_reshard_after_forward for the run's policy; one that does nothing here is named."""
+    policy = run.reshard_after_forward or ReshardPolicy.DEFAULT.value
+    if policy not in {p.value for p in ReshardPolicy}:
+        lost.append(
+            f"reshard_after_forward {policy}: not default, always or never; default written"
+        )
+        return ReshardPolicy.DEFAULT.value
+    if not fsdp and policy != ReshardPolicy.DEFAULT.value:
+        lost.append(
+            f"reshard_after_forward {policy}: FSDP's alone (zero 3 over 2 or more replicas); "
+            "not written"
+        )
+    return policy
+
+
 def _check_parallelism(
-    run: RunFile, tensor: int, pipeline: int, data: int, lost: list[str]
+    run: RunFile, tensor: int, pipeline: int, data: int, fsdp: bool, lost: list[str]
 ) -> None:
     """Name what torchtitan's parallelism cannot say of ``run``."""
-    if data > 1 and tensor * pipeline > 1:
+    if data > 1 and tensor * pipeline > 1 and not fsdp:
         lost.append(
-            f"data_parallel {data} beside tensor or pipeline parallelism: torchtitan's DDP is "
-            "one-dimensional (it would need FSDP/HSDP, which pipesim does not model); written "
-            "as data_parallel_replicate_degree, which torchtitan refuses"
+            f"data_parallel {data} beside tensor or pipeline parallelism without zero 3: "
+            "torchtitan's DDP is one-dimensional (data parallelism beside them is FSDP there); "
+            "written as data_parallel_replicate_degree, which torchtitan refuses"
         )
-    if run.zero and data > 1:
+    if run.zero in (1, 2) and data > 1:
         lost.append(
-            "zero 1: torchtitan shards optimizer state only within FSDP, which shards weights "
-            "and gradients too; written without sharding"
+            f"zero {run.zero}: torchtitan shards only through FSDP "
+            "(data_parallel_shard_degree), which shards weights, gradients and optimizer state "
+            "together (zero 3); written without sharding"
         )
     if tensor > 1 and run.sequence_parallel is False:
         lost.append(
@@ -1125,17 +1184,17 @@ def _check_parallelism(
 
 
 def _check_precision(
-    run: RunFile, tensor: int, pipeline: int, precision: str, lost: list[str]
+    run: RunFile, tensor: int, pipeline: int, precision: str, fsdp: bool, lost: list[str]
 ) -> None:
     """Name a precision torchtitan would not train ``run`` in."""
     dtype = run.dtype or precision
     if dtype != precision:
         lost.append(f"dtype {dtype} with a {precision} model: torchtitan's precision sets both")
-    if precision == "bf16" and tensor * pipeline > 1:
+    if precision == "bf16" and tensor * pipeline > 1 and not fsdp:
         lost.append(
-            "bf16 with tensor or pipeline parallelism: torchtitan applies mixed precision only "
-            "through FSDP or alone under DDP (maybe_enable_amp), so it trains this layout in "
-            "float32"
+            "bf16 with tensor or pipeline parallelism and no FSDP: torchtitan applies mixed "
+            "precision only through FSDP (zero 3) or alone under DDP (maybe_enable_amp), so it "
+            "trains this layout in float32"
         )
     if run.master_weights is not None and run.master_weights != (precision == "bf16"):
         lost.append(
