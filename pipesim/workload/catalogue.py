@@ -28,6 +28,25 @@ config.json and arXiv 2407.21783 Table 3): RMSNorm, rotary positions, grouped-qu
 SwiGLU, no biases, untied output layer, flash attention; parameter counts equal the published
 ones exactly (6,738,415,616 ... 405,853,388,800).
 
+Mixture-of-experts models (:mod:`pipesim.workload.moe`; shapes from each Hub repository's
+config.json), trained as the Llama models are (bf16, fp32 gradients and Adam, flash attention)
+at 4,096 tokens, 4M tokens a step but where the run's batch is published; each layer's
+parameters count every expert (``Layer.expert_parameters`` the routed ones), its FLOPs each
+token's top-k:
+
+* ``mixtral-8x7b``, ``mixtral-8x22b``: Mistral's Mixtral (mistralai/Mixtral-8x7B-v0.1 and
+  -8x22B-v0.1): 8 SwiGLU experts, top-2, every block; grouped-query attention. 46.7B total and
+  12.9B active, 141B and 39B (mistral.ai's announcements).
+* ``deepseek-v2-lite``, ``deepseek-v3``: DeepSeek's (deepseek-ai/DeepSeek-V2-Lite,
+  deepseek-ai/DeepSeek-V3): multi-head latent attention; 64 routed experts, top-6, 2 shared,
+  the first block dense (15.7B total, 2.4B active: arXiv 2405.04434 Appendix B); 256 routed,
+  top-8, 1 shared, 3 dense blocks, aux-loss-free expert bias, batch 15,360 (arXiv 2412.19437
+  §4.2). DeepSeek-V3 is the 671B main model: the multi-token-prediction module (14B of the
+  685B checkpoint, ``num_nextn_predict_layers``) is left out, as the report's 671B does.
+* ``qwen3-30b-a3b``, ``qwen3-235b-a22b``: Qwen3's (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B):
+  128 experts, top-8, every block; 128-wide heads (wider than hidden / heads) with query and key
+  norms; 30.5B total and 3.3B active, 235B and 22B (their model cards).
+
 ``uniform-<L>``: L identical synthetic layers (2 GFLOP per pass and sample, 1M parameters), for
 experiments where only the schedule should matter.
 
@@ -40,6 +59,7 @@ published memory figures.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +70,7 @@ from pipesim.common.limits import Limit, check
 from pipesim.workload.amoebanet import amoebanet_d
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
+from pipesim.workload.moe import LoadBalancing, MixtureOfExperts, MultiLatentAttention
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
 _GPT_SHAPES = {
@@ -121,6 +142,134 @@ def llama_architecture(
         dropout=False,
         embedding_dropout=False,
     )
+
+
+MOE_SEQ = 4096  # the catalogue's mixture-of-experts models train at 4,096 tokens
+
+
+def moe_architecture(
+    layers: int,
+    hidden: int,
+    heads: int,
+    ffn: int,
+    vocab: int,
+    moe: MixtureOfExperts,
+    *,
+    kv_heads: int | None = None,
+    head_width: int | None = None,
+    qk_norm: bool = False,
+    mla: MultiLatentAttention | None = None,
+    seq: int = MOE_SEQ,
+    attention: Attention = Attention.FLASH,
+) -> TransformerArchitecture:
+    """A Llama-style block's architecture (RMSNorm, rotary positions, SwiGLU, untied
+    embeddings, no biases, no dropout) with mixture-of-experts blocks and, where given, latent
+    attention."""
+    return dataclasses.replace(
+        llama_architecture(layers, hidden, heads, kv_heads or heads, ffn, seq, vocab, attention),
+        head_width=head_width,
+        qk_norm=qk_norm,
+        moe=moe,
+        mla=mla,
+    )
+
+
+# The mixture-of-experts models: each one's architecture as its config.json states it
+# (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size,
+# num_key_value_heads, head_dim; the experts' and latent attention's keys as moe.py maps
+# them), its batch in sequences, and its description.
+MOE_MODELS: dict[str, tuple[TransformerArchitecture, int, str]] = {
+    "mixtral-8x7b": (
+        moe_architecture(32, 4096, 32, 14336, 32000, MixtureOfExperts(8, 2, 14336), kv_heads=8),
+        1024,
+        "Mixtral 8x7B: 32 layers, hidden 4096, 32 heads (8 key/value), 8 experts of ffn "
+        "14336, top-2, vocab 32,000",
+    ),
+    "mixtral-8x22b": (
+        moe_architecture(56, 6144, 48, 16384, 32768, MixtureOfExperts(8, 2, 16384), kv_heads=8),
+        1024,
+        "Mixtral 8x22B: 56 layers, hidden 6144, 48 heads (8 key/value), 8 experts of ffn "
+        "16384, top-2, vocab 32,768",
+    ),
+    "deepseek-v2-lite": (
+        moe_architecture(
+            27,
+            2048,
+            16,
+            10944,
+            102400,
+            MixtureOfExperts(
+                64,
+                6,
+                1408,
+                shared_experts=2,
+                first_dense_layers=1,
+                load_balancing=LoadBalancing.SEQ_AUX_LOSS,
+            ),
+            mla=MultiLatentAttention(512, 128, 64, 128, q_lora_rank=None),
+        ),
+        1024,
+        "DeepSeek-V2-Lite: 27 layers (the first dense, ffn 10944), hidden 2048, 16 heads of "
+        "latent attention (kv rank 512), 64 routed experts of ffn 1408, top-6, 2 shared, "
+        "vocab 102,400",
+    ),
+    "deepseek-v3": (
+        moe_architecture(
+            61,
+            7168,
+            128,
+            18432,
+            129280,
+            MixtureOfExperts(
+                256,
+                8,
+                2048,
+                shared_experts=1,
+                first_dense_layers=3,
+                load_balancing=LoadBalancing.SEQ_AUX_LOSS,
+                expert_bias=True,
+            ),
+            mla=MultiLatentAttention(512, 128, 64, 128, q_lora_rank=1536),
+        ),
+        15360,  # arXiv 2412.19437 §4.2: the batch ramps from 3,072 to 15,360 sequences
+        "DeepSeek-V3 (the 671B main model, without its multi-token-prediction module): 61 "
+        "layers (the first 3 dense, ffn 18432), hidden 7168, 128 heads of latent attention "
+        "(q rank 1536, kv rank 512), 256 routed experts of ffn 2048, top-8, 1 shared, vocab "
+        "129,280",
+    ),
+    "qwen3-30b-a3b": (
+        moe_architecture(
+            48,
+            2048,
+            32,
+            6144,
+            151936,
+            MixtureOfExperts(128, 8, 768),
+            kv_heads=4,
+            head_width=128,
+            qk_norm=True,
+        ),
+        1024,
+        "Qwen3-30B-A3B: 48 layers, hidden 2048, 32 heads of 128 (4 key/value), 128 experts "
+        "of ffn 768, top-8, vocab 151,936",
+    ),
+    "qwen3-235b-a22b": (
+        moe_architecture(
+            94,
+            4096,
+            64,
+            12288,
+            151936,
+            MixtureOfExperts(128, 8, 1536),
+            kv_heads=4,
+            head_width=128,
+            qk_norm=True,
+        ),
+        1024,
+        "Qwen3-235B-A22B: 94 layers, hidden 4096, 64 heads of 128 (4 key/value), 128 experts "
+        "of ffn 1536, top-8, vocab 151,936",
+    ),
+}
 
 
 def from_architecture(
@@ -271,6 +420,22 @@ def llama(name: str) -> Model:
     )
 
 
+def moe_model(name: str) -> Model:
+    """A mixture-of-experts model of :data:`MOE_MODELS`, trained as the Llama models are:
+    bf16 with fp32 gradients, master weights and Adam (the mixed precision of Megatron-Core's
+    MoE recipes; DeepSeek-V3 itself trained its matmuls in FP8, which pipesim does not
+    model)."""
+    arch, batch, description = MOE_MODELS[name]
+    return from_architecture(
+        name,
+        arch,
+        dtype="bf16",
+        default_batch=batch,
+        description=f"{name}: {description}, seq {arch.seq}",
+        gradient_bytes=4,
+    )
+
+
 def uniform(layers: int) -> Model:
     """``layers`` identical synthetic layers."""
     layer = Layer(
@@ -369,6 +534,25 @@ FAMILIES = (
         "llama3-70b",
         "Llama 2 (7b, 13b, 70b) and Llama 3 (8b, 70b, 405b): GQA, SwiGLU, RMSNorm, untied",
         lambda m: llama(m[1]),
+    ),
+    ModelFamily(
+        r"(mixtral-8x7b|mixtral-8x22b)",
+        "mixtral-8x7b",
+        "Mixtral 8x7B and 8x22B: 8 SwiGLU experts, top-2, GQA (mixture of experts)",
+        lambda m: moe_model(m[1]),
+    ),
+    ModelFamily(
+        r"(deepseek-v2-lite|deepseek-v3)",
+        "deepseek-v3",
+        "DeepSeek-V2-Lite and DeepSeek-V3 (671B, no MTP): latent attention, shared and routed "
+        "experts",
+        lambda m: moe_model(m[1]),
+    ),
+    ModelFamily(
+        r"(qwen3-30b-a3b|qwen3-235b-a22b)",
+        "qwen3-30b-a3b",
+        "Qwen3-30B-A3B and Qwen3-235B-A22B: 128 experts, top-8, GQA with QK norms",
+        lambda m: moe_model(m[1]),
     ),
     ModelFamily(
         r"uniform-([0-9]+)",

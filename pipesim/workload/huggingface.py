@@ -22,11 +22,25 @@ qwen2       vocab_size, hidden_act (silu: SwiGLU), tie_word_embeddings, attentio
             Llama's attention_bias and mlp_bias, Mistral's sliding_window, Qwen2's
             use_sliding_window, sliding_window, max_window_layers and layer_types; RMSNorm,
             rotary positions; no linear biases but Qwen2's query/key/value biases
+mixtral     Mistral's keys, and the experts (every block): num_local_experts,
+            num_experts_per_tok, router_aux_loss_coef; intermediate_size is each expert's
+qwen3_moe   Qwen2's keys, attention_bias (false), the query and key norms Qwen3 always has,
+            and the experts: num_experts, num_experts_per_tok, moe_intermediate_size,
+            decoder_sparse_step (1), mlp_only_layers (none, or the leading blocks),
+            router_aux_loss_coef
+deepseek_   Llama's keys (num_key_value_heads must be the heads), attention_bias (false),
+v2, v3      latent attention (q_lora_rank, null for none; kv_lora_rank, qk_nope_head_dim,
+            qk_rope_head_dim, v_head_dim) and the experts (n_routed_experts, null for none;
+            n_shared_experts, num_experts_per_tok, moe_intermediate_size,
+            first_k_dense_replace, moe_layer_freq, aux_loss_alpha and seq_aux for the load
+            balancing, topk_method noaux_tc for the expert bias); num_nextn_predict_layers
+            (the multi-token-prediction module, not built) and quantization_config (how the
+            checkpoint is stored) named in the description
 ==========  ================================================================================
 
 Every family reads ``torch_dtype`` (or newer transformers' ``dtype``) for the precision, and
-``head_dim``, where a file gives it, must be hidden / heads: pipesim's architecture has no head
-width of its own.
+``head_dim`` where a file gives it (the heads' width, hidden / heads when absent; Qwen3's 128
+is wider).
 
 Every key of a file is accounted for: read (:data:`READ_KEYS`), ignored because it does not
 change what a training step costs (:data:`COST_NEUTRAL`, each with its reason), or, where
@@ -35,9 +49,13 @@ does not know is named in the description as not read; nothing is dropped silent
 
 Refused, each in one line naming the file: a file that cannot be read or is not JSON (a
 directory, a named pipe nobody writes, a device, more than ``PIPESIM_MAX_INPUT_BYTES``, not
-UTF-8, nested too deep, a number JSON does not have); a mixture-of-experts model; a
-``model_type`` not above; a missing or ill-typed key; a ``head_dim`` other than hidden / heads;
-a sliding attention window shorter than the sequence.
+UTF-8, nested too deep, a number JSON does not have); a mixture-of-experts model of a type
+not above (Qwen2-MoE, OLMoE, DBRX...) or experts' keys in a dense family's file; a
+``model_type`` not above; a missing or ill-typed key; heads that do not divide the width
+without a ``head_dim``; more experts per token than experts; MoE blocks this reader cannot
+place (Qwen's ``decoder_sparse_step`` above 1, ``mlp_only_layers`` other than the leading
+blocks); biases beside experts or latent attention; a sliding attention window shorter than
+the sequence.
 """
 
 from __future__ import annotations
@@ -54,9 +72,12 @@ from pipesim.errors import PipesimError, few, named, shown
 from pipesim.files.inputs import decode_text, read_input
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.model import Model
+from pipesim.workload.moe import LoadBalancing, MixtureOfExperts, MultiLatentAttention
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
-SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "qwen2")
+# The mixture-of-experts families this reader reads (the others of MOE_TYPES are refused).
+MOE_SUPPORTED = ("mixtral", "deepseek_v2", "deepseek_v3", "qwen3_moe")
+SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", *MOE_SUPPORTED)
 
 # Mixture-of-experts decoders of transformers (the model_type of each one's configuration_*.py);
 # a file of another type is found out by its experts' count (MOE_KEYS).
@@ -187,12 +208,65 @@ READ_KEYS: dict[str, frozenset[str]] = {
             "layer_types",
         )
     ),
+    "mixtral": frozenset(
+        (
+            *_COMMON_KEYS,
+            *_LLAMA_KEYS,
+            "sliding_window",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "router_aux_loss_coef",
+        )
+    ),
+    "qwen3_moe": frozenset(
+        (
+            *_COMMON_KEYS,
+            *_LLAMA_KEYS,
+            "attention_bias",
+            "sliding_window",
+            "use_sliding_window",
+            "max_window_layers",
+            "layer_types",
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "decoder_sparse_step",
+            "mlp_only_layers",
+            "router_aux_loss_coef",
+        )
+    ),
 }
+_DEEPSEEK_KEYS = frozenset(
+    (
+        *_COMMON_KEYS,
+        *_LLAMA_KEYS,
+        "attention_bias",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_nope_head_dim",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "n_routed_experts",
+        "n_shared_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "aux_loss_alpha",
+        "seq_aux",
+        "topk_method",
+        "num_nextn_predict_layers",
+        "quantization_config",
+    )
+)
+READ_KEYS["deepseek_v2"] = _DEEPSEEK_KEYS
+READ_KEYS["deepseek_v3"] = _DEEPSEEK_KEYS
 
 _TOKEN_IDS = "a token id: no cost"
 _EPSILON = "a norm's epsilon: no cost"
 _ROTARY = "pipesim counts no FLOPs and no parameters for rotary positions"
 _GPT2_HEAD = "GPT2DoubleHeadsModel's classification head, not part of the language model"
+_GROUPS = "group-limited routing: which experts a token may reach, not how many it reaches"
 
 # Keys that do not change what a training step costs, whichever family, with why.
 COST_NEUTRAL: dict[str, str] = {
@@ -229,6 +303,18 @@ COST_NEUTRAL: dict[str, str] = {
     "summary_activation": _GPT2_HEAD,
     "summary_proj_to_labels": _GPT2_HEAD,
     "summary_first_dropout": _GPT2_HEAD,
+    "auto_map": "where the model's own modelling code lives",
+    "output_router_logits": "whether the forward returns the router's logits (for the "
+    "auxiliary loss): no matmul",
+    "router_jitter_noise": "noise multiplied into the router's input in training: "
+    "elementwise, no matmul",
+    "norm_topk_prob": "whether the top-k routing weights are renormalized: no matmul",
+    "scoring_func": "the router's scores by softmax or sigmoid: no matmul",
+    "routed_scaling_factor": "a scalar multiply of the routed experts' output: no matmul",
+    "n_group": _GROUPS,
+    "topk_group": _GROUPS,
+    "ep_size": "the expert parallelism of DeepSeek's reference inference code: a run's "
+    "layout, not the model's",
 }
 
 
@@ -267,6 +353,20 @@ class _Keys:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
             raise SpecError(f"{key} must be an integer from 1 to {MAX_SIZE:,}, got {shown(value)}")
         return value
+
+    def count(self, key: str, default: int) -> int:
+        """A count that may be 0: an integer from 0 to :data:`MAX_SIZE`."""
+        value = self._value(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+            raise SpecError(f"{key} must be an integer from 0 to {MAX_SIZE:,}, got {shown(value)}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        """A number >= 0 (a loss coefficient)."""
+        value = self._value(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise SpecError(f"{key} must be a number >= 0, got {shown(value)}")
+        return float(value)
 
     def probability(self, key: str, default: float) -> float:
         """A dropout probability: a number from 0 to 1."""
@@ -320,6 +420,10 @@ class _Reading:
         "max_position_embeddings",
     )
     notes: list[str] = field(default_factory=list)
+    head_width: int | None = None
+    qk_norm: bool = False
+    moe: MixtureOfExperts | None = None
+    mla: MultiLatentAttention | None = None
 
 
 def model_from_hf_config(
@@ -405,8 +509,9 @@ def _model(table: dict[str, Any], path: str | Path, name: str | None, seq: int |
     chosen = name if name is not None else _default_name(Path(path))
     description = (
         f"{chosen}: Hugging Face {model_type} config {str(path)!r}: {arch.layers} layers, "
-        f"hidden {arch.hidden}, {arch.heads} heads ({arch.key_value_heads} key/value), ffn "
-        f"{arch.ffn}, vocab {arch.vocab:,}, seq {arch.seq:,}"
+        f"hidden {arch.hidden}, {arch.heads} heads{_width(arch)} ({arch.key_value_heads} "
+        f"key/value), ffn "
+        f"{arch.ffn}, vocab {arch.vocab:,}, seq {arch.seq:,}{_experts_described(arch)}"
     )
     # Built as catalogue.from_architecture builds (a test holds the two equal), not through it:
     # this module then needs nothing of the catalogue, which may come to read .json paths
@@ -427,6 +532,26 @@ def _model(table: dict[str, Any], path: str | Path, name: str | None, seq: int |
     )
 
 
+def _width(arch: TransformerArchitecture) -> str:
+    """The heads' width where it is their own ("" where it is hidden / heads)."""
+    return "" if arch.head_width is None else f" of {arch.head_width}"
+
+
+def _experts_described(arch: TransformerArchitecture) -> str:
+    """The latent attention and the experts, for the description ("" for a dense model)."""
+    words = ""
+    if arch.mla is not None:
+        words += f", latent attention (kv rank {arch.mla.kv_lora_rank})"
+    moe = arch.moe
+    if moe is not None:
+        words += f", {moe.experts} experts of ffn {moe.expert_ffn}, top-{moe.top_k}"
+        if moe.shared_experts:
+            words += f", {moe.shared_experts} shared"
+        if arch.dense_layers:
+            words += f", {arch.dense_layers} dense block{'s' if arch.dense_layers > 1 else ''}"
+    return words
+
+
 def default_batch(seq: int) -> int:
     """Sequences per step: :data:`DEFAULT_TOKENS_PER_STEP` tokens, rounded down to a power of
     two, at least 1."""
@@ -443,18 +568,20 @@ def _default_name(path: Path) -> str:
 
 
 def _model_type(keys: _Keys) -> str:
-    """The family; a mixture-of-experts model (by its experts' count or its type) or an
-    unknown type is refused."""
-    for key in MOE_KEYS:
-        if keys.has(key) and keys.table[key] != 0:
-            raise SpecError(
-                f"mixture-of-experts models are not modelled yet ({key} = {shown(keys.table[key])})"
-            )
+    """The family; a mixture-of-experts model of a type this reader does not read (by its
+    type, or by its experts' count in a dense family's file) or an unknown type is
+    refused."""
     model_type = keys.table.get("model_type")
-    if isinstance(model_type, str) and model_type in MOE_TYPES:
-        raise SpecError(
-            f"mixture-of-experts models are not modelled yet (model_type = {model_type!r})"
-        )
+    readable = f"pipesim reads the experts of {', '.join(MOE_SUPPORTED)} configs"
+    if isinstance(model_type, str) and model_type in MOE_TYPES - set(MOE_SUPPORTED):
+        raise SpecError(f"mixture-of-experts model_type {model_type!r} is not read yet; {readable}")
+    if model_type not in MOE_SUPPORTED:
+        for key in MOE_KEYS:
+            if keys.has(key) and keys.table[key] != 0:
+                raise SpecError(
+                    f"{key} = {shown(keys.table[key])}: experts in a {shown(model_type)} "
+                    f"config are not read; {readable}"
+                )
     if model_type is None:
         raise SpecError("model_type is required")
     if not isinstance(model_type, str) or model_type not in SUPPORTED:
@@ -650,12 +777,169 @@ def _qwen2_slides(keys: _Keys, layers: int) -> bool:
     return keys.size("max_window_layers", 28) < layers  # Qwen2Config's default: 28
 
 
+def _balancing(keys: _Keys, coefficient: str, default: float) -> LoadBalancing:
+    """The auxiliary loss where its coefficient is above 0 (Mixtral's and Qwen's
+    ``router_aux_loss_coef``)."""
+    return LoadBalancing.AUX_LOSS if keys.number(coefficient, default) > 0 else LoadBalancing.NONE
+
+
+def _experts(
+    keys: _Keys, experts_key: str, experts: int, top_k: int, layers: int, first_dense: int = 0
+) -> None:
+    """Refuse, in the file's key names, more experts per token than experts and dense
+    leading blocks that leave no MoE block."""
+    if top_k > experts:
+        raise SpecError(
+            f"num_experts_per_tok = {top_k:,} must be at most {experts_key} = {experts:,}"
+        )
+    if first_dense >= layers:
+        key = "first_k_dense_replace" if keys.has("first_k_dense_replace") else "mlp_only_layers"
+        raise SpecError(
+            f"{key} leaves no mixture-of-experts block among num_hidden_layers = {layers:,}"
+        )
+
+
+def _no_biases(keys: _Keys, family: str) -> None:
+    """Refuse the attention's biases beside experts or latent attention (none of the
+    published models of these families has them; pipesim's linear_bias cannot be set
+    with experts)."""
+    if keys.flag("attention_bias", False):
+        raise SpecError(
+            f"attention_bias = true: biases are not modelled in a {family} model's blocks"
+        )
+
+
+def _mixtral(keys: _Keys) -> _Reading:
+    """Mixtral: Mistral's block with ``num_local_experts`` SwiGLU experts of
+    ``intermediate_size`` in every block, each token to ``num_experts_per_tok``
+    (MixtralConfig's defaults: 8 and 2)."""
+    reading = _mistral(keys)
+    experts = keys.size("num_local_experts", 8)
+    top_k = keys.size("num_experts_per_tok", 2)
+    _experts(keys, "num_local_experts", experts, top_k, reading.layers)
+    reading.moe = MixtureOfExperts(
+        experts,
+        top_k,
+        reading.ffn,
+        load_balancing=_balancing(keys, "router_aux_loss_coef", 0.001),
+    )
+    return reading
+
+
+def _qwen3_moe(keys: _Keys) -> _Reading:
+    """Qwen3-MoE (Qwen3MoeConfig's defaults where a key is absent): Qwen2's block without
+    biases, with RMS norms of each head's query and key, ``num_experts`` SwiGLU experts of
+    ``moe_intermediate_size``, each token to ``num_experts_per_tok``. Its MoE blocks are every
+    ``decoder_sparse_step``-th from block ``step - 1`` but the ``mlp_only_layers``: this
+    reader places every block (step 1) with leading dense ones, as the published models
+    are."""
+    _no_biases(keys, "qwen3_moe")
+    reading = _llama_like(keys, lambda arch: 0)
+    if _qwen2_slides(keys, reading.layers):
+        reading.window = keys.size("sliding_window", 4096)
+    step = keys.size("decoder_sparse_step", 1)
+    if step != 1:
+        raise SpecError(
+            f"decoder_sparse_step = {step}: Qwen's MoE blocks every {step} blocks from block "
+            f"{step - 1} are not placed (pipesim's layer_frequency counts from block 0)"
+        )
+    dense = _leading_blocks(keys, "mlp_only_layers", reading.layers)
+    experts = keys.size("num_experts", 128)
+    top_k = keys.size("num_experts_per_tok", 8)
+    _experts(keys, "num_experts", experts, top_k, reading.layers, dense)
+    reading.qk_norm = True
+    reading.moe = MixtureOfExperts(
+        experts,
+        top_k,
+        keys.size("moe_intermediate_size", 768),
+        first_dense_layers=dense,
+        load_balancing=_balancing(keys, "router_aux_loss_coef", 0.001),
+    )
+    return reading
+
+
+def _leading_blocks(keys: _Keys, key: str, layers: int) -> int:
+    """How many leading blocks a list of block indices names (0 for none); a list of other
+    blocks is refused."""
+    value = keys.table.get(key) or []
+    if not isinstance(value, list) or value != list(range(len(value))):
+        raise SpecError(
+            f"{key} = {shown(value)}: only leading blocks (0, 1, ...) can keep the dense MLP"
+        )
+    return len(value)
+
+
+def _deepseek(keys: _Keys) -> _Reading:
+    """DeepSeek-V2 and -V3 (DeepseekV2Config's and V3's defaults where a key is absent):
+    Llama's block with multi-head latent attention, and from ``first_k_dense_replace`` on
+    every ``moe_layer_freq``-th block's MLP ``n_routed_experts`` routed experts of
+    ``moe_intermediate_size`` and ``n_shared_experts`` shared ones (a null
+    ``n_routed_experts``: a dense model). The multi-token-prediction module
+    (``num_nextn_predict_layers``) is not built: the description says so."""
+    _no_biases(keys, "DeepSeek")
+    reading = _llama_like(keys, lambda arch: 0)
+    if reading.kv_heads != reading.heads:
+        raise SpecError(
+            f"num_key_value_heads = {reading.kv_heads:,} differs from num_attention_heads = "
+            f"{reading.heads:,}: latent attention gives every head its keys and values"
+        )
+    reading.mla = MultiLatentAttention(
+        kv_lora_rank=keys.size("kv_lora_rank", 512),
+        qk_nope_head_dim=keys.size("qk_nope_head_dim", 128),
+        qk_rope_head_dim=keys.size("qk_rope_head_dim", 64),
+        v_head_dim=keys.size("v_head_dim", 128),
+        q_lora_rank=keys.size("q_lora_rank") if keys.has("q_lora_rank") else None,
+    )
+    mtp = keys.count("num_nextn_predict_layers", 0)
+    if mtp:
+        reading.notes.append(
+            f"num_nextn_predict_layers = {mtp}: the multi-token-prediction module is not built"
+        )
+    if keys.has("quantization_config"):
+        stored = keys.table["quantization_config"]
+        method = stored.get("quant_method") if isinstance(stored, dict) else None
+        reading.notes.append(
+            f"quantization_config ({method or 'given'}): how the checkpoint is stored; "
+            "trained at torch_dtype's precision"
+        )
+    if not keys.has("n_routed_experts"):
+        return reading
+    experts = keys.size("n_routed_experts")
+    top_k = keys.size("num_experts_per_tok")
+    dense = keys.count("first_k_dense_replace", 0)
+    _experts(keys, "n_routed_experts", experts, top_k, reading.layers, dense)
+    alpha = keys.number("aux_loss_alpha", 0.001)
+    balancing = LoadBalancing.NONE
+    if alpha > 0:
+        balancing = (
+            LoadBalancing.SEQ_AUX_LOSS if keys.flag("seq_aux", True) else LoadBalancing.AUX_LOSS
+        )
+    method = keys.choice(
+        "topk_method", frozenset({"greedy", "group_limited_greedy", "noaux_tc"}), "greedy"
+    )
+    reading.moe = MixtureOfExperts(
+        experts,
+        top_k,
+        keys.size("moe_intermediate_size"),
+        shared_experts=keys.count("n_shared_experts", 0),
+        first_dense_layers=dense,
+        layer_frequency=keys.size("moe_layer_freq", 1),
+        load_balancing=balancing,
+        expert_bias=method == "noaux_tc",
+    )
+    return reading
+
+
 _FAMILIES: dict[str, Callable[[_Keys], _Reading]] = {
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     "llama": _llama,
     "mistral": _mistral,
     "qwen2": _qwen2,
+    "mixtral": _mixtral,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
 }
 
 
@@ -719,7 +1003,13 @@ def _architecture(
         dropout=reading.dropout,
         embedding_dropout=reading.embedding_dropout,
         element_bytes=precision.element_bytes,
+        head_width=reading.head_width,
+        qk_norm=reading.qk_norm,
+        moe=reading.moe,
+        mla=reading.mla,
     )
+    if arch.moe is not None or arch.mla is not None:  # their readers refuse biases
+        return arch, notes
     full = replace(arch, linear_bias=True)
     linear_bias, note = _linear_bias(reading.biases(full), full)
     notes.extend([note] if note else [])
@@ -727,27 +1017,25 @@ def _architecture(
 
 
 def _check_heads(reading: _Reading, keys: _Keys) -> None:
-    """Heads that divide the width, key/value heads that divide the heads, and a
-    ``head_dim`` (where given) of hidden / heads: pipesim's architecture has no other."""
+    """Heads that divide the width (unless ``head_dim`` gives their width, or latent
+    attention its own), key/value heads that divide the heads; a ``head_dim`` other than
+    hidden / heads is the heads' width (Qwen3's 128)."""
     _, hidden_key, heads_key, _ = reading.names
-    if reading.hidden % reading.heads:
+    given = keys.has("head_dim") and reading.mla is None
+    if reading.hidden % reading.heads and not given and reading.mla is None:
         raise SpecError(
             f"{heads_key} = {reading.heads:,} must divide {hidden_key} = {reading.hidden:,} "
-            "(pipesim's heads are hidden / heads wide)"
+            "(without a head_dim, pipesim's heads are hidden / heads wide)"
         )
     if reading.heads % reading.kv_heads:
         raise SpecError(
             f"num_key_value_heads = {reading.kv_heads:,} must divide {heads_key} = "
             f"{reading.heads:,}"
         )
-    if keys.has("head_dim"):
+    if given:
         head_dim = keys.size("head_dim")
-        if head_dim != reading.hidden // reading.heads:
-            raise SpecError(
-                f"head_dim = {head_dim:,} differs from {hidden_key} / {heads_key} = "
-                f"{reading.hidden:,} / {reading.heads:,} = {reading.hidden // reading.heads:,}: "
-                "pipesim's architecture cannot express a head width of its own"
-            )
+        if reading.hidden % reading.heads or head_dim != reading.hidden // reading.heads:
+            reading.head_width = head_dim
 
 
 def _sequence(reading: _Reading, seq: int | None, notes: list[str]) -> int:

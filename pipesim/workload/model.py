@@ -32,6 +32,11 @@ class Layer:
         shared_parameters: the part of ``parameters`` that copies another layer's weights (a
             tied output layer's copy of the word embeddings): counted once in the model, held
             twice when the two layers sit on different devices.
+        expert_parameters: the part of ``parameters`` that is a mixture-of-experts block's
+            routed experts' weights (all E experts, as this tensor-parallel rank holds them):
+            what expert parallelism divides among its ranks; 0 for any other layer.
+        active_expert_parameters: the part of ``expert_parameters`` one token goes through
+            (its top-k experts': k/E of them).
         work: the layer's passes kernel by kernel (:mod:`pipesim.workload.work`), for the
             kernel-level time model and the transient memory; None for a layer given by its
             totals alone (timed by one roofline per pass).
@@ -47,6 +52,8 @@ class Layer:
     output_bytes: float
     recompute_flops: float = 0.0
     shared_parameters: float = 0.0
+    expert_parameters: float = 0.0
+    active_expert_parameters: float = 0.0
     work: LayerWork | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -62,13 +69,20 @@ class Layer:
             "output_bytes",
             "recompute_flops",
             "shared_parameters",
+            "expert_parameters",
+            "active_expert_parameters",
         ):
             checks.non_negative(f"{where} {attribute}", getattr(self, attribute))
-        if self.shared_parameters > self.parameters:
-            raise SpecError(
-                f"{where} shared_parameters ({self.shared_parameters:g}) must not exceed "
-                f"parameters ({self.parameters:g})"
-            )
+        for part, whole in (
+            ("shared_parameters", "parameters"),
+            ("expert_parameters", "parameters"),
+            ("active_expert_parameters", "expert_parameters"),
+        ):
+            if getattr(self, part) > getattr(self, whole):
+                raise SpecError(
+                    f"{where} {part} ({getattr(self, part):g}) must not exceed {whole} "
+                    f"({getattr(self, whole):g})"
+                )
         if self.work is not None and not isinstance(self.work, LayerWork):
             raise SpecError(f"{where} work must be a LayerWork, got {self.work!r}")
         if self.weight_grad_activation_bytes > self.activation_bytes:
@@ -86,6 +100,12 @@ class Layer:
     def hardware_flops(self) -> float:
         """Training FLOPs with the recomputed forward work, per sample."""
         return self.training_flops + self.recompute_flops
+
+    @property
+    def active_parameters(self) -> float:
+        """The parameters one token's forward pass goes through: all but the routed experts
+        it is not sent to."""
+        return self.parameters - self.expert_parameters + self.active_expert_parameters
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,18 @@ class Model:
     def parameters(self) -> float:
         """Total parameter count (a tied output layer's copy counted once)."""
         return sum(layer.parameters - layer.shared_parameters for layer in self.layers)
+
+    @property
+    def expert_parameters(self) -> float:
+        """The routed experts' parameters in all (0 for a dense model): the part of
+        :attr:`parameters` expert parallelism divides."""
+        return sum(layer.expert_parameters for layer in self.layers)
+
+    @property
+    def active_parameters(self) -> float:
+        """The parameters one token's forward pass goes through (a tied output layer's copy
+        counted once): :attr:`parameters` for a dense model."""
+        return sum(layer.active_parameters - layer.shared_parameters for layer in self.layers)
 
     @property
     def bytes_per_parameter(self) -> float:

@@ -29,6 +29,30 @@ Either a transformer stack::
     fused_output_norm = true            # false: the final norm's output stashed as well
     element_bytes = 2                   # 4 for fp32 activations
     mask_bytes = 1                      # a dropout mask's element (default element_bytes / 2)
+    head_dim = 128                      # each head's width (default hidden / heads)
+    qk_norm = false                     # norms of each head's query and key (Qwen3)
+
+    # optional: mixture-of-experts blocks (pipesim.workload.moe); with their defaults
+    [transformer.moe]
+    experts = 8                         # routed experts
+    top_k = 2                           # experts per token
+    expert_ffn = 14336                  # an expert's inner width
+    shared_experts = 0
+    shared_expert_ffn = 14336           # each shared expert's (default expert_ffn)
+    first_dense_layers = 0              # leading blocks with the dense MLP of width ffn
+    layer_frequency = 1                 # every N-th block an MoE block
+    gated = true                        # SwiGLU experts
+    capacity_factor = 1.25              # absent: dropless
+    load_balancing = "aux_loss"         # or "seq_aux_loss", "sinkhorn", "none"
+    expert_bias = false                 # DeepSeek-V3's aux-loss-free bias per expert
+
+    # optional: multi-head latent attention (DeepSeek-V2/V3), instead of kv_heads
+    [transformer.mla]
+    q_lora_rank = 1536                  # absent: the query is one projection
+    kv_lora_rank = 512
+    qk_nope_head_dim = 128
+    qk_rope_head_dim = 64
+    v_head_dim = 128
 
 or explicit layers, each repeated ``repeat`` times::
 
@@ -43,6 +67,8 @@ or explicit layers, each repeated ``repeat`` times::
     activation_bytes = 4e6
     weight_grad_activation_bytes = 2e6  # optional, default activation_bytes
     output_bytes = 1e6
+    expert_parameters = 0               # optional: the routed experts' part of parameters
+    active_expert_parameters = 0        # optional: the part of those a token goes through
 
 ``optimizer_bytes_per_parameter`` (default 12) is the optimizer's state with any fp32 master
 weights; ``master_weight_bytes_per_parameter`` (default 0) may hold the master weights apart,
@@ -70,6 +96,7 @@ from pipesim.errors import named, shown
 from pipesim.files.toml_reader import Fields, boolean, read_toml, string
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
+from pipesim.workload.moe import LoadBalancing, MixtureOfExperts, MultiLatentAttention
 from pipesim.workload.transformer import TOKEN_BYTES, transformer_layers
 
 
@@ -183,7 +210,7 @@ def model_table(model: Model) -> dict[str, Any]:
     groups: list[tuple[Layer, int]] = []
     for layer in model.layers:
         if layer.work is not None or layer.recompute_flops or layer.shared_parameters:
-            raise ValueError(
+            raise ValueError(  # a transformer's layers are written as its architecture
                 f"model {model.name!r}: layer {layer.name!r} has more than a model file states"
             )
         if groups and groups[-1][0] == layer:
@@ -201,6 +228,9 @@ def model_table(model: Model) -> dict[str, Any]:
             "activation_bytes": layer.activation_bytes,
             "weight_grad_activation_bytes": layer.weight_grad_activation_bytes,
             "output_bytes": layer.output_bytes,
+            # only where the layer has experts: a dense layer's table is as it was
+            "expert_parameters": layer.expert_parameters or None,
+            "active_expert_parameters": layer.active_expert_parameters or None,
         }
         for layer, repeat in groups
     ]
@@ -213,7 +243,7 @@ def _architecture(spec: Fields) -> TransformerArchitecture:
     count = spec.take("layers", checks.positive_int)
     check(Limit.LAYERS, count, f"transformer.layers = {count:,}")
     heads = spec.take("heads", checks.positive_int)
-    if hidden % heads:
+    if hidden % heads and not spec.has("head_dim") and not spec.has("mla"):
         raise SpecError(
             f"transformer.heads = {heads:,} must divide transformer.hidden = {hidden:,} "
             "(each head gets hidden / heads of the width)"
@@ -238,9 +268,45 @@ def _architecture(spec: Fields) -> TransformerArchitecture:
         fused_output_norm=spec.take("fused_output_norm", boolean, True),
         element_bytes=element_bytes,
         mask_bytes=spec.take("mask_bytes", checks.positive_int, max(1, element_bytes // 2)),
+        head_width=spec.take("head_dim", checks.positive_int, None),
+        qk_norm=spec.take("qk_norm", boolean, False),
+        moe=_moe(spec.table("moe")) if spec.has("moe") else None,
+        mla=_mla(spec.table("mla")) if spec.has("mla") else None,
     )
     spec.done()
     return architecture
+
+
+def _moe(spec: Fields) -> MixtureOfExperts:
+    """The ``[transformer.moe]`` table."""
+    moe = MixtureOfExperts(
+        experts=spec.take("experts", checks.positive_int),
+        top_k=spec.take("top_k", checks.positive_int),
+        expert_ffn=spec.take("expert_ffn", checks.positive_int),
+        shared_experts=spec.take("shared_experts", checks.non_negative_int, 0),
+        shared_expert_ffn=spec.take("shared_expert_ffn", checks.positive_int, None),
+        first_dense_layers=spec.take("first_dense_layers", checks.non_negative_int, 0),
+        layer_frequency=spec.take("layer_frequency", checks.positive_int, 1),
+        gated=spec.take("gated", boolean, True),
+        capacity_factor=spec.take("capacity_factor", checks.positive, None),
+        load_balancing=spec.take("load_balancing", _choice(LoadBalancing), LoadBalancing.AUX_LOSS),
+        expert_bias=spec.take("expert_bias", boolean, False),
+    )
+    spec.done()
+    return moe
+
+
+def _mla(spec: Fields) -> MultiLatentAttention:
+    """The ``[transformer.mla]`` table."""
+    mla = MultiLatentAttention(
+        kv_lora_rank=spec.take("kv_lora_rank", checks.positive_int),
+        qk_nope_head_dim=spec.take("qk_nope_head_dim", checks.positive_int),
+        qk_rope_head_dim=spec.take("qk_rope_head_dim", checks.positive_int),
+        v_head_dim=spec.take("v_head_dim", checks.positive_int),
+        q_lora_rank=spec.take("q_lora_rank", checks.positive_int, None),
+    )
+    spec.done()
+    return mla
 
 
 EnumT = TypeVar("EnumT", bound=Enum)
@@ -283,6 +349,8 @@ def _layer(fields: Fields) -> tuple[Layer, int]:
             "weight_grad_activation_bytes", checks.non_negative, activation
         ),
         output_bytes=fields.take("output_bytes", checks.non_negative),
+        expert_parameters=fields.take("expert_parameters", checks.non_negative, 0.0),
+        active_expert_parameters=fields.take("active_expert_parameters", checks.non_negative, 0.0),
     )
     fields.done()
     return layer, repeat

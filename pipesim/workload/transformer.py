@@ -43,6 +43,13 @@ all-reduces its activations twice in the forward pass and twice in the input-gra
 (sequence parallelism: an all-gather before and a reduce-scatter after each of the two
 sub-blocks, the same volume; the all-gathers W repeats for the linears' inputs run under the
 input-gradient matmuls, as Megatron-LM overlaps them, and take no time of their own).
+
+A mixture-of-experts block has the mixture's router, routed and shared experts in place of the
+MLP, a block under latent attention the latent projections in place of the QKV projection
+(:mod:`pipesim.workload.moe_block` says what each computes and stashes); a head width of its
+own (``head_dim``) widens the queries, keys, values and the projection's input, ``qk_norm``
+adds the heads' query and key norms and stashes their inputs. A dense GPT or Llama block is
+built exactly as before them.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from pipesim.common.checks import SpecError
 from pipesim.errors import named
 from pipesim.hardware.collectives import Collective
 from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
+from pipesim.workload import moe_block
 from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.work import CollectiveCall, LayerWork, Matmul, PassWork, Scaled
@@ -66,13 +74,20 @@ LOSS_STATISTICS = 3  # fp32 per token: the vocabulary-parallel loss all-reduces 
 def check_tensor_parallel(arch: TransformerArchitecture, tensor: int) -> None:
     """Refuse a tensor-parallel size that does not split the heads, the key/value heads, the
     MLP or the vocabulary evenly (Megatron requires each; the vocabulary is padded to a
-    multiple of 128·t in a run, so a catalogue model's vocabulary is already padded)."""
-    for field, value in (
-        ("heads", arch.heads),
-        ("kv_heads", arch.key_value_heads),
-        ("ffn", arch.ffn),
-        ("vocab", arch.vocab),
-    ):
+    multiple of 128·t in a run, so a catalogue model's vocabulary is already padded); with
+    mixture-of-experts blocks the experts' widths too (each expert is split t ways), the dense
+    MLP's only where some block has one."""
+    fields: list[tuple[str, int]] = [("heads", arch.heads)]
+    if arch.mla is None:
+        fields.append(("kv_heads", arch.key_value_heads))
+    if arch.dense_layers:
+        fields.append(("ffn", arch.ffn))
+    if arch.moe is not None:
+        fields.append(("moe.expert_ffn", arch.moe.expert_ffn))
+        if arch.moe.shared_width:
+            fields.append(("shared experts' width", arch.moe.shared_width))
+    fields.append(("vocab", arch.vocab))
+    for field, value in fields:
         if value % tensor:
             raise SpecError(
                 f"{named('tensor_parallel')} {tensor} must divide the model's {field} "
@@ -87,6 +102,7 @@ class _Sizes:
 
     arch: TransformerArchitecture
     par: Parallelism
+    moe: bool = False  # the block's MLP is the mixture of experts
 
     @property
     def t(self) -> int:
@@ -122,8 +138,11 @@ class _Sizes:
 
     @property
     def qkv_width(self) -> float:
-        """The QKV projection's output width on this rank: (h + 2·kv·d)/t."""
-        return (self.arch.hidden + 2 * self.arch.kv_width) / self.t
+        """The queries', keys' and values' width on this rank: (h + 2·kv·d)/t (the QKV
+        projection's output; latent attention's up-projections' with the shared rotary key
+        given to every head)."""
+        a = self.arch
+        return (a.query_width + a.key_width + a.value_width) / self.t
 
     @property
     def fc1_width(self) -> float:
@@ -141,15 +160,22 @@ class _Sizes:
 
     def activation_terms(self) -> dict[str, float]:
         """The stash of one block without recomputation, term by term (bytes per sample)."""
-        a, e, s, h = self.arch, self.e, self.arch.seq, self.arch.hidden
+        a, e, s = self.arch, self.e, self.arch.seq
         terms = {
             "norm inputs": 2 * e * self.hidden_local,
             "qkv and fc1 inputs": 2 * e * self.hidden_local,
             "query, key, value": e * s * self.qkv_width,
-            "projection input": e * s * h / self.t,
+            "projection input": e * s * a.output_width / self.t,
             "mlp activations": (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / self.t,
             "dropout masks": 2 * self.mask * self.hidden_local,
         }
+        if self.moe:
+            del terms["mlp activations"]
+            terms.update(moe_block.moe_stash_terms(self))
+        if a.mla is not None:
+            terms.update(moe_block.mla_stash_terms(self))
+        if a.qk_norm:
+            terms["query and key norm inputs"] = e * s * (a.query_width + a.key_width) / self.t
         terms.update(self.core_terms())
         return terms
 
@@ -164,14 +190,31 @@ class _Sizes:
         """What the MLP sub-block stashes (its norm's input, fc1's input, the activation's
         inputs, fc2's input, its dropout mask): freed before the attention's backward."""
         a, e, s = self.arch, self.e, self.arch.seq
-        activation = (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / self.t
+        if self.moe:
+            activation = sum(moe_block.moe_stash_terms(self).values())
+        else:
+            activation = (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / self.t
         return 2 * e * self.hidden_local + activation + self.mask * self.hidden_local
 
     def weight_grad_keep(self) -> float:
-        """What W needs: the four linear layers' inputs (the QKV and fc1 inputs as stashed)."""
+        """What W needs: the four linear layers' inputs (the QKV and fc1 inputs as stashed);
+        in an MoE block the router's, the experts' and the shared experts' inputs, under latent
+        attention the up-projections' too."""
         a, e, s = self.arch, self.e, self.arch.seq
-        fc2_input = e * s * a.ffn / self.t
-        return 2 * e * self.hidden_local + e * s * a.hidden / self.t + fc2_input
+        # the MLP's second linear's input (an MoE block's: its experts' and router's inputs)
+        fc2_input = moe_block.moe_weight_grad_inputs(self) if self.moe else e * s * a.ffn / self.t
+        keep = 2 * e * self.hidden_local + e * s * a.output_width / self.t + fc2_input
+        if a.mla is not None:
+            keep += moe_block.mla_weight_grad_inputs(self)
+        return keep
+
+    @property
+    def attention_input_bytes(self) -> float:
+        """What the attention's column-parallel projections read, which its tensor-parallel
+        collectives carry: the hidden state (e·s·h), under latent attention the latents."""
+        if self.arch.mla is None:
+            return self.e * self.arch.seq * self.arch.hidden
+        return self.e * self.arch.seq * moe_block.mla_gathered_width(self)
 
     def block_collectives(self) -> tuple[CollectiveCall, ...]:
         """The two collectives of each sub-block (all-reduce, or all-gather + reduce-scatter)."""
@@ -181,44 +224,86 @@ class _Sizes:
         if self.par.sequence_parallel:
             gather = CollectiveCall(Collective.ALL_GATHER, size)
             scatter = CollectiveCall(Collective.REDUCE_SCATTER, size)
-            return (gather, scatter, gather, scatter)
+            first = gather
+            if self.arch.mla is not None:
+                first = CollectiveCall(Collective.ALL_GATHER, self.attention_input_bytes)
+            return (first, scatter, gather, scatter)
         reduce = CollectiveCall(Collective.ALL_REDUCE, size)
         return (reduce, reduce)
 
 
+def _attention_in_forward(z: _Sizes) -> moe_block.Part:
+    """The projections that make the queries, keys and values: the fused QKV projection, or
+    latent attention's down- and up-projections; with ``qk_norm``, the heads' query and key
+    norms."""
+    a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
+    if a.mla is not None:
+        return moe_block.mla_forward(z)
+    if not a.qk_norm:
+        return moe_block.Part((Matmul("qkv", s, z.qkv_width, h),))
+    norms = 2 * e * s * (a.query_width + a.key_width) / z.t
+    return moe_block.Part((Matmul("qkv", s, z.qkv_width, h),), reduction_bytes=norms, kernels=2)
+
+
+def _attention_in_input_grad(z: _Sizes) -> moe_block.Part:
+    """The backward of :func:`_attention_in_forward` for the input gradient."""
+    a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
+    if a.mla is not None:
+        return moe_block.mla_input_grad(z)
+    if not a.qk_norm:
+        return moe_block.Part((Matmul("qkv dgrad", s, h, z.qkv_width),))
+    norms = 3 * e * s * (a.query_width + a.key_width) / z.t
+    return moe_block.Part(
+        (Matmul("qkv dgrad", s, h, z.qkv_width),), reduction_bytes=norms, kernels=2
+    )
+
+
 def _block_forward(z: _Sizes) -> PassWork:
     a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
-    d = a.head_dim
-    matmuls = [Matmul("qkv", s, z.qkv_width, h)]
+    d_qk, d_v = a.score_head_dim, a.value_head_dim
+    attention_in = _attention_in_forward(z)
+    matmuls = list(attention_in.matmuls)
     reduction = 2 * 2 * e * z.hidden_local  # two norms: read and write
+    reduction += attention_in.reduction_bytes
     bias_dropout_add = 2 * (3 * e + z.mask) * z.hidden_local  # two bias-dropout-adds
     random = bias_dropout_add if a.dropout else 0.0  # with dropout, they draw random numbers
     memory = 0.0 if a.dropout else bias_dropout_add
-    kernels = 4
+    kernels = 4 + attention_in.kernels
     if a.attention is Attention.EAGER:
-        matmuls.append(Matmul("scores", s, s, d, z.heads_local, Scaled.BATCH))
-        matmuls.append(Matmul("values", s, d, s, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("scores", s, s, d_qk, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("values", s, d_v, s, z.heads_local, Scaled.BATCH))
         reduction += 2 * e * z.scores  # fused scale-mask-softmax
         kernels += 1
         if a.dropout:
             random += (2 * e + z.mask) * z.scores
             kernels += 1
         if a.key_value_heads < a.heads:  # keys and values expanded to every head
-            memory += e * s * (2 * a.kv_width + 2 * h) / z.t
+            memory += e * s * (a.key_width + a.value_width + 2 * a.query_width) / z.t
             kernels += 2
     else:
-        matmuls.append(Matmul("flash scores", s, s, d, z.heads_local, Scaled.BATCH))
-        matmuls.append(Matmul("flash values", s, d, s, z.heads_local, Scaled.BATCH))
-        memory += e * s * (2 * h + 2 * a.kv_width) / z.t + 4 * z.heads_local * s
-    matmuls.append(Matmul("proj", s, h, h / z.t))
-    matmuls.append(Matmul("fc1", s, z.fc1_width, h))
-    memory += (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / z.t  # activation function
-    kernels += 1
-    matmuls.append(Matmul("fc2", s, h, a.ffn / z.t))
+        matmuls.append(Matmul("flash scores", s, s, d_qk, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("flash values", s, d_v, s, z.heads_local, Scaled.BATCH))
+        flash = a.query_width + a.output_width + a.key_width + a.value_width
+        memory += e * s * flash / z.t + 4 * z.heads_local * s
+    matmuls.append(Matmul("proj", s, h, a.output_width / z.t))
     transients = [e * s * h if z.par.sequence_parallel and z.t > 1 else 0.0]
     if a.attention is Attention.EAGER:
         transients.append(e * z.scores)  # the raw scores before the softmax
-    transients.append(e * s * z.fc1_width)  # fc1's output before the activation
+    if a.mla is not None:
+        transients.append(attention_in.transient_bytes)
+    if z.moe:
+        mlp = moe_block.moe_forward(z)
+        matmuls += mlp.matmuls
+        memory += mlp.memory_bytes
+        reduction += mlp.reduction_bytes
+        kernels += mlp.kernels
+        transients.append(mlp.transient_bytes)
+    else:
+        matmuls.append(Matmul("fc1", s, z.fc1_width, h))
+        memory += (3 if a.mlp is Mlp.SWIGLU else 2) * e * s * a.ffn / z.t  # activation function
+        kernels += 1
+        matmuls.append(Matmul("fc2", s, h, a.ffn / z.t))
+        transients.append(e * s * z.fc1_width)  # fc1's output before the activation
     return PassWork(
         tuple(matmuls),
         memory_bytes=memory,
@@ -234,13 +319,14 @@ def _block_forward(z: _Sizes) -> PassWork:
 def _block_core_forward(z: _Sizes) -> PassWork:
     """The attention core alone (what selective recomputation re-runs)."""
     a, e, s = z.arch, z.e, z.arch.seq
-    d = a.head_dim
+    d_qk, d_v = a.score_head_dim, a.value_head_dim
     matmuls = (
-        Matmul("scores", s, s, d, z.heads_local, Scaled.BATCH),
-        Matmul("values", s, d, s, z.heads_local, Scaled.BATCH),
+        Matmul("scores", s, s, d_qk, z.heads_local, Scaled.BATCH),
+        Matmul("values", s, d_v, s, z.heads_local, Scaled.BATCH),
     )
     if a.attention is Attention.FLASH:
-        memory = e * s * (2 * a.hidden + 2 * a.kv_width) / z.t + 4 * z.heads_local * s
+        flash = a.query_width + a.output_width + a.key_width + a.value_width
+        memory = e * s * flash / z.t + 4 * z.heads_local * s
         return PassWork(matmuls, memory_bytes=memory, kernels=0, element_bytes=e)
     return PassWork(
         matmuls,
@@ -264,22 +350,31 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
     product having freed the dropout output; two without dropout), or FlashAttention's dQ, dK,
     dV."""
     a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
-    d = a.head_dim
-    matmuls = [
-        Matmul("fc2 dgrad", s, a.ffn / z.t, h),
-        Matmul("fc1 dgrad", s, h, z.fc1_width),
-        Matmul("proj dgrad", s, h / z.t, h),
-    ]
+    d_qk, d_v = a.score_head_dim, a.value_head_dim
     reduction = 2 * 3 * e * z.hidden_local  # two norm backwards: read x and dy, write dx
     memory = 2 * (5 * e + z.mask if a.dropout else 3 * e) * z.hidden_local  # dropout, residual
-    memory += (5 if a.mlp is Mlp.SWIGLU else 3) * e * s * a.ffn / z.t  # activation backward
     kernels = 5
+    if z.moe:
+        mlp = moe_block.moe_input_grad(z)
+        matmuls = list(mlp.matmuls)
+        memory += mlp.memory_bytes
+        reduction += mlp.reduction_bytes
+        kernels += mlp.kernels
+        mlp_phase = mlp.transient_bytes
+    else:
+        matmuls = [
+            Matmul("fc2 dgrad", s, a.ffn / z.t, h),
+            Matmul("fc1 dgrad", s, h, z.fc1_width),
+        ]
+        memory += (5 if a.mlp is Mlp.SWIGLU else 3) * e * s * a.ffn / z.t  # activation backward
+        mlp_phase = e * s * z.fc1_width
+    matmuls.append(Matmul("proj dgrad", s, a.output_width / z.t, h))
     if a.attention is Attention.EAGER:
         matmuls += [
-            Matmul("values dgrad", s, d, s, z.heads_local, Scaled.BATCH),
-            Matmul("scores dgrad", s, s, d, z.heads_local, Scaled.BATCH),
-            Matmul("query dgrad", s, d, s, z.heads_local, Scaled.BATCH),
-            Matmul("key dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+            Matmul("values dgrad", s, d_v, s, z.heads_local, Scaled.BATCH),
+            Matmul("scores dgrad", s, s, d_v, z.heads_local, Scaled.BATCH),
+            Matmul("query dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
+            Matmul("key dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
         ]
         reduction += 3 * e * z.scores  # softmax backward
         kernels += 1
@@ -289,19 +384,22 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
     else:
         # FlashAttention's backward recomputes the scores, then the four products.
         matmuls += [
-            Matmul("flash recompute", s, s, d, z.heads_local, Scaled.BATCH),
-            Matmul("flash values dgrad", s, d, s, z.heads_local, Scaled.BATCH),
-            Matmul("flash scores dgrad", s, s, d, z.heads_local, Scaled.BATCH),
-            Matmul("flash query dgrad", s, d, s, z.heads_local, Scaled.BATCH),
-            Matmul("flash key dgrad", s, d, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash recompute", s, s, d_qk, z.heads_local, Scaled.BATCH),
+            Matmul("flash values dgrad", s, d_v, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash scores dgrad", s, s, d_v, z.heads_local, Scaled.BATCH),
+            Matmul("flash query dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash key dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
         ]
-        memory += e * s * (4 * h + 4 * a.kv_width) / z.t + 4 * z.heads_local * s
-    matmuls.append(Matmul("qkv dgrad", s, h, z.qkv_width))
-    mlp_phase = e * s * z.fc1_width
+        flash = 2 * (a.query_width + a.output_width) + 2 * (a.key_width + a.value_width)
+        memory += e * s * flash / z.t + 4 * z.heads_local * s
+    attention_in = _attention_in_input_grad(z)
+    matmuls += attention_in.matmuls
+    reduction += attention_in.reduction_bytes
+    kernels += attention_in.kernels
     if a.attention is Attention.EAGER:
         attention_phase = (1 if a.dropout else 2) * e * z.scores
-    else:
-        attention_phase = e * s * (h + 2 * a.kv_width) / z.t  # dQ, dK, dV
+    else:  # dQ, dK, dV
+        attention_phase = e * s * (a.query_width + a.key_width + a.value_width) / z.t
     transients = [
         recomputed + mlp_phase,
         recomputed - z.mlp_stash() + core + attention_phase,
@@ -311,17 +409,18 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
     collectives: tuple[CollectiveCall, ...] = ()
     if z.t > 1:
         size = e * s * h
+        latent = z.attention_input_bytes  # the attention's input gradient: e·s·h but for MLA
         if z.par.sequence_parallel:
             collectives = (
                 CollectiveCall(Collective.ALL_GATHER, size),
                 CollectiveCall(Collective.REDUCE_SCATTER, size),
                 CollectiveCall(Collective.ALL_GATHER, size),
-                CollectiveCall(Collective.REDUCE_SCATTER, size),
+                CollectiveCall(Collective.REDUCE_SCATTER, latent),
             )
         else:
             collectives = (
                 CollectiveCall(Collective.ALL_REDUCE, size),
-                CollectiveCall(Collective.ALL_REDUCE, size),
+                CollectiveCall(Collective.ALL_REDUCE, latent),
             )
     return PassWork(
         tuple(matmuls),
@@ -338,12 +437,29 @@ def _block_weight_grad(
     z: _Sizes, gradient_bytes: float, parameters: float, fused_accumulation: bool
 ) -> PassWork:
     a, e, s, h = z.arch, z.e, z.arch.seq, z.arch.hidden
-    matmuls = (
-        Matmul("qkv wgrad", h, z.qkv_width, s, 1.0, Scaled.K),
-        Matmul("proj wgrad", h / z.t, h, s, 1.0, Scaled.K),
-        Matmul("fc1 wgrad", h, z.fc1_width, s, 1.0, Scaled.K),
-        Matmul("fc2 wgrad", a.ffn / z.t, h, s, 1.0, Scaled.K),
-    )
+    largest: list[float] = []  # the weight gradients written at once (fixed transients)
+    if a.mla is None:
+        matmuls = [Matmul("qkv wgrad", h, z.qkv_width, s, 1.0, Scaled.K)]
+    else:
+        latent = moe_block.mla_weight_grad(z)
+        matmuls = list(latent.matmuls)
+        largest.append(latent.fixed_transient_bytes)
+    matmuls.append(Matmul("proj wgrad", a.output_width / z.t, h, s, 1.0, Scaled.K))
+    if z.moe:
+        mlp = moe_block.moe_weight_grad(z)
+        matmuls += mlp.matmuls
+        largest.append(mlp.fixed_transient_bytes)
+    else:
+        matmuls.append(Matmul("fc1 wgrad", h, z.fc1_width, s, 1.0, Scaled.K))
+        matmuls.append(Matmul("fc2 wgrad", a.ffn / z.t, h, s, 1.0, Scaled.K))
+    if largest:  # an MoE or latent-attention block
+        if a.mla is None:
+            largest.append(e * h * z.qkv_width)
+        if not z.moe:
+            largest.append(e * max(h * z.fc1_width, h * a.ffn / z.t))
+        fixed_transient = max(largest)
+    else:
+        fixed_transient = e * max(h * z.qkv_width, h * z.fc1_width, h * a.ffn / z.t)
     memory = 0.0
     kernels = 0
     if a.linear_bias:  # bias gradients: sums of the output gradients over the tokens (a sum
@@ -359,12 +475,12 @@ def _block_weight_grad(
     # read again, added to the buffer and written back.
     accumulation = 0.0 if fused_accumulation else (e + 2 * gradient_bytes) * parameters
     return PassWork(
-        matmuls,
+        tuple(matmuls),
         memory_bytes=memory,
         fixed_memory_bytes=accumulation,
         kernels=kernels + (0 if fused_accumulation else 4),
         transient_bytes=gathered,
-        fixed_transient_bytes=e * max(h * z.qkv_width, h * z.fc1_width, h * a.ffn / z.t),
+        fixed_transient_bytes=fixed_transient,
         element_bytes=e,
     )
 
@@ -377,24 +493,52 @@ def transformer_block(
     recompute: RecomputeMode | None = None,
     gradient_bytes: float = 2.0,
     fused_accumulation: bool = True,
+    moe: bool = False,
 ) -> Layer:
     """One block on one tensor-parallel rank; ``recompute`` overrides the parallelism's mode
     (a stage recomputes only its first N blocks under ``--recompute N``);
-    ``fused_accumulation``: the weight-gradient matmuls add into the gradient buffer."""
+    ``fused_accumulation``: the weight-gradient matmuls add into the gradient buffer;
+    ``moe``: a mixture-of-experts block (the architecture's experts in place of its MLP).
+
+    Its parameters are the rank's: the heads' and the experts' matrices split t ways, the
+    norms, the router and latent attention's down-projections whole on every rank; of them
+    the routed experts' are ``expert_parameters`` (what expert parallelism is to divide), and
+    the top-k's share of those ``active_expert_parameters``. Its FLOPs count the router, the
+    top-k routed experts and the shared experts of each token (and the whole-rank
+    projections on the rank's tokens: s/t of them with sequence parallelism)."""
     check_tensor_parallel(arch, parallelism.tensor)
-    z = _Sizes(arch, parallelism)
+    if moe and arch.moe is None:
+        raise SpecError(f"block {name!r}: a mixture-of-experts block of a model without experts")
+    z = _Sizes(arch, parallelism, moe)
     mode = parallelism.recompute.mode if recompute is None else recompute
-    t, s, h = parallelism.tensor, arch.seq, arch.hidden
-    sharded = arch.attention_matmul_parameters() + arch.mlp_matmul_parameters()
+    t, h = parallelism.tensor, arch.hidden
+    # the rank's whole copies: latent attention's down-projections, the router (whose FLOPs
+    # run on the rank's own tokens), the norms inside the attention
+    replicated_matmul = arch.attention_replicated_parameters()
+    replicated = replicated_matmul + arch.attention_norm_parameters()
+    expert_parameters = active_experts = 0
+    if moe and arch.moe is not None:
+        experts = arch.moe
+        expert_parameters = experts.routed_parameters(h)
+        active_experts = experts.top_k * experts.expert_matmul_parameters(h)
+        mlp = expert_parameters + experts.shared_parameters(h)
+        active_mlp = active_experts + experts.shared_parameters(h)
+        replicated_matmul += experts.experts * h
+        replicated += experts.router_parameters(h)
+    else:
+        mlp = active_mlp = arch.mlp_matmul_parameters()
+    attention = arch.attention_matmul_parameters() - arch.attention_replicated_parameters()
+    sharded = attention + mlp
     biases = arch.block_bias_parameters()
     # Biases of the column-parallel layers are split; the row-parallel ones' (projection,
     # fc2: h each) and the norms' weights are replicated on every rank.
     replicated_biases = 2 * h if arch.linear_bias else 0
     parameters = (
         (sharded + biases - replicated_biases) / t + replicated_biases + 2 * arch.norm_parameters
-    )
-    matmul_flops = 2 * s * sharded / t
-    attention_flops = 4 * s * s * h / t
+    ) + replicated
+    matmul_flops = 2 * arch.seq * (attention + active_mlp) / t
+    matmul_flops += 2 * z.tokens_local * replicated_matmul
+    attention_flops = arch.attention_core_forward_flops() / t
     forward = _block_forward(z)
     terms = z.activation_terms()
     stash = sum(terms.values())
@@ -426,6 +570,8 @@ def transformer_block(
         weight_grad_activation_bytes=keep,
         output_bytes=z.message_bytes,
         recompute_flops=recompute_flops,
+        expert_parameters=expert_parameters / t,
+        active_expert_parameters=active_experts / t,
         work=work,
     )
 
@@ -637,16 +783,25 @@ def _rank_layers(
     recompute: RecomputeMode | None,
     fused_accumulation: bool,
 ) -> tuple[Layer, ...]:
-    """:func:`transformer_layers`, built."""
-    block = transformer_block(
-        "block",
-        arch,
-        parallelism,
-        recompute=recompute,
-        gradient_bytes=gradient_bytes,
-        fused_accumulation=fused_accumulation,
+    """:func:`transformer_layers`, built: a dense block and an MoE block built once each
+    (where the architecture has blocks of the kind) and named per place."""
+
+    def built(moe: bool) -> Layer:
+        return transformer_block(
+            "block",
+            arch,
+            parallelism,
+            recompute=recompute,
+            gradient_bytes=gradient_bytes,
+            fused_accumulation=fused_accumulation,
+            moe=moe,
+        )
+
+    kinds = {moe: built(moe) for moe in {arch.is_moe_layer(i) for i in range(arch.layers)}}
+    blocks = tuple(
+        dataclasses.replace(kinds[arch.is_moe_layer(i)], name=f"block{i}")
+        for i in range(arch.layers)
     )
-    blocks = tuple(dataclasses.replace(block, name=f"block{i}") for i in range(arch.layers))
     return (
         embedding_layer(arch, parallelism, gradient_bytes=gradient_bytes),
         *blocks,

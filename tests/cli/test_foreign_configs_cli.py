@@ -148,7 +148,7 @@ def test_a_hugging_face_config_simulates_as_the_catalogue_model(
         (
             [
                 "--model",
-                str(HUGGING_FACE / "mixtral-8x7b.json"),
+                str(HUGGING_FACE / "dbrx-moe.json"),
                 "--hardware",
                 "h100",
                 "--schedule",
@@ -158,7 +158,7 @@ def test_a_hugging_face_config_simulates_as_the_catalogue_model(
                 "-M",
                 "4",
             ],
-            "mixture-of-experts models are not modelled yet",
+            "mixture-of-experts model_type 'dbrx' is not read yet",
         ),
     ],
 )

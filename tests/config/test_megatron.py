@@ -969,3 +969,15 @@ def test_layers_beyond_the_limit_are_refused_before_any_is_built() -> None:
     words = megatron_words_from_text(text, "test")
     with pytest.raises(PipesimError, match=r"--num-layers 200,000: beyond the limit of 100,000"):
         run_from_megatron_args(words, hardware="a100", allow_ignored=True, world_size=32)
+
+
+def test_a_mixture_of_experts_model_is_named_not_written_dense() -> None:
+    """The writer states dense models only: an MoE model's experts (and DeepSeek's latent
+    attention) are named as not expressed, never silently dropped."""
+    from pipesim.workload.catalogue import resolve_model
+
+    model = resolve_model("deepseek-v2-lite")
+    run, _ = base_run(model=model, tensor_parallel=1, pipeline_parallel=1, partition=None)
+    _, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+    assert any(line.startswith("moe:") for line in unexpressed), unexpressed
+    assert any(line.startswith("mla:") for line in unexpressed), unexpressed

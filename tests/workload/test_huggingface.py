@@ -1,7 +1,7 @@
 """Reading a Hugging Face config.json into a pipesim model: the real files of five dense models
-give their published parameter counts, Llama 3.1 8B gives the catalogue's llama3-8b, every key
-of a file is accounted for, and whatever cannot be read or modelled is one line naming the
-file.
+and five mixture-of-experts ones give their published parameter counts, Llama 3.1 8B gives the
+catalogue's llama3-8b and each MoE file the catalogue's model of it, every key of a file is
+accounted for, and whatever cannot be read or modelled is one line naming the file.
 
 The fixtures are the Hub repositories' config.json files, typed key for key; where each was
 checked:
@@ -20,6 +20,11 @@ checked:
   of the loaded Qwen2.5-7B config (its values).
 * mixtral-8x7b.json: mistralai/Mixtral-8x7B-v0.1, as quoted in public tests (TensorRT-LLM's
   MIXTRAL_8X7B_CONFIG and others, all identical).
+* deepseek-v2-lite.json, deepseek-v3.json: deepseek-ai/DeepSeek-V2-Lite and
+  deepseek-ai/DeepSeek-V3, typed from knowledge of the files (their shapes are those of
+  arXiv 2405.04434 Appendix B and arXiv 2412.19437 §4.2).
+* qwen3-30b-a3b.json, qwen3-235b-a22b.json: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B, typed
+  from knowledge of the files (the shapes their model cards tabulate: layers, heads, experts).
 """
 
 from __future__ import annotations
@@ -46,9 +51,18 @@ from pipesim.workload.huggingface import (
     default_batch,
     model_from_hf_config,
 )
+from pipesim.workload.moe import LoadBalancing
 
 FIXTURES = Path(__file__).parent / "fixtures" / "huggingface"
 DENSE = ("gpt2", "pythia-1.4b", "llama-3.1-8b", "mistral-7b-v0.1", "qwen2.5-7b")
+# each mixture-of-experts fixture and the catalogue's model of it
+MOE = {
+    "mixtral-8x7b": "mixtral-8x7b",
+    "deepseek-v2-lite": "deepseek-v2-lite",
+    "deepseek-v3": "deepseek-v3",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-235b-a22b": "qwen3-235b-a22b",
+}
 
 
 def fixture(name: str) -> dict[str, Any]:
@@ -73,6 +87,13 @@ PUBLISHED = [
     ("llama-3.1-8b", None, 8.03e9, 8_030_261_248),
     ("mistral-7b-v0.1", 4096, 7.24e9, 7_241_732_096),
     ("qwen2.5-7b", None, 7.61e9, 7_615_616_512 - 28 * 4_608),
+    # the published totals of tests/workload/test_moe.py (its sources); the exact counts are
+    # pipesim's sums of the files' shapes, the catalogue's
+    ("mixtral-8x7b", None, 46.7e9, 46_702_792_704),
+    ("deepseek-v2-lite", None, 15.7e9, 15_706_484_224),
+    ("deepseek-v3", None, 671e9, 671_026_419_200),
+    ("qwen3-30b-a3b", None, 30.5e9, 30_532_122_624),
+    ("qwen3-235b-a22b", None, 235e9, 235_093_634_560),
 ]
 
 
@@ -109,6 +130,59 @@ def test_llama_3_1_8b_at_8192_is_the_catalogues_llama3_8b() -> None:
     )
 
 
+@pytest.mark.parametrize("name", list(MOE))
+def test_a_moe_config_is_the_catalogues_model_of_it(name: str) -> None:
+    """At the catalogue's 4,096 tokens the file's architecture is the catalogue's, field by
+    field (experts, latent attention, head width, query and key norms), and so are the
+    layers."""
+    mine = model_from_hf_config(FIXTURES / f"{name}.json", seq=4096)
+    theirs = resolve_model(MOE[name])
+    assert mine.architecture == theirs.architecture
+    assert mine.layers == theirs.layers
+    assert mine.expert_parameters == theirs.expert_parameters > 0
+    assert mine.active_parameters == theirs.active_parameters
+
+
+def test_the_moe_keys_are_read() -> None:
+    mixtral = model_from_hf_config(FIXTURES / "mixtral-8x7b.json").architecture
+    assert mixtral is not None and mixtral.moe is not None
+    assert (mixtral.moe.experts, mixtral.moe.top_k, mixtral.moe.expert_ffn) == (8, 2, 14336)
+    assert mixtral.moe.load_balancing is LoadBalancing.AUX_LOSS
+    v3 = model_from_hf_config(FIXTURES / "deepseek-v3.json", seq=4096)
+    arch = v3.architecture
+    assert arch is not None and arch.moe is not None and arch.mla is not None
+    assert (arch.moe.experts, arch.moe.top_k, arch.moe.shared_experts) == (256, 8, 1)
+    assert (arch.moe.first_dense_layers, arch.moe.expert_bias) == (3, True)
+    assert arch.moe.load_balancing is LoadBalancing.SEQ_AUX_LOSS
+    assert (arch.mla.q_lora_rank, arch.mla.kv_lora_rank, arch.mla.v_head_dim) == (1536, 512, 128)
+    assert "num_nextn_predict_layers = 1: the multi-token-prediction module is not built" in (
+        v3.description
+    )
+    assert "quantization_config (fp8): how the checkpoint is stored" in v3.description
+    lite = model_from_hf_config(FIXTURES / "deepseek-v2-lite.json").architecture
+    assert lite is not None and lite.mla is not None and lite.mla.q_lora_rank is None
+    assert lite.moe is not None and not lite.moe.expert_bias
+    qwen = model_from_hf_config(FIXTURES / "qwen3-30b-a3b.json").architecture
+    assert qwen is not None and qwen.moe is not None
+    assert (qwen.head_width, qwen.qk_norm, qwen.moe.expert_ffn) == (128, True, 768)
+
+
+def test_a_deepseek_config_without_routed_experts_is_dense_with_latent_attention(
+    tmp_path: Path,
+) -> None:
+    table = {**fixture("deepseek-v2-lite"), "n_routed_experts": None}
+    arch = model_from_hf_config(written(tmp_path, table), seq=4096).architecture
+    assert arch is not None and arch.moe is None and arch.mla is not None
+    assert arch.dense_layers == 27
+
+
+def test_qwen3_dense_leading_blocks_are_read(tmp_path: Path) -> None:
+    table = {**fixture("qwen3-30b-a3b"), "mlp_only_layers": [0, 1]}
+    arch = model_from_hf_config(written(tmp_path, table), seq=4096).architecture
+    assert arch is not None and arch.moe is not None
+    assert (arch.moe.first_dense_layers, arch.dense_layers) == (2, 2)
+
+
 @pytest.mark.parametrize("name", DENSE)
 def test_every_model_is_built_as_the_catalogue_builds_one(name: str) -> None:
     """The reader builds its Model itself (it needs nothing of the catalogue); the result is
@@ -131,7 +205,7 @@ def test_every_model_is_built_as_the_catalogue_builds_one(name: str) -> None:
     assert mine.optimizer_temporary_bytes_per_parameter == 4.0
 
 
-@pytest.mark.parametrize("name", DENSE)
+@pytest.mark.parametrize("name", DENSE + tuple(MOE))
 def test_every_key_of_a_real_file_is_accounted_for(name: str) -> None:
     table = fixture(name)
     unaccounted = set(table) - accounted_keys(table["model_type"])
@@ -241,6 +315,22 @@ def test_a_head_dim_of_hidden_over_heads_is_accepted(tmp_path: Path) -> None:
     assert model_from_hf_config(path, seq=8192).parameters == 8_030_261_248
 
 
+def test_another_head_dim_is_the_heads_width(tmp_path: Path) -> None:
+    """Llama 3.1 8B with heads of 96: 32 query heads and 8 key/value heads of 96, the output
+    projection from 32·96 back to 4,096; an architecture of its own width, said in the
+    description."""
+    built = model_from_hf_config(written(tmp_path, _llama(head_dim=96)), seq=8192)
+    arch = built.architecture
+    assert arch is not None and arch.head_width == 96
+    h = 4096
+
+    def attention(d: int) -> int:
+        return h * (32 * d + 2 * 8 * d) + 32 * d * h
+
+    assert built.parameters == 8_030_261_248 - 32 * (attention(128) - attention(96))
+    assert "32 heads of 96 (8 key/value)" in built.description
+
+
 def test_a_sliding_window_as_long_as_the_sequence_is_full_attention(tmp_path: Path) -> None:
     assert model_from_hf_config(FIXTURES / "mistral-7b-v0.1.json", seq=4096).parameters > 0
     # Qwen2.5's window is off (use_sliding_window false), whatever its length
@@ -304,26 +394,60 @@ def _llama(**changes: Any) -> dict[str, Any]:
     ("table", "message"),
     [
         (
-            fixture("mixtral-8x7b"),
-            "mixture-of-experts models are not modelled yet (num_local_experts = 8)",
-        ),
-        (
-            {"model_type": "qwen3_moe"},
-            "mixture-of-experts models are not modelled yet (model_type = 'qwen3_moe')",
+            {**fixture("qwen3-30b-a3b"), "model_type": "qwen2_moe"},
+            "mixture-of-experts model_type 'qwen2_moe' is not read yet; pipesim reads the "
+            "experts of mixtral, deepseek_v2, deepseek_v3, qwen3_moe configs",
         ),
         (
             _llama(n_routed_experts=256),
-            "mixture-of-experts models are not modelled yet (n_routed_experts = 256)",
+            "n_routed_experts = 256: experts in a 'llama' config are not read; pipesim reads "
+            "the experts of mixtral",
         ),
         (
             _llama(model_type="bert"),
-            "model_type 'bert' is not supported; supported: gpt2, gpt_neox, llama, mistral, qwen2",
+            "model_type 'bert' is not supported; supported: gpt2, gpt_neox, llama, mistral, "
+            "qwen2, mixtral, deepseek_v2, deepseek_v3, qwen3_moe",
         ),
         (_llama(model_type=_DROP), "model_type is required"),
         (
-            _llama(head_dim=96),
-            "head_dim = 96 differs from hidden_size / num_attention_heads = 4,096 / 32 = 128: "
-            "pipesim's architecture cannot express a head width of its own",
+            {**fixture("mixtral-8x7b"), "num_experts_per_tok": 9},
+            "num_experts_per_tok = 9 must be at most num_local_experts = 8",
+        ),
+        (
+            {**fixture("mixtral-8x7b"), "num_local_experts": -1},
+            "num_local_experts must be an integer from 1 to 16,777,216, got -1",
+        ),
+        (
+            {**fixture("deepseek-v3"), "first_k_dense_replace": 61},
+            "first_k_dense_replace leaves no mixture-of-experts block among num_hidden_layers = 61",
+        ),
+        (
+            {**fixture("deepseek-v3"), "n_shared_experts": -1},
+            "n_shared_experts must be an integer from 0 to 16,777,216, got -1",
+        ),
+        (
+            {**fixture("deepseek-v3"), "num_key_value_heads": 8},
+            "num_key_value_heads = 8 differs from num_attention_heads = 128: latent attention",
+        ),
+        (
+            {**fixture("deepseek-v3"), "topk_method": "magic"},
+            "topk_method must be one of greedy, group_limited_greedy, noaux_tc, got 'magic'",
+        ),
+        (
+            {**fixture("deepseek-v2-lite"), "attention_bias": True},
+            "attention_bias = true: biases are not modelled in a DeepSeek model's blocks",
+        ),
+        (
+            {**fixture("qwen3-30b-a3b"), "decoder_sparse_step": 2},
+            "decoder_sparse_step = 2: Qwen's MoE blocks every 2 blocks from block 1 are not placed",
+        ),
+        (
+            {**fixture("qwen3-30b-a3b"), "mlp_only_layers": [5]},
+            "mlp_only_layers = [5]: only leading blocks (0, 1, ...) can keep the dense MLP",
+        ),
+        (
+            {**fixture("qwen3-30b-a3b"), "moe_intermediate_size": 0},
+            "moe_intermediate_size must be an integer from 1 to 16,777,216, got 0",
         ),
         (_llama(hidden_size=_DROP), "hidden_size is required"),
         (_llama(hidden_size=None), "hidden_size is required"),

@@ -306,7 +306,9 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
 REFUSED: Mapping[str, Refused] = MappingProxyType(
     {
         "--num-experts": Refused(
-            "mixture of experts is not modelled (pipesim's MLP is one dense block)", ("0",)
+            "mixture of experts is not translated yet (the catalogue's MoE models simulate; "
+            "expert parallelism is not modelled)",
+            ("0",),
         ),
         "--expert-model-parallel-size": Refused("expert parallelism is not modelled", ("1",)),
         "--context-parallel-size": Refused(
@@ -1847,6 +1849,10 @@ class _Writer:
             self.cannot(f"mask_bytes {arch.mask_bytes}", "PyTorch's dropout masks are bytes")
         if arch.fused_output_norm:
             self.cannot("fused_output_norm", "Megatron's final norm is a layer of its own")
+        if arch.moe is not None:
+            self.cannot("moe", "the writer states dense models only: the experts are left out")
+        if arch.mla is not None:
+            self.cannot("mla", "the writer states multi-head attention only")
 
     def precision(self, model: Model, dtype: str) -> None:
         """The dtype, the gradients' and master weights' bytes, the optimizer's state."""
