@@ -9,7 +9,9 @@ group of D ranks. One rank's part of a training step runs under
 :class:`~torch._subclasses.fake_tensor.FakeTensorMode` and
 :class:`~torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker` (after a first, untracked
 step that creates Adam's state: ``torch.optim.Adam``, foreach, on the DTensor shards); the peak
-and every term at the peak are reported (:func:`trace`) next to :func:`expected`.
+and every term at the peak are reported (:func:`trace`) next to :func:`expected`; with
+``--compare``, next to pipesim's prediction instead (:func:`predict_sharded`, in the regimes
+pipesim models: docs/reproductions/fsdp-memory.md).
 
 The regimes (:class:`Regime`), as PyTorch 2.13 and torchtitan run them:
 
@@ -65,8 +67,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import Variable
 
+from pipesim.costs.spec_derived import costs_from_model
+from pipesim.engine import simulate
+from pipesim.hardware import resolve_hardware
+from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.schedules import Kind, build
 from pipesim.workload.architecture import Attention, TransformerArchitecture
+from pipesim.workload.catalogue import from_architecture
+from pipesim.workload.model import Model
 from validation.memory_trace import DTYPE, MemoryTerms, TraceCase, _Call, _Stage, stage_name
 
 MASTER_DTYPE = torch.float32
@@ -75,6 +83,7 @@ PARAM_BYTES = 2  # the all-gathered bf16 copy (param_dtype) and autograd's bf16 
 REDUCE_BYTES = 4  # reduce_dtype: fp32 gradient shards, unsharded accumulators, reduce buffers
 ADAM_STATE_BYTES = 8  # exp_avg and exp_avg_sq in fp32, sharded
 STEP_BYTES = 4  # Adam's per-tensor step counter (a float32 scalar)
+ADAM_TEMPORARY_BYTES = 4  # the foreach step's square root of exp_avg_sq, fp32 like the shards
 _TOTAL = "Total"
 
 
@@ -614,6 +623,139 @@ def trace(case: ShardedCase) -> Traced:
     )
 
 
+# -- pipesim's figure ----------------------------------------------------------------------------
+
+ZERO = {Regime.PIPELINE: 3, Regime.SYNC_EVERY: 3, Regime.ZERO2: 2}
+"""The regimes pipesim models and their ZeRO stage; ``zero3-sync-last`` (ZeRO-3 without a
+pipeline, gradient sync turned off but in the last micro-batch) is not one of them: pipesim's
+rule syncs every micro-batch whenever there is no pipeline."""
+
+
+@dataclass(frozen=True)
+class Comparable:
+    """A rank's memory in the terms both sides have (bytes): weights with the fp32 master
+    weights, gradients, the optimizer's state, and the rest of the peak (activations, the
+    running action's transients, collective buffers, the optimizer step's temporaries)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    peak: float
+
+
+def sharded_model(case: ShardedCase) -> Model:
+    """The traced stage's model as pipesim reads it: every stage's blocks, untied output layer
+    (``_Stage`` keeps its own), bf16 weights (FSDP2's ``param_dtype``), fp32 gradients
+    (``reduce_dtype``: FSDP2 accumulates and reduces in fp32), Adam's two fp32 moments, fp32
+    master weights (the shards), the foreach step's fp32 square root."""
+    arch = replace(case.stage.traced_arch, tied_embeddings=False)
+    return from_architecture(
+        case.name,
+        arch,
+        dtype="bf16",
+        default_batch=case.stage.microbatch_size * case.stage.microbatches,
+        description="a traced GPT under FSDP2",
+        weight_bytes=PARAM_BYTES,
+        gradient_bytes=REDUCE_BYTES,
+        optimizer_bytes=ADAM_STATE_BYTES,
+        master_weight_bytes=MASTER_BYTES,
+        optimizer_temporary_bytes=ADAM_TEMPORARY_BYTES,
+    )
+
+
+def predict_sharded(case: TraceCase, regime: Regime, data: int) -> Comparable:
+    """pipesim's peak of ``case``'s device with ``Parallelism(zero=3 or 2, data=D)`` (the
+    default ``reshard_after_forward``), 1F1B on K devices (``pipeline``: K = 2; otherwise
+    K = 1), term by term."""
+    if regime not in ZERO:
+        raise ValueError(f"regime: pipesim does not model {regime.value}")
+    sharded = ShardedCase(case.name, case, data, regime)
+    model = sharded_model(sharded)
+    partition = [case.blocks] * case.devices
+    partition[0] += 1  # the embedding
+    partition[-1] += 1  # the output layer
+    parallelism = Parallelism(
+        recompute=Recompute.parse(case.recompute), zero=ZERO[regime], data=data
+    )
+    costs = costs_from_model(
+        model,
+        resolve_hardware("a100").cluster(case.devices),  # memory does not depend on it
+        case.devices,
+        case.microbatch_size,
+        partition,
+        parallelism=parallelism,
+    )
+    result = simulate(build("1f1b", case.devices, case.microbatches), costs)
+    memory = result.per_device[case.device].memory
+    terms = memory.breakdown()
+    return Comparable(
+        weights=terms["weights"] + terms["master_weights"],
+        gradients=terms["gradients"],
+        optimizer=terms["optimizer_state"],
+        activations=terms["activations"] + terms["transient"],
+        peak=memory.peak_bytes,
+    )
+
+
+def traced_comparable(traced: Traced) -> Comparable:
+    """The traced terms as :class:`Comparable` has them."""
+    t = traced.terms
+    return Comparable(
+        weights=t.weights,
+        gradients=t.gradients,
+        optimizer=t.optimizer,
+        activations=t.activations + t.all_gather + t.reduce_scatter,
+        peak=t.peak,
+    )
+
+
+def error(traced: Comparable, predicted: Comparable) -> float:
+    """pipesim's peak error, relative to the traced peak."""
+    return predicted.peak / traced.peak - 1
+
+
+COMPARED = ("weights", "gradients", "optimizer", "activations")
+_COMPARED_HEADS = ("weights+master", "gradients", "optimizer", "activations+transients")
+
+
+def compare_table(rows: list[tuple[ShardedCase, Traced, Comparable | None]]) -> str:
+    """Markdown: per case the traced and pipesim's peak (MiB), the error, and each term traced
+    / pipesim (MiB); a regime pipesim does not model has no prediction."""
+    mib = 2.0**20
+    head = ["case", "traced peak", "pipesim peak", "error"]
+    head += [f"{name} traced / pipesim" for name in _COMPARED_HEADS]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for case, traced, predicted in rows:
+        seen = traced_comparable(traced)
+        cells = [case.name, f"{seen.peak / mib:.2f}"]
+        if predicted is None:
+            cells += ["not modelled", ""]
+            cells += [f"{getattr(seen, term) / mib:.2f} / -" for term in COMPARED]
+        else:
+            cells += [f"{predicted.peak / mib:.2f}", f"{error(seen, predicted):+.1%}"]
+            cells += [
+                f"{getattr(seen, term) / mib:.2f} / {getattr(predicted, term) / mib:.2f}"
+                for term in COMPARED
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compare_main() -> int:
+    """Trace every case, predict the ones pipesim models, and print the comparison."""
+    rows: list[tuple[ShardedCase, Traced, Comparable | None]] = []
+    for case in cases():
+        traced = trace(case)
+        predicted = (
+            predict_sharded(case.stage, case.regime, case.data) if case.regime in ZERO else None
+        )
+        rows.append((case, traced, predicted))
+    sys.stdout.write("MiB per rank, terms at the traced and at pipesim's peak\n\n")
+    sys.stdout.write(compare_table(rows) + "\n")
+    return 0
+
+
 # -- the cases and the table -------------------------------------------------------------------
 
 # (label, hidden, heads, sequence, vocabulary, blocks per stage, b, M)
@@ -681,4 +823,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(compare_main() if "--compare" in sys.argv[1:] else main())
