@@ -91,9 +91,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--zero",
         metavar="0,1,2,3",
-        help="ZeRO stages to try where there are replicas (default 1,3: ZeRO-1 is never "
-        "slower and never larger than 0 in pipesim's model; inside a pipeline 2 and 3 hold and "
-        "move what 1 does, so 3 (FSDP) is tried without one)",
+        help="ZeRO stages to try where there are replicas (default 1: never slower and never "
+        "larger than 0 in pipesim's model; inside a pipeline 2 and 3 hold and move what 1 "
+        "does, so they are tried without one only: 1,3 adds FSDP without a pipeline, whose "
+        "overlap with the passes is not yet held against a measured run)",
     )
     parser.add_argument(
         "--sequence-parallel",

@@ -106,7 +106,7 @@ class PlanSettings:
     chunk_options: tuple[int, ...] = (2, 4)
     tensor_sizes: tuple[int, ...] | None = None
     recompute: tuple[str, ...] | None = None
-    zero: tuple[int, ...] = (1, 3)
+    zero: tuple[int, ...] = (1,)
     sequence_parallel: tuple[bool, ...] = (True,)
     model_name: str = ""
     hardware_name: str = ""
