@@ -134,7 +134,7 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
         per_stage = stage_parameters(rank_layers, partition)
     arch = model.architecture
     microbatches = args.microbatches
-    world = devices * parallelism.tensor * replicas
+    world = devices * parallelism.ranks_per_device * replicas
     summary = {
         "file": path,
         "model": {

@@ -17,7 +17,7 @@ from typing import Any
 
 from pipesim.config import DEFAULT_RECIPE, RECIPES, RunConfig, named_recipe
 from pipesim.errors import PipesimError
-from pipesim.parallel.config import IDENTITY, Parallelism
+from pipesim.parallel.config import IDENTITY, ContextComm, Parallelism
 from pipesim.parallel.sharding import ReshardPolicy
 
 # The recipe's true-or-false choices a flag of the command line turns on (its --no- form undoes
@@ -67,6 +67,9 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
             zero=flags.zero,
             data=flags.data,
             reshard_after_forward=_reshard_policy(flags.reshard_after_forward),
+            context=flags.context,
+            expert=flags.expert,
+            cp_comm_type=_cp_comm_type(flags.cp_comm_type),
         )
     changes = dict(flags.recipe_changes)
     if flags.attention is not None:
@@ -98,6 +101,9 @@ class _RunFlags:
     recompute: str
     zero: int
     reshard_after_forward: str
+    context: int
+    expert: int
+    cp_comm_type: str
     data: int | None
     recipe: str | None
     recipe_changes: tuple[tuple[str, object], ...]
@@ -132,6 +138,9 @@ class _RunFlags:
             given("recompute", "none") if layout else "none",
             given("zero", 0) if layout else 0,
             given("reshard_after_forward", "default") if layout else "default",
+            given("context_parallel", 1) if layout else 1,
+            given("expert_parallel", 1) if layout else 1,
+            given("cp_comm_type", "p2p") if layout else "p2p",
             data_parallel,
             given("recipe"),
             changes,
@@ -148,3 +157,11 @@ def _reshard_policy(text: str) -> ReshardPolicy:
         raise PipesimError(
             f"--reshard-after-forward must be default, always or never, got {text!r}"
         ) from None
+
+
+def _cp_comm_type(text: str) -> ContextComm:
+    """``--cp-comm-type``'s kind, or a one-line error naming the flag."""
+    try:
+        return ContextComm(str(text).strip().lower())
+    except ValueError:
+        raise PipesimError(f"--cp-comm-type must be p2p or all-gather, got {text!r}") from None

@@ -102,6 +102,9 @@ COST_OPTIONS = (
     ("--recompute", "recompute", None, "model"),
     ("--zero", "zero", None, "model"),
     ("--reshard-after-forward", "reshard_after_forward", None, "model"),
+    ("--context-parallel", "context_parallel", None, "model"),
+    ("--cp-comm-type", "cp_comm_type", None, "model"),
+    ("--expert-parallel", "expert_parallel", None, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
     ("--overlap-grad-reduce", "overlap_grad_reduce", None, "model"),
     ("--attention", "attention", None, "model"),
@@ -326,6 +329,26 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="POLICY",
         help="ZeRO-3 (FSDP): free each layer's gathered weights after its forward: default "
         "(only without a pipeline, torchtitan's), always, never",
+    )
+    hybrid.add_argument(
+        "--context-parallel",
+        type=int,
+        metavar="CP",
+        help="context parallelism: each sample's sequence split CP ways (the CP ranks of a "
+        "replica replicate the weights; default 1)",
+    )
+    hybrid.add_argument(
+        "--cp-comm-type",
+        metavar="KIND",
+        help="how the context-parallel ranks exchange keys and values: p2p (default, "
+        "Megatron-Core's ring beside the attention) or all-gather (Llama 3's, before it)",
+    )
+    hybrid.add_argument(
+        "--expert-parallel",
+        type=int,
+        metavar="EP",
+        help="expert parallelism: each MoE layer's experts divided over EP of the D x CP ranks, "
+        "tokens dispatched and combined by all-to-alls (default 1)",
     )
     hybrid.add_argument(
         "--microbatch-size",

@@ -20,6 +20,9 @@ shape and schedule, and the software's recipe::
     data_parallel = 8
     zero = 0                            # ZeRO stage 0-3 (3: FSDP, weights sharded too)
     reshard_after_forward = "default"   # ZeRO-3: default (not in a pipeline), always, never
+    context_parallel = 1                # CP: each sample's sequence split CP ways
+    cp_comm_type = "p2p"                # or "all-gather" (Llama 3's)
+    expert_parallel = 1                 # EP: MoE layers' experts over EP of the D x CP ranks
     recompute = "none"                  # selective, full, or a number of layers per stage
 
     [pipeline]
@@ -120,6 +123,9 @@ KEYS: tuple[_Key, ...] = (
     _Key("parallelism", "data_parallel", "data_parallel", checks.positive_int),
     _Key("parallelism", "zero", "zero", _count),
     _Key("parallelism", "reshard_after_forward", "reshard_after_forward", string),
+    _Key("parallelism", "context_parallel", "context_parallel", checks.positive_int),
+    _Key("parallelism", "cp_comm_type", "cp_comm_type", string),
+    _Key("parallelism", "expert_parallel", "expert_parallel", checks.positive_int),
     _Key("parallelism", "recompute", "recompute", _recompute),
     _Key("parallelism", "tensor_across_nodes", "tensor_across_nodes", boolean),
     _Key("pipeline", "schedule", "schedule", string),
@@ -162,6 +168,9 @@ class RunFile:
     data_parallel: int | None = None
     zero: int | None = None
     reshard_after_forward: str | None = None
+    context_parallel: int | None = None
+    cp_comm_type: str | None = None
+    expert_parallel: int | None = None
     recompute: str | None = None
     tensor_across_nodes: bool | None = None
     schedule: str | None = None

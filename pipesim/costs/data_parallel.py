@@ -222,7 +222,7 @@ def with_data_parallel(
     stage's last backward.
     """
     replicas = parallelism.data
-    layout = RankLayout(parallelism.tensor, costs.network.devices, replicas)
+    layout = parallelism.layout(costs.network.devices)
     stages = with_sync(
         costs.stages, placement, job_network, layout, parallelism, overlap_grad_reduce
     )

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.collectives import collective_time_s
 from pipesim.hardware.network import Network
-from pipesim.workload.work import Matmul, PassWork
+from pipesim.workload.work import GroupKind, Matmul, PassWork
 
 
 def matmul_time_s(
@@ -55,6 +55,8 @@ def pass_time_s(
     tensor_group: Sequence[int] = (),
     *,
     overlap_collectives: bool = False,
+    context_group: Sequence[int] = (),
+    expert_group: Sequence[int] = (),
 ) -> float:
     """One pass (:class:`~pipesim.workload.work.PassWork`) on one device: its matmuls, its
     memory-bound bytes and kernels, its collectives over ``tensor_group`` of ``network``.
@@ -64,9 +66,10 @@ def pass_time_s(
     pipelined with the GEMM that consumes or produces it), so only what exceeds the matmuls'
     time is exposed. The SMs the overlap takes from the GEMMs are not modelled."""
     b = microbatch_size
-    matmuls = sum(
+    times = [
         matmul_time_s(accelerator, matmul, b, dtype, work.element_bytes) for matmul in work.matmuls
-    )
+    ]
+    matmuls = sum(times)
     total = 0.0
     moved = (
         work.memory_bytes * b
@@ -78,10 +81,27 @@ def pass_time_s(
         total += moved / _bandwidth(accelerator)
     total += work.kernels * accelerator.kernel_overhead_s
     communication = 0.0
-    if network is not None and len(tensor_group) > 1:
+    groups = {
+        GroupKind.TENSOR: tensor_group,
+        GroupKind.CONTEXT: context_group,
+        GroupKind.EXPERT: expert_group,
+    }
+    if network is not None:
         for call in work.collectives:
+            group = groups[call.group]
+            if len(group) <= 1:
+                continue
             size = call.bytes_per_sample * b + call.fixed_bytes
-            communication += collective_time_s(network, tensor_group, call.kind, size)
+            seconds = collective_time_s(network, group, call.kind, size)
+            if call.hidden_by:
+                beside = sum(
+                    t for t, m in zip(times, work.matmuls, strict=True) if m.name in call.hidden_by
+                )
+                total += max(0.0, seconds - beside)
+            elif call.group is GroupKind.TENSOR:
+                communication += seconds
+            else:
+                total += seconds  # not the tensor-parallel userbuffers' to overlap
     if overlap_collectives:
         return total + max(matmuls, communication)
     return total + matmuls + communication

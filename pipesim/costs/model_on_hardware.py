@@ -52,7 +52,7 @@ def model_on_hardware(
     job, group = _job(run, devices)
     costs = costs_from_model(
         run.trained_model,
-        run.job_hardware.cluster(devices, rank_stride=run.parallelism.tensor),
+        run.job_hardware.cluster(devices, rank_stride=run.parallelism.ranks_per_device),
         devices * chunks,
         microbatch_size,
         partition,
@@ -81,7 +81,7 @@ def layer_costs_on_hardware(
     job, group = _job(run, devices)
     costs = costs_from_layer_costs(
         run.trained_model,
-        run.job_hardware.cluster(devices, rank_stride=run.parallelism.tensor),
+        run.job_hardware.cluster(devices, rank_stride=run.parallelism.ranks_per_device),
         devices * chunks,
         microbatch_size,
         costed,
@@ -93,12 +93,11 @@ def layer_costs_on_hardware(
 
 
 def _job(run: RunConfig, devices: int) -> tuple[Network, TensorGroup | None]:
-    """The job's network of T x K x D ranks, and where the first tensor-parallel group's
-    collectives run on it (every group is alike)."""
-    parallelism = run.parallelism
-    tensor = parallelism.tensor
-    job = run.job_hardware.network(tensor * devices * parallelism.data)
-    return job, TensorGroup.first(job, tensor, run.recipe.tp_comm_overlap)
+    """The job's network of T x CP x K x D ranks, and where the first pipeline device's
+    tensor-, context- and expert-parallel collectives run on it (every group is alike)."""
+    layout = run.parallelism.layout(devices)
+    job = run.job_hardware.network(layout.devices)
+    return job, TensorGroup.of(job, layout, run.recipe.tp_comm_overlap)
 
 
 def _on_the_job(
@@ -135,6 +134,9 @@ def _on_the_job(
         "recompute": parallelism.recompute.label,
         "zero": parallelism.zero,
         "reshard_after_forward": parallelism.reshard_after_forward.value,
+        "context_parallel": parallelism.context,
+        "cp_comm_type": parallelism.cp_comm_type.value,
+        "expert_parallel": parallelism.expert,
     }
     return dataclasses.replace(
         costs,

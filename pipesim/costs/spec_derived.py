@@ -145,6 +145,8 @@ def _pass_s(
         tensor_group.network,
         tensor_group.ranks,
         overlap_collectives=tensor_group.overlap_collectives,
+        context_group=tensor_group.context_ranks,
+        expert_group=tensor_group.expert_ranks,
     )
 
 
@@ -300,7 +302,6 @@ def _pipeline_costs(
     hardware_flops = 0.0
     for layer_range in ranges:  # stage by stage, as the sum has always run
         hardware_flops += sum(layer.hardware_flops for layer in sharded.for_stage(layer_range))
-    tensor = parallelism.tensor
     return PipelineCosts(
         stage_costs,
         cluster.network,
@@ -316,8 +317,8 @@ def _pipeline_costs(
         fragmentation_fraction=accelerator.fragmentation_fraction,
         flops=FlopsAccount(
             model_flops_per_microbatch=model_flops_per_sample(model) * b,
-            hardware_flops_per_microbatch=hardware_flops * tensor * b,
-            devices=cluster.devices * tensor * parallelism.data,
+            hardware_flops_per_microbatch=hardware_flops * parallelism.ranks_per_device * b,
+            devices=cluster.devices * parallelism.ranks_per_device * parallelism.data,
             replicas=parallelism.data,
             peak_flops_per_s=accelerator.peak(model.dtype),
         ),

@@ -39,9 +39,14 @@ class Collective(Enum):
     ALL_REDUCE = "all-reduce"
     ALL_GATHER = "all-gather"
     REDUCE_SCATTER = "reduce-scatter"
+    ALL_TO_ALL = "all-to-all"
+    SEND_RECV = "send-recv"
 
     def steps(self, ranks: int) -> int:
-        """Ring steps over ``ranks`` ranks: 2(n-1) for an all-reduce, n-1 otherwise."""
+        """Ring steps over ``ranks`` ranks: 2(n-1) for an all-reduce, n-1 for an all-gather,
+        a reduce-scatter, an all-to-all (n-1 exchanges of 1/n of the buffer, which NCCL runs
+        at once: one latency, see :func:`collective_time_s`) or a ring of point-to-point
+        sends passing every rank's block around (context parallelism's keys and values)."""
         return 2 * (ranks - 1) if self is Collective.ALL_REDUCE else ranks - 1
 
 
@@ -91,4 +96,6 @@ def collective_time_s(
         return 0.0
     bandwidth, latency = ring_bandwidth_and_latency(network, group)
     steps = kind.steps(ranks)
+    if kind is Collective.ALL_TO_ALL:  # nccl-tests: busbw = algbw x (n-1)/n, one round
+        return steps / ranks * size_bytes / bandwidth + latency
     return steps / ranks * size_bytes / bandwidth + steps * latency

@@ -22,6 +22,15 @@ the backward is the software's choice, the run's recipe (:mod:`pipesim.config.re
   its forward (torchtitan's ``fsdp_reshard_after_forward``: ``default`` does so only without a
   pipeline).
 * ``data`` (D): data-parallel replicas of the whole T x K model.
+* ``context`` (CP): context parallelism (Megatron-Core's ``--context-parallel-size``, Llama 3
+  §3.3.2, Ring Attention arXiv 2310.01889): each sample's sequence split CP ways, every
+  layer's tokens on 1/CP of them, the attention's keys and values exchanged over the CP group
+  (``cp_comm_type``: a ring of point-to-point sends beside the attention's blocks, Megatron-
+  Core's default ``p2p``, or Llama 3's all-gather before the attention, ``all-gather``). The
+  weights are replicated over CP: gradients are reduced, and ZeRO shards, over D x CP ranks.
+* ``expert`` (EP): expert parallelism for mixture-of-experts layers (Megatron-Core's
+  ``--expert-model-parallel-size``): each MoE layer's routed experts divided over EP ranks
+  of the D x CP ranks, tokens dispatched and combined by all-to-alls over them.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from enum import Enum
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.errors import named
+from pipesim.parallel.ranks import RankLayout
 from pipesim.parallel.sharding import ZERO_STAGES, ReshardPolicy, Sharding
 
 
@@ -102,6 +112,14 @@ class Recompute:
 NO_RECOMPUTE = Recompute()
 
 
+class ContextComm(Enum):
+    """How context-parallel ranks exchange keys and values (Megatron-Core's
+    ``--cp-comm-type``)."""
+
+    P2P = "p2p"
+    ALL_GATHER = "all-gather"
+
+
 @dataclass(frozen=True)
 class Parallelism:
     """Every parallel dimension but the pipeline's (see the module docstring).
@@ -113,6 +131,9 @@ class Parallelism:
         zero: the ZeRO stage, 0 to 3.
         data: D, data-parallel replicas (the ranks a ZeRO stage shards over).
         reshard_after_forward: under ZeRO-3, when gathered weights are freed.
+        context: CP, context-parallel ranks per sample (1: none).
+        expert: EP, expert-parallel ranks of each MoE layer (1: none).
+        cp_comm_type: how the CP ranks exchange keys and values.
     """
 
     tensor: int = 1
@@ -121,10 +142,25 @@ class Parallelism:
     zero: int = 0
     data: int = 1
     reshard_after_forward: ReshardPolicy = ReshardPolicy.DEFAULT
+    context: int = 1
+    expert: int = 1
+    cp_comm_type: ContextComm = ContextComm.P2P
 
     def __post_init__(self) -> None:
         checks.positive_int(named("tensor_parallel"), self.tensor)
         checks.positive_int(named("data_parallel"), self.data)
+        checks.positive_int(named("context_parallel"), self.context)
+        checks.positive_int(named("expert_parallel"), self.expert)
+        if not isinstance(self.cp_comm_type, ContextComm):
+            raise SpecError(
+                f"{named('cp_comm_type')} must be p2p or all-gather, got {self.cp_comm_type!r}"
+            )
+        if (self.data * self.context) % self.expert:
+            raise SpecError(
+                f"{named('expert_parallel')} must divide {named('data_parallel')} x "
+                f"{named('context_parallel')} = {self.data * self.context} (the experts are "
+                f"divided over those ranks), got {self.expert}"
+            )
         if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
             raise SpecError(f"{named('zero')} must be 0, 1, 2 or 3, got {self.zero!r}")
         if not isinstance(self.reshard_after_forward, ReshardPolicy):
@@ -154,11 +190,29 @@ class Parallelism:
             and self.recompute == NO_RECOMPUTE
             and self.zero == 0
             and self.reshard_after_forward is ReshardPolicy.DEFAULT
+            and self.context == 1
+            and self.expert == 1
         )
+
+    @property
+    def replicated_over(self) -> int:
+        """D x CP: the ranks that hold the same weights of a dense layer (what its
+        gradients are reduced, and ZeRO shards, over)."""
+        return self.data * self.context
+
+    def layout(self, devices: int) -> RankLayout:
+        """The job's ranks with ``devices`` pipeline devices: T x CP x K x D."""
+        return RankLayout(self.tensor, devices, self.data, self.context, self.expert)
+
+    @property
+    def ranks_per_device(self) -> int:
+        """T x CP: the ranks of one pipeline device of one replica (consecutive pipeline
+        devices are that many ranks apart)."""
+        return self.tensor * self.context
 
     def sharding(self, pipelined: bool) -> Sharding:
         """The ZeRO regime one rank runs, inside a pipeline (more than one stage) or not."""
-        return Sharding.of(self.zero, self.data, self.reshard_after_forward, pipelined)
+        return Sharding.of(self.zero, self.replicated_over, self.reshard_after_forward, pipelined)
 
     def label(self) -> str:
         """A short description: ``T=8 SP recompute=full ZeRO-1 D=4``."""
@@ -171,6 +225,13 @@ class Parallelism:
             words.append(f"ZeRO-{self.zero}")
         if self.reshard_after_forward is not ReshardPolicy.DEFAULT:
             words.append(f"reshard-after-forward={self.reshard_after_forward.value}")
+        if self.context > 1:
+            words.append(
+                f"CP={self.context}"
+                + (" all-gather" if self.cp_comm_type is ContextComm.ALL_GATHER else "")
+            )
+        if self.expert > 1:
+            words.append(f"EP={self.expert}")
         words.append(f"D={self.data}")
         return " ".join(words)
 

@@ -117,7 +117,7 @@ class ModelRequest:
             partition = choose_partition(
                 objective(partition),
                 run.trained_model,
-                hardware.cluster(devices, rank_stride=tensor),
+                hardware.cluster(devices, rank_stride=parallelism.ranks_per_device),
                 microbatch_size,
                 chunks,
                 schedule,
@@ -199,8 +199,8 @@ def tensor_group_of(
 ) -> TensorGroup | None:
     """Where the first pipeline device's tensor-parallel collectives run (every group is
     alike: :func:`~pipesim.config.run_config.check_tensor_placement`)."""
-    tensor = parallelism.tensor
-    return TensorGroup.first(hardware.network(tensor * devices * parallelism.data), tensor)
+    layout = parallelism.layout(devices)
+    return TensorGroup.of(hardware.network(layout.devices), layout)
 
 
 def check_schedule_pairing(schedule: Schedule, parallelism: Parallelism) -> None:

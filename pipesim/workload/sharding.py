@@ -56,6 +56,8 @@ def needs_rebuild(parallelism: Parallelism) -> bool:
         parallelism.tensor > 1
         or parallelism.sequence_parallel
         or parallelism.recompute.mode is not RecomputeMode.NONE
+        or parallelism.context > 1
+        or parallelism.expert > 1
     )
 
 
@@ -68,7 +70,8 @@ def sharded_layers(model: Model, parallelism: Parallelism) -> ShardedLayers:
         raise SpecError(
             f"model {model.name!r} is given as layers, with no heads or widths to split: "
             f"{named('tensor_parallel')}, {named('sequence_parallel')} and "
-            f"{named('recompute')} need a transformer model (got {parallelism.label()}); "
+            f"{named('recompute')}, {named('context_parallel')} and {named('expert_parallel')} "
+            f"need a transformer model (got {parallelism.label()}); "
             f"{named('remat')} re-materializes any model's stages"
         )
     options = {

@@ -61,13 +61,33 @@ from dataclasses import dataclass
 from pipesim.common.checks import SpecError
 from pipesim.errors import named
 from pipesim.hardware.collectives import Collective
-from pipesim.parallel.config import IDENTITY, Parallelism, RecomputeMode
+from pipesim.parallel.config import IDENTITY, ContextComm, Parallelism, RecomputeMode
 from pipesim.workload import moe_block
 from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
 from pipesim.workload.model import Layer, Model
-from pipesim.workload.work import CollectiveCall, LayerWork, Matmul, PassWork, Scaled
+from pipesim.workload.work import (
+    CollectiveCall,
+    GroupKind,
+    LayerWork,
+    Matmul,
+    PassWork,
+    Scaled,
+)
 
 TOKEN_BYTES = 8  # int64 token ids, PyTorch's default
+# The attention's products a context-parallel ring of sends runs beside (either attention).
+FORWARD_CORE = ("scores", "values", "flash scores", "flash values")
+BACKWARD_CORE = (
+    "values dgrad",
+    "scores dgrad",
+    "query dgrad",
+    "key dgrad",
+    "flash recompute",
+    "flash values dgrad",
+    "flash scores dgrad",
+    "flash query dgrad",
+    "flash key dgrad",
+)
 LOSS_STATISTICS = 3  # fp32 per token: the vocabulary-parallel loss all-reduces max, sum and target
 
 
@@ -154,9 +174,58 @@ class _Sizes:
         return self.arch.heads / self.t
 
     @property
+    def kv_seq(self) -> int:
+        """Keys each of this rank's queries attends to: the whole sequence, s·CP (the
+        architecture a context-parallel rank is built with holds its s of the sequence)."""
+        return self.arch.seq * self.par.context
+
+    @property
     def scores(self) -> float:
-        """Attention score elements on this rank per sample: (a/t)·s²."""
-        return self.heads_local * self.arch.seq**2
+        """Attention score elements on this rank per sample: (a/t)·s·s_kv (s² without context
+        parallelism)."""
+        return self.heads_local * self.arch.seq * self.kv_seq
+
+    @property
+    def kv_bytes(self) -> float:
+        """The whole sequence's keys and values on this tensor rank, per sample: what context
+        parallelism passes around the CP ranks (e·s_kv·(kv·d_k + kv·d_v)/t)."""
+        a = self.arch
+        return self.e * self.kv_seq * (a.key_width + a.value_width) / self.t
+
+    def context_collectives(
+        self, backward: bool, hidden_by: tuple[str, ...]
+    ) -> tuple[CollectiveCall, ...]:
+        """Context parallelism's exchange of keys and values (none with CP = 1): a ring of
+        sends beside the attention's products ``hidden_by`` (Megatron-Core's ``p2p``: the
+        keys and values, and in the backward their gradients too, each rank's block passed
+        CP - 1 times), or Llama 3's all-gather before the attention (and in the backward the
+        all-gather again and a reduce-scatter of their gradients), which nothing hides."""
+        if self.par.context == 1:
+            return ()
+        size = self.kv_bytes
+        if self.par.cp_comm_type is ContextComm.P2P:
+            ring = CollectiveCall(
+                Collective.SEND_RECV,
+                2 * size if backward else size,
+                group=GroupKind.CONTEXT,
+                hidden_by=hidden_by,
+            )
+            return (ring,)
+        gather = CollectiveCall(Collective.ALL_GATHER, size, group=GroupKind.CONTEXT)
+        if not backward:
+            return (gather,)
+        scatter = CollectiveCall(Collective.REDUCE_SCATTER, size, group=GroupKind.CONTEXT)
+        return (gather, scatter)
+
+    @property
+    def context_transient(self) -> float:
+        """What the exchange holds while the attention runs: the gathered keys and values, or
+        the ring's block in flight beside the one computed on (two blocks)."""
+        if self.par.context == 1:
+            return 0.0
+        if self.par.cp_comm_type is ContextComm.P2P:
+            return 2 * self.kv_bytes / self.par.context
+        return self.kv_bytes
 
     def activation_terms(self) -> dict[str, float]:
         """The stash of one block without recomputation, term by term (bytes per sample)."""
@@ -269,9 +338,10 @@ def _block_forward(z: _Sizes) -> PassWork:
     random = bias_dropout_add if a.dropout else 0.0  # with dropout, they draw random numbers
     memory = 0.0 if a.dropout else bias_dropout_add
     kernels = 4 + attention_in.kernels
+    kv = z.kv_seq
     if a.attention is Attention.EAGER:
-        matmuls.append(Matmul("scores", s, s, d_qk, z.heads_local, Scaled.BATCH))
-        matmuls.append(Matmul("values", s, d_v, s, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("scores", s, kv, d_qk, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("values", s, d_v, kv, z.heads_local, Scaled.BATCH))
         reduction += 2 * e * z.scores  # fused scale-mask-softmax
         kernels += 1
         if a.dropout:
@@ -281,12 +351,12 @@ def _block_forward(z: _Sizes) -> PassWork:
             memory += e * s * (a.key_width + a.value_width + 2 * a.query_width) / z.t
             kernels += 2
     else:
-        matmuls.append(Matmul("flash scores", s, s, d_qk, z.heads_local, Scaled.BATCH))
-        matmuls.append(Matmul("flash values", s, d_v, s, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("flash scores", s, kv, d_qk, z.heads_local, Scaled.BATCH))
+        matmuls.append(Matmul("flash values", s, d_v, kv, z.heads_local, Scaled.BATCH))
         flash = a.query_width + a.output_width + a.key_width + a.value_width
         memory += e * s * flash / z.t + 4 * z.heads_local * s
     matmuls.append(Matmul("proj", s, h, a.output_width / z.t))
-    transients = [e * s * h if z.par.sequence_parallel and z.t > 1 else 0.0]
+    transients = [e * s * h if z.par.sequence_parallel and z.t > 1 else 0.0, z.context_transient]
     if a.attention is Attention.EAGER:
         transients.append(e * z.scores)  # the raw scores before the softmax
     if a.mla is not None:
@@ -308,7 +378,7 @@ def _block_forward(z: _Sizes) -> PassWork:
         tuple(matmuls),
         memory_bytes=memory,
         kernels=kernels,
-        collectives=z.block_collectives(),
+        collectives=z.block_collectives() + z.context_collectives(False, FORWARD_CORE),
         transient_bytes=max(transients),
         element_bytes=e,
         reduction_bytes=reduction,
@@ -318,20 +388,30 @@ def _block_forward(z: _Sizes) -> PassWork:
 
 def _block_core_forward(z: _Sizes) -> PassWork:
     """The attention core alone (what selective recomputation re-runs)."""
-    a, e, s = z.arch, z.e, z.arch.seq
+    a, e, s, kv = z.arch, z.e, z.arch.seq, z.kv_seq
     d_qk, d_v = a.score_head_dim, a.value_head_dim
     matmuls = (
-        Matmul("scores", s, s, d_qk, z.heads_local, Scaled.BATCH),
-        Matmul("values", s, d_v, s, z.heads_local, Scaled.BATCH),
+        Matmul("scores", s, kv, d_qk, z.heads_local, Scaled.BATCH),
+        Matmul("values", s, d_v, kv, z.heads_local, Scaled.BATCH),
     )
+    exchange = z.context_collectives(False, FORWARD_CORE)
     if a.attention is Attention.FLASH:
         flash = a.query_width + a.output_width + a.key_width + a.value_width
         memory = e * s * flash / z.t + 4 * z.heads_local * s
-        return PassWork(matmuls, memory_bytes=memory, kernels=0, element_bytes=e)
+        return PassWork(
+            matmuls,
+            memory_bytes=memory,
+            kernels=0,
+            element_bytes=e,
+            collectives=exchange,
+            transient_bytes=z.context_transient,
+        )
     return PassWork(
         matmuls,
         kernels=2 if a.dropout else 1,
         element_bytes=e,
+        collectives=exchange,
+        transient_bytes=z.context_transient,
         reduction_bytes=2 * e * z.scores,  # the softmax
         random_bytes=(2 * e + z.mask) * z.scores if a.dropout else 0.0,
     )
@@ -369,12 +449,13 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
         memory += (5 if a.mlp is Mlp.SWIGLU else 3) * e * s * a.ffn / z.t  # activation backward
         mlp_phase = e * s * z.fc1_width
     matmuls.append(Matmul("proj dgrad", s, a.output_width / z.t, h))
+    kv = z.kv_seq
     if a.attention is Attention.EAGER:
         matmuls += [
-            Matmul("values dgrad", s, d_v, s, z.heads_local, Scaled.BATCH),
-            Matmul("scores dgrad", s, s, d_v, z.heads_local, Scaled.BATCH),
-            Matmul("query dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
-            Matmul("key dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
+            Matmul("values dgrad", kv, d_v, s, z.heads_local, Scaled.BATCH),
+            Matmul("scores dgrad", s, kv, d_v, z.heads_local, Scaled.BATCH),
+            Matmul("query dgrad", s, d_qk, kv, z.heads_local, Scaled.BATCH),
+            Matmul("key dgrad", kv, d_qk, s, z.heads_local, Scaled.BATCH),
         ]
         reduction += 3 * e * z.scores  # softmax backward
         kernels += 1
@@ -384,11 +465,11 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
     else:
         # FlashAttention's backward recomputes the scores, then the four products.
         matmuls += [
-            Matmul("flash recompute", s, s, d_qk, z.heads_local, Scaled.BATCH),
-            Matmul("flash values dgrad", s, d_v, s, z.heads_local, Scaled.BATCH),
-            Matmul("flash scores dgrad", s, s, d_v, z.heads_local, Scaled.BATCH),
-            Matmul("flash query dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
-            Matmul("flash key dgrad", s, d_qk, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash recompute", s, kv, d_qk, z.heads_local, Scaled.BATCH),
+            Matmul("flash values dgrad", kv, d_v, s, z.heads_local, Scaled.BATCH),
+            Matmul("flash scores dgrad", s, kv, d_v, z.heads_local, Scaled.BATCH),
+            Matmul("flash query dgrad", s, d_qk, kv, z.heads_local, Scaled.BATCH),
+            Matmul("flash key dgrad", kv, d_qk, s, z.heads_local, Scaled.BATCH),
         ]
         flash = 2 * (a.query_width + a.output_width) + 2 * (a.key_width + a.value_width)
         memory += e * s * flash / z.t + 4 * z.heads_local * s
@@ -406,6 +487,8 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
     ]
     if z.par.sequence_parallel and z.t > 1:
         transients.append(recomputed + e * s * h)
+    if z.par.context > 1:  # the exchanged keys and values, and their gradients
+        transients.append(recomputed - z.mlp_stash() + core + 2 * z.context_transient)
     collectives: tuple[CollectiveCall, ...] = ()
     if z.t > 1:
         size = e * s * h
@@ -426,7 +509,7 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
         tuple(matmuls),
         memory_bytes=memory,
         kernels=kernels,
-        collectives=collectives,
+        collectives=collectives + z.context_collectives(True, BACKWARD_CORE),
         transient_bytes=max(0.0, *transients),
         element_bytes=e,
         reduction_bytes=reduction,
@@ -538,7 +621,8 @@ def transformer_block(
     ) + replicated
     matmul_flops = 2 * arch.seq * (attention + active_mlp) / t
     matmul_flops += 2 * z.tokens_local * replicated_matmul
-    attention_flops = arch.attention_core_forward_flops() / t
+    # a context-parallel rank's queries (s of the sequence) attend to all CP·s keys
+    attention_flops = arch.attention_core_forward_flops() * parallelism.context / t
     forward = _block_forward(z)
     terms = z.activation_terms()
     stash = sum(terms.values())
@@ -725,11 +809,27 @@ def transformer_layers(
             f"{parallelism.tensor}: the sequence "
             f"({arch.seq:,} tokens) must split evenly over the tensor-parallel ranks"
         )
+    context = parallelism.context
+    if context > 1:
+        split = 2 * context * (parallelism.tensor if parallelism.sequence_parallel else 1)
+        if arch.seq % split:
+            raise SpecError(
+                f"{named('context_parallel')} {context}: the sequence ({arch.seq:,} tokens) "
+                f"must split into {split} equal chunks (2 x CP, load-balanced for the causal "
+                "mask as Megatron-Core splits it"
+                + (", on 1/T of them with sequence parallelism)" if split > 2 * context else ")")
+            )
+        # each rank holds 1/CP of every sample's tokens; its queries attend to all the keys
+        arch = dataclasses.replace(arch, seq=arch.seq // context)
     rank = dataclasses.replace(
         IDENTITY,
         tensor=parallelism.tensor,
         sequence_parallel=parallelism.sequence_parallel,
         recompute=parallelism.recompute,
+        context=context,
+        cp_comm_type=parallelism.cp_comm_type,
+        expert=parallelism.expert,
+        data=parallelism.data if parallelism.expert > 1 else 1,  # EP divides D x CP
     )
     return _rank_layers(arch, rank, gradient_bytes, recompute, fused_accumulation)
 

@@ -60,18 +60,36 @@ class Matmul:
         return 2.0 * self.m * self.n * self.k * self.batch
 
 
+class GroupKind(Enum):
+    """Which ranks a collective runs over: the tensor-parallel group, the context-parallel
+    group (a sample's sequence split over it) or the expert-parallel group (a mixture-of-
+    experts layer's experts divided over it)."""
+
+    TENSOR = "tensor"
+    CONTEXT = "context"
+    EXPERT = "expert"
+
+
 @dataclass(frozen=True)
 class CollectiveCall:
-    """A collective over the tensor-parallel group, on a buffer of ``bytes_per_sample`` x b,
-    or ``fixed_bytes`` whatever b (the loss's statistics per token are per sample too)."""
+    """A collective over ``group``'s ranks (the tensor-parallel group unless said), on a
+    buffer of ``bytes_per_sample`` x b, or ``fixed_bytes`` whatever b (the loss's statistics
+    per token are per sample too). ``hidden_by`` names the pass's matmuls it runs beside (a
+    ring of sends under the attention's blocks): only what exceeds their time is exposed;
+    empty, the pass waits for all of it."""
 
     kind: Collective
     bytes_per_sample: float
     fixed_bytes: float = 0.0
+    group: GroupKind = GroupKind.TENSOR
+    hidden_by: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, Collective):
             raise SpecError(f"collective kind must be a Collective, got {self.kind!r}")
+        if not isinstance(self.group, GroupKind):
+            raise SpecError(f"collective group must be a GroupKind, got {self.group!r}")
+        object.__setattr__(self, "hidden_by", tuple(self.hidden_by))
         checks.non_negative("collective bytes_per_sample", self.bytes_per_sample)
         checks.non_negative("collective fixed_bytes", self.fixed_bytes)
 

@@ -321,6 +321,9 @@ def test_the_result_states_its_layout(capsys: pytest.CaptureFixture[str]) -> Non
         "recompute": "full",
         "zero": 1,
         "reshard_after_forward": "default",
+        "context_parallel": 1,
+        "cp_comm_type": "p2p",
+        "expert_parallel": 1,
     }
     status, out, _ = run(
         capsys, "simulate", "--schedule", "1f1b", "-K", "2", "-M", "4", "--costs", "1,2", "--json"
@@ -394,3 +397,48 @@ def test_fsdp_is_stated_on_the_command_line_and_in_a_run_file(
     status, out, err = run(capsys, "simulate", "--run", str(run_file), "--json")
     assert status == 0, err
     assert json.loads(out)["per_device"][0]["peak_memory_bytes"] == kept
+
+
+def test_context_parallelism_is_stated_and_splits_each_samples_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """CP = 2 doubles the job's ranks and halves each one's share of every sample: the step
+    takes about half as long (the keys' and values' ring hides behind the attention), the
+    layout says it, and a bad exchange kind is one line naming the flag."""
+
+    def simulate(*extra: str) -> dict:
+        status, out, err = run(
+            capsys,
+            "simulate",
+            *("--model", "llama3-8b", "--hardware", "h100", "--schedule", "1f1b"),
+            *("-K", "2", "-M", "4", "--data-parallel", "1", "--batch", "4", "--json"),
+            *extra,
+        )
+        assert status == 0, err
+        return json.loads(out)
+
+    whole, split = simulate(), simulate("--context-parallel", "2")
+    assert split["layout"]["context_parallel"] == 2
+    assert split["iteration_time"] == pytest.approx(whole["iteration_time"] / 2, rel=0.1)
+    assert split["iteration_time"] > whole["iteration_time"] / 2
+    status, _, err = run(
+        capsys,
+        "simulate",
+        "--model",
+        "llama3-8b",
+        "--hardware",
+        "h100",
+        "--schedule",
+        "1f1b",
+        "-K",
+        "2",
+        "-M",
+        "4",
+        "--batch",
+        "4",
+        "--context-parallel",
+        "2",
+        "--cp-comm-type",
+        "ring",
+    )
+    assert status == 2 and "--cp-comm-type must be p2p or all-gather, got 'ring'" in err

@@ -12,7 +12,7 @@ from pipesim.costs.kernel_time import matmul_time_s, pass_time_s
 from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.collectives import Collective
 from pipesim.hardware.network import Link, Network, Topology
-from pipesim.workload.work import CollectiveCall, Matmul, PassWork, Scaled
+from pipesim.workload.work import CollectiveCall, GroupKind, Matmul, PassWork, Scaled
 
 CURVE = ((1e9, 0.25), (1e12, 0.75))
 
@@ -143,3 +143,35 @@ def test_a_bandwidth_fraction_outside_0_to_1_is_refused(field: str, value: float
 def test_a_bad_curve_is_refused(curve: object, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         _accelerator(matmul_efficiency=curve)
+
+
+def test_a_context_parallel_ring_shows_only_what_the_attention_does_not_hide() -> None:
+    """A ring of sends over 4 context ranks at 100 GB/s and 1 us per step, beside the pass's
+    "flash scores" matmul (1.333 ms) but not its "proj" matmul: 4 MB per sample passes 3/4 of
+    it, 30 us + 3 us: hidden. 4 GB: 30 ms + 3 us, of which what exceeds the scores shows. The
+    ring runs over the context group, not the tensor group (which is absent here); an
+    all-to-all over the expert group pays one latency."""
+    acc = _accelerator()
+    network = Network(4, Topology.ALL_TO_ALL, Link("l", 100e9, 1e-6))
+    scores = Matmul("flash scores", 1e4, 1e4, 5e3)
+    proj = Matmul("proj", 1e4, 1e4, 5e3)
+    base = pass_time_s(acc, PassWork(matmuls=(scores, proj)), 1, "bf16")
+    matmul_s = base / 2
+
+    def ring(size: float) -> PassWork:
+        call = CollectiveCall(
+            Collective.SEND_RECV, size, group=GroupKind.CONTEXT, hidden_by=("flash scores",)
+        )
+        return PassWork(matmuls=(scores, proj), collectives=(call,))
+
+    context = (0, 1, 2, 3)
+    assert pass_time_s(acc, ring(4e6), 1, "bf16", network, context_group=context) == base
+    large = pass_time_s(acc, ring(4e9), 1, "bf16", network, context_group=context)
+    assert large == pytest.approx(base + (0.03 + 3e-6 - matmul_s), rel=1e-9)
+    assert pass_time_s(acc, ring(4e9), 1, "bf16", network) == base  # no context group
+    exchange = PassWork(
+        collectives=(CollectiveCall(Collective.ALL_TO_ALL, 4e6, group=GroupKind.EXPERT),)
+    )
+    assert pass_time_s(acc, exchange, 1, "bf16", network, expert_group=context) == pytest.approx(
+        30e-6 + 1e-6
+    )

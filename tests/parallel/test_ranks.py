@@ -1,0 +1,42 @@
+"""Where each rank sits (Megatron's order, context ranks next to the tensor ranks): literal
+tables for a small job."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim.common.checks import SpecError
+from pipesim.parallel.config import Parallelism
+from pipesim.parallel.ranks import RankLayout
+
+
+def test_without_context_parallelism_the_order_is_unchanged() -> None:
+    """T = 2, P = 2, D = 2: rank t + 2(p + 2d)."""
+    layout = RankLayout(2, 2, 2)
+    assert layout.devices == 8
+    assert layout.tensor_group(1, 1) == [6, 7]
+    assert layout.data_group(1) == [2, 6]
+
+
+def test_context_ranks_sit_next_to_the_tensor_ranks() -> None:
+    """T = 2, C = 2, P = 2, D = 2: rank t + 2(c + 2(p + 2d)); a context group takes one rank
+    every T; the data group of a dense layer spans every context rank of every replica; EP = 2
+    takes consecutive members of it (the context ranks first), and the ranks holding the same
+    experts are every second member."""
+    layout = RankLayout(2, 2, 2, context=2, expert=2)
+    assert layout.devices == 16
+    assert layout.rank(1, 1, 1, 1) == 1 + 2 * (1 + 2 * (1 + 2 * 1))
+    assert layout.context_group(0) == [0, 2]
+    assert layout.tensor_group(1, context_rank=1) == [6, 7]
+    assert layout.data_group(1) == [4, 6, 12, 14]
+    assert layout.expert_group(1) == [4, 6]
+    assert layout.expert_group(1, index=1) == [12, 14]
+    assert layout.expert_data_group(1) == [4, 12]
+    assert Parallelism(tensor=2, context=2, expert=2, data=2).layout(2) == layout
+
+
+def test_expert_parallelism_must_divide_the_replicated_ranks() -> None:
+    with pytest.raises(SpecError, match="expert-parallel size 3 must divide"):
+        RankLayout(1, 1, 2, context=2, expert=3)
+    with pytest.raises(SpecError, match=r"expert_parallel must divide data_parallel x"):
+        Parallelism(data=2, context=2, expert=3)
