@@ -676,7 +676,8 @@ def embedding_layer(
     """
     z = _Sizes(arch, parallelism)
     t, e, s, h = parallelism.tensor, z.e, arch.seq, arch.hidden
-    positions = s * h if arch.position is Position.LEARNED else 0
+    # the whole sequence's learned positions on every rank, context-parallel ones too
+    positions = s * parallelism.context * h if arch.position is Position.LEARNED else 0
     rows = arch.vocab * h / t
     parameters = rows + positions
     mask = float(arch.mask_bytes) if arch.embedding_dropout else 0.0
