@@ -21,6 +21,7 @@ anyway gives no order (:func:`greedy_orders` returns None).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 from collections import deque
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ WEIGHT_GRAD_MODES = ("eager", "fit", "late")
 # A memory count within this relative difference of the limit keeps within it (sums of
 # fractional stashes differ from the limit in the last digits).
 LIMIT_TOLERANCE = 1e-12
+_KIND_F, _KIND_I, _KIND_W = Kind.F, Kind.I, Kind.W
 
 
 def within(peak: float, limit: float) -> bool:
@@ -171,13 +173,45 @@ def greedy_orders(
     memory_limit: float,
     policy: GreedyPolicy,
     count: MemoryCount | None = None,
+    caps: Sequence[int] | None = None,
 ) -> tuple[tuple[Action, ...], ...] | None:
     """Each device's order (F, I and W of every stage and micro-batch, micro-batches in order
     within each stage and kind), or None when this policy stalls under the limit. ``count``
-    is what the limit counts (pairs in flight when None)."""
+    is what the limit counts (pairs in flight when None); ``caps`` (one per device) let a
+    device take a micro-batch in only while fewer than that many of its micro-batches wait
+    for their input gradient there (its warm-up forwards, :mod:`pipesim.synthesis.warmup`)."""
+    found = greedy_run(costs, placement, microbatches, memory_limit, policy, count, caps)
+    return None if found is None else found.rows
+
+
+@dataclass(frozen=True)
+class GreedyRun:
+    """A greedy order and the times the scheduler estimated for it: each device's first
+    action's start and last action's end (the engine's, when transfers do not queue)."""
+
+    rows: tuple[tuple[Action, ...], ...]
+    first_start_s: tuple[float, ...]
+    last_end_s: tuple[float, ...]
+
+
+def greedy_run(
+    costs: PipelineCosts,
+    placement: Sequence[int],
+    microbatches: int,
+    memory_limit: float,
+    policy: GreedyPolicy,
+    count: MemoryCount | None = None,
+    caps: Sequence[int] | None = None,
+) -> GreedyRun | None:
+    """:func:`greedy_orders` with the scheduler's estimate of each device's first start and
+    last end (None when the policy stalls)."""
     placement = tuple(placement)
     count = pair_count(len(placement)) if count is None else count
-    return _Run(costs, placement, microbatches, memory_limit, policy, count).run()
+    run = _Run(costs, placement, microbatches, memory_limit, policy, count, caps)
+    rows = run.run()
+    if rows is None:
+        return None
+    return GreedyRun(rows, tuple(run.first), tuple(run.clock))
 
 
 def greedy_schedule(
@@ -188,6 +222,7 @@ def greedy_schedule(
     weight_fraction: float = 1.0,
     placement: Sequence[int] | None = None,
     count: MemoryCount | None = None,
+    caps: Sequence[int] | None = None,
 ) -> Schedule | None:
     """:func:`greedy_orders` as a schedule named ``synth`` (one stage per device when
     ``placement`` is None), validated; None when the policy stalls. The limit counts pairs,
@@ -195,7 +230,7 @@ def greedy_schedule(
     placement = tuple(range(len(costs.stages))) if placement is None else tuple(placement)
     if count is None:
         count = pair_count(len(placement), weight_fraction)
-    rows = greedy_orders(costs, placement, microbatches, memory_limit, policy, count)
+    rows = greedy_orders(costs, placement, microbatches, memory_limit, policy, count, caps)
     return None if rows is None else Schedule(SYNTH_NAME, microbatches, placement, rows)
 
 
@@ -211,6 +246,7 @@ class _Run:
         memory_limit: float,
         policy: GreedyPolicy,
         count: MemoryCount,
+        caps: Sequence[int] | None = None,
     ) -> None:
         stages = len(placement)
         self.costs = costs.stages
@@ -225,6 +261,8 @@ class _Run:
         self.stages_of = [
             [s for s in range(stages) if placement[s] == d] for d in range(self.devices)
         ]
+        self.kind_rank = (0, 1) if policy.input_grad_first else (1, 0)  # I's, F's
+        self.depth = -1 if policy.deeper_first else 1
         # The micro-batch's first stage on a device admits it; the device's later stages of it
         # are promised there and then.
         self.entry = [self.stages_of[d][0] for d in range(self.devices)]
@@ -234,6 +272,8 @@ class _Run:
         self.forward_send_s = [self._send_s(s, s + 1, s) for s in range(stages)]
         self.backward_send_s = [self._send_s(s, s - 1, s - 1) for s in range(stages)]
         self.clock = [0.0] * self.devices
+        self.first = [0.0] * self.devices  # each device's first action's start
+        self.caps = None if caps is None else tuple(caps)
         self.next_forward = [0] * stages
         self.next_input_grad = [0] * stages
         self.weight_grads: list[deque[Action]] = [deque() for _ in range(self.devices)]
@@ -258,8 +298,16 @@ class _Run:
     def run(self) -> tuple[tuple[Action, ...], ...] | None:
         total = 3 * len(self.placement) * self.microbatches
         choices = [self._choice(device) for device in range(self.devices)]
+        # The soonest choice first, the lower device on a tie: a heap of (start, device,
+        # version), an entry stale once its device has chosen again.
+        versions = [0] * self.devices
+        heap = [(choice[0], device, 0) for device, choice in enumerate(choices)]
+        heapq.heapify(heap)
         for _ in range(total):
-            device = min(range(self.devices), key=lambda d: (choices[d][0], d))
+            while True:
+                _, device, version = heapq.heappop(heap)
+                if version == versions[device]:
+                    break
             start, stage, kind = choices[device]
             if kind is None:
                 return None
@@ -271,6 +319,8 @@ class _Run:
                     near.add(self.placement[neighbour])
             for d in near:
                 choices[d] = self._choice(d)
+                versions[d] += 1
+                heapq.heappush(heap, (choices[d][0], d, versions[d]))
         return tuple(tuple(row) for row in self.rows)
 
     # -- readiness -------------------------------------------------------------------------
@@ -312,6 +362,8 @@ class _Run:
         if stage == self.entry[device]:
             if not self._admits(device):
                 return None
+            if self.caps is not None and m - self.next_input_grad[stage] >= self.caps[device]:
+                return None  # the device's warm-up count of micro-batches wait for I
         elif self.policy.reserve_all:
             if self.held[device] + self.stash[stage] > self.limit:  # pragma: no cover - promised
                 return None
@@ -334,22 +386,23 @@ class _Run:
     def _choice(self, device: int) -> tuple[float, int, Kind | None]:
         """What ``device`` runs next and when, by the policy, from what is known now."""
         now = self.clock[device]
-        order = (Kind.I, Kind.F) if self.policy.input_grad_first else (Kind.F, Kind.I)
-        depth = -1 if self.policy.deeper_first else 1
+        rank_i, rank_f = self.kind_rank
+        depth = self.depth
         # (when, kind's rank, stage's rank, stage, kind) of each ready F and I, soonest first
         ready: list[tuple[float, int, int, int, Kind]] = []
         for stage in self.stages_of[device]:
-            for kind, at in (
-                (Kind.I, self._input_grad_ready(stage)),
-                (Kind.F, self._forward_ready(stage)),
-            ):
-                if at is not None:
-                    ready.append((max(at, now), order.index(kind), depth * stage, stage, kind))
-        ready.sort()
-        if self.policy.wait_for_input_grad and ready and ready[0][4] is Kind.F:
+            at = self._input_grad_ready(stage)
+            if at is not None:
+                ready.append((at if at > now else now, rank_i, depth * stage, stage, _KIND_I))
+            at = self._forward_ready(stage)
+            if at is not None:
+                ready.append((at if at > now else now, rank_f, depth * stage, stage, _KIND_F))
+        if len(ready) > 1:
+            ready.sort()
+        if self.policy.wait_for_input_grad and ready and ready[0][4] is _KIND_F:
             # An I known to arrive before this F would end goes first: the device waits.
             ends = ready[0][0] + self.costs[ready[0][3]].forward_s
-            coming = [entry for entry in ready if entry[4] is Kind.I and entry[0] < ends]
+            coming = [entry for entry in ready if entry[4] is _KIND_I and entry[0] < ends]
             if coming:
                 ready.remove(coming[0])
                 ready.insert(0, coming[0])
@@ -357,11 +410,11 @@ class _Run:
         if ready and ready[0][0] <= now:
             return now, ready[0][3], ready[0][4]
         if owed and self._weight_now(device, ready[0][0] if ready else None):
-            return now, owed[0].stage, Kind.W
+            return now, owed[0].stage, _KIND_W
         if ready:
             return ready[0][0], ready[0][3], ready[0][4]
         if owed:  # nothing is known to be coming: a W rather than idle
-            return now, owed[0].stage, Kind.W
+            return now, owed[0].stage, _KIND_W
         return float("inf"), -1, None
 
     def _weight_now(self, device: int, next_at: float | None) -> bool:
@@ -409,5 +462,7 @@ class _Run:
             action = self.weight_grads[device].popleft()
             end = start + self.costs[stage].weight_grad_s
         self.held[device] += self.change[stage][kind]
+        if not self.rows[device]:
+            self.first[device] = start
         self.clock[device] = end
         self.rows[device].append(action)

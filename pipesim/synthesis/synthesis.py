@@ -10,7 +10,8 @@ with a V placement, 1F1B's memory of K micro-batches is 2K pairs of half-size st
 in bytes (``memory_limit_bytes``) counts each stage's activation bytes as the costs give them
 instead, an I freeing all but what its W keeps.
 
-The synthesiser is the paper's heuristic made into a small portfolio, judged by the engine:
+The synthesiser is the paper's heuristic made into a small portfolio, judged by the engine,
+with an exact refinement where the order is small:
 
 * the greedy list scheduler of :mod:`pipesim.synthesis.list_scheduler`, one order per policy
   (I or F first, three ways to place W, waiting for an I about to arrive, and with several
@@ -18,10 +19,24 @@ The synthesiser is the paper's heuristic made into a small portfolio, judged by 
 * the registered schedules of the same placement whose orders keep within the limit (1F1B,
   ZB-H1, ZB-H2 and GPipe with one stage per device; ZB-V, DualPipeV and the V-Min and V-Half
   building blocks of :mod:`pipesim.schedules.v_family` in a V; interleaved 1F1B, interleaved
-  ZB and looped BFS looped over v chunks), so the result is never slower than the best of them;
+  ZB and looped BFS looped over v chunks);
+* with one stage per device, the paper's per-stage warm-up (:mod:`pipesim.synthesis.warmup`):
+  each device's forwards before its first input gradient set from micro-batch 0's timing
+  (two rules, :data:`WARMUP_POLICIES`), the best by the scheduler's own estimate, then its
+  counts searched one device at a time (:data:`WARMUP_WORK` / actions greedy runs, at most
+  :data:`WARMUP_SEARCH_RUNS`);
 * then a local search from the best (:mod:`pipesim.synthesis.local_search`): moves of W and
   swaps of neighbouring actions, each kept only when the engine finds it better and the order
-  stays within the limit.
+  stays within the limit;
+* then, for orders of at most :data:`~pipesim.synthesis.exact.MAX_ACTIONS` actions (K = 3 and
+  M = 4), the exact search of :mod:`pipesim.synthesis.exact` (branch and bound over the
+  orders, pruned by the best found so far), which proves the result optimal
+  (:attr:`Synthesis.optimal`) or finds a better order.
+
+Every result carries :attr:`Synthesis.lower_bound_s`, the bound of
+:mod:`pipesim.synthesis.bounds` that no schedule within the limit beats, computed apart from
+the search; the tests hold every synthesised schedule to it and, on tiny shapes, to optima
+found by exhaustive enumeration (``docs/synthesis-optimality.md``).
 
 The work is bounded by the order's size (3·S·M actions, with split backwards), not only by
 the size limit on it: each candidate is a pass over every action (a greedy order is built
@@ -31,13 +46,13 @@ most :data:`SEARCH_WORK` / actions (and :data:`SEARCH_EVALUATIONS`) simulations.
 small enough for the whole portfolio (13 candidates with one stage per device: up to 76,923
 actions, K=64 and M=400; 39 or 40 with several: 25,000 actions) tries every candidate as
 before; a larger one tries the fixed schedules within the limit first (built in closed form,
-no greedy pass), then the greedy policies in their order, while the budget lasts. The first
-policy reserves memory for whole micro-batches and always finishes, so there is always a
-candidate.
+no greedy pass), then the greedy policies in their order, while the budget lasts; the warm-up
+candidates come when the budget has room for all of their first runs. The first policy
+reserves memory for whole micro-batches and always finishes, so there is always a candidate.
 
 The objective is the simulated step time, or the zero-bubble paper's largest stage span
 (:func:`largest_stage_span_s`, the measure of its Table 5). The best is returned, named
-``synth`` (on a tie, a fixed schedule before a greedy order).
+``synth`` (on a tie, a fixed schedule before a made order).
 """
 
 from __future__ import annotations
@@ -57,14 +72,25 @@ from pipesim.errors import ScheduleError, named
 from pipesim.parallel.placement import looped, v_shape
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.v_family import v_block_schedule
+from pipesim.synthesis.bounds import lower_bound
+from pipesim.synthesis.exact import MAX_ACTIONS, optimum
 from pipesim.synthesis.list_scheduler import SYNTH_NAME as SYNTH_NAME
 from pipesim.synthesis.list_scheduler import (
+    GreedyPolicy,
     MemoryCount,
     byte_count,
+    greedy_run,
     greedy_schedule,
     pair_count,
     policies,
     within,
+)
+from pipesim.synthesis.warmup import (
+    WARMUP_RULES,
+    estimate,
+    one_stage_per_device,
+    search_counts,
+    warmup_counts,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +113,15 @@ SEARCH_WORK = 50_000
 # simulated): the whole portfolio up to 76,923 actions with one stage per device, one
 # candidate at the size limit's 2^20 (see the module's docstring).
 PORTFOLIO_WORK = 1_000_000
+# The warm-up candidates' policies (each with the counts of each rule): W passes fill idle
+# time at once, I or F first (on random costs the others win a warm-up rarely).
+WARMUP_POLICIES = (GreedyPolicy(True, "eager"), GreedyPolicy(False, "eager"))
+# The warm-up counts' search: greedy runs, at most this many and this work (actions x runs).
+WARMUP_SEARCH_RUNS = 60
+WARMUP_WORK = 300_000
+# The exact search's default budget of states (about a second; it proves most K = 3, M = 4
+# orders optimal in a small part of it).
+EXACT_NODES = 100_000
 
 
 def step_time_s(result: SimulationResult) -> float:
@@ -133,6 +168,11 @@ class Synthesis:
         objective: what was minimised (``step`` or ``stage-span``).
         objective_value: the winner's value of it (its step time for ``step``).
         memory_limit_bytes: the limit on each device's activation bytes, when given so.
+        lower_bound_s: no schedule of this placement within the limit does better by the
+            objective (:func:`pipesim.synthesis.bounds.lower_bound`).
+        optimal: the exact search (:mod:`pipesim.synthesis.exact`, on orders small enough)
+            proved that no order does better, with times as the synthesiser models them (the
+            engine's, when transfers do not queue on a link).
     """
 
     schedule: Schedule
@@ -144,6 +184,15 @@ class Synthesis:
     objective: str = "step"
     objective_value: float = 0.0
     memory_limit_bytes: float | None = None
+    lower_bound_s: float = 0.0
+    optimal: bool = False
+
+    @property
+    def gap(self) -> float:
+        """How far the objective is above its lower bound, as a fraction of the bound."""
+        if self.lower_bound_s <= 0:
+            return 0.0
+        return self.objective_value / self.lower_bound_s - 1.0
 
 
 def in_flight_peaks(schedule: Schedule) -> tuple[int, ...]:
@@ -195,6 +244,7 @@ def synthesize(
     objective: str = "step",
     search_evaluations: int | None = None,
     progress: Progress | None = None,
+    exact_nodes: int | None = None,
 ) -> Synthesis:
     """The best schedule found for ``costs``, ``microbatches`` and at most ``memory_limit``
     (stage, micro-batch) pairs in flight on any device, with ``placement`` (one stage per
@@ -208,8 +258,10 @@ def synthesize(
     in 10^12).
     ``objective`` is ``step`` or ``stage-span`` (:data:`OBJECTIVES`);
     ``search_evaluations`` bounds the local search (None: :data:`SEARCH_EVALUATIONS`, fewer
-    for large orders; 0: none). ``progress`` advances once per candidate and per search
-    simulation (:func:`synthesis_steps` of them)."""
+    for large orders; 0: none). ``exact_nodes`` bounds the exact search of orders of at most
+    :data:`~pipesim.synthesis.exact.MAX_ACTIONS` actions (None: :data:`EXACT_NODES`; 0:
+    none). ``progress`` advances once per candidate, per warm-up run, per search simulation
+    and for the exact search (:func:`synthesis_steps` of them)."""
     from pipesim.engine import simulate
     from pipesim.synthesis.local_search import improve
 
@@ -258,44 +310,73 @@ def synthesize(
         candidates += seeds
     if not candidates:  # pragma: no cover - the reserving policies always finish
         raise ScheduleError(f"no order found within the memory limit {limit:g}")
+    searching = search_evaluations != 0
+    made = _warmed_up(
+        costs, placement, microbatches, count, limit, objective, budget - spent, searching, bar
+    )
     results = []
     for name, schedule in candidates:
         results.append((name, schedule, simulate(schedule, costs)))
         bar.update()
-    bar.set_postfix_str("local search")
+    # the warm-up's candidates advanced the progress once per greedy run already
+    results += [(name, schedule, simulate(schedule, costs)) for name, schedule in made]
     values = [measure(result) for _, _, result in results]
-    best_value = min(values)
+    fixed_names = {name for name, _ in seeds}
 
     def rank(index: int) -> tuple[float, bool, int]:
         """Best first; within a rounding error of the best, a fixed schedule (one with a
-        name and a paper) before a greedy order; then the order tried first."""
+        name and a paper) before a made one; then the order tried first."""
         value = values[index]
         tied = value <= best_value * (1 + TIE_TOLERANCE)
-        return (best_value if tied else value, results[index][0].startswith("greedy-"), index)
+        return (best_value if tied else value, results[index][0] not in fixed_names, index)
 
+    best_value = min(values)
     ranked = sorted(range(len(results)), key=rank)
     chosen, best, result = results[ranked[0]]
     table = [(results[i][0], values[i]) for i in ranked]
-    budget = _search_budget(placement, microbatches, search_evaluations)
-    if budget:
+    bar.set_postfix_str("local search")
+    search_budget = _search_budget(placement, microbatches, search_evaluations)
+    if search_budget:
         searched = improve(
             best,
             costs,
             measure,
             lambda order: within(max(count.peaks(order)), limit),
-            budget,
+            search_budget,
             start=result,
             on_evaluation=bar.update,
         )
         if measure(searched.result) < values[ranked[0]] * (1 - TIE_TOLERANCE):
             chosen, best, result = f"{chosen}+search", searched.schedule, searched.result
             table.insert(0, (chosen, measure(result)))
-    # A greedy order already is one (validated when built); a fixed one is renamed.
+    optimal = False
+    if _exact_applies(placement, microbatches, exact_nodes):
+        bar.set_postfix_str("exact")
+        found = optimum(
+            costs,
+            microbatches,
+            count,
+            limit,
+            placement=placement,
+            objective=objective,
+            upper_bound=measure(result),
+            node_limit=EXACT_NODES if exact_nodes is None else exact_nodes,
+        )
+        bar.update()
+        if found.schedule is not None:
+            exact_result = simulate(found.schedule, costs)
+            if measure(exact_result) < measure(result) * (1 - TIE_TOLERANCE):
+                chosen, best, result = "exact", found.schedule, exact_result
+                table.insert(0, (chosen, measure(result)))
+        # Proven under the synthesiser's times; the engine's agree unless transfers queued.
+        optimal = found.proven and measure(result) <= found.value_s * (1 + TIE_TOLERANCE)
+    # A made order already is one (validated when built); a fixed one is renamed.
     schedule = (
         best
         if best.name == SYNTH_NAME
         else Schedule(SYNTH_NAME, microbatches, best.placement, best.device_actions)
     )
+    bound = lower_bound(costs, microbatches, placement, objective=objective, memory=(count, limit))
     return Synthesis(
         schedule,
         chosen,
@@ -306,7 +387,79 @@ def synthesize(
         objective,
         measure(result),
         memory_limit_bytes,
+        bound.value_s,
+        optimal,
     )
+
+
+def _exact_applies(placement: Sequence[int], microbatches: int, asked: int | None) -> bool:
+    """Whether the exact search runs: asked for (``exact_nodes`` not 0) and the order within
+    its :data:`~pipesim.synthesis.exact.MAX_ACTIONS`."""
+    if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int) or asked < 0):
+        raise ScheduleError(f"exact_nodes must be an integer >= 0, got {asked!r}")
+    return asked != 0 and 3 * len(placement) * microbatches <= MAX_ACTIONS
+
+
+def _warmed_up(
+    costs: PipelineCosts,
+    placement: tuple[int, ...],
+    microbatches: int,
+    count: MemoryCount,
+    limit: float,
+    objective: str,
+    budget: int,
+    searching: bool,
+    bar: Progress,
+) -> list[tuple[str, Schedule]]:
+    """The per-stage warm-up candidates (:mod:`pipesim.synthesis.warmup`; one stage per
+    device): each of :data:`WARMUP_POLICIES` with the counts of each rule, the best of them
+    by the scheduler's estimate, then its counts searched. ``budget`` is what is left of the
+    portfolio's greedy runs: the warm-up's runs come out of it, the search's out of
+    :data:`WARMUP_WORK` (none unless ``searching``). At most two candidates: the best run
+    and, when it improved, the searched one."""
+    steps = warmup_steps(placement, microbatches, searching)
+    if not steps or budget < len(WARMUP_RULES) * len(WARMUP_POLICIES):
+        bar.update(steps)
+        return []
+    runs: list[tuple[float, str, GreedyPolicy, tuple[int, ...], Schedule]] = []
+    for rule in WARMUP_RULES:
+        counts = warmup_counts(costs, microbatches, count, limit, rule)
+        for policy in WARMUP_POLICIES:
+            bar.update()
+            run = greedy_run(costs, placement, microbatches, limit, policy, count, counts)
+            if run is None:  # stalled under the limit: no candidate
+                continue
+            name = f"{policy.name}-warmup-{rule}"
+            rows = Schedule(SYNTH_NAME, microbatches, placement, run.rows)
+            runs.append((estimate(run, costs, objective), name, policy, counts, rows))
+    left = steps - len(WARMUP_RULES) * len(WARMUP_POLICIES)
+    if not runs:
+        bar.update(left)
+        return []
+    value, name, policy, counts, first = min(runs, key=lambda run: run[0])
+    made = [(name, first)]
+    if not left:
+        return made
+    searched = search_counts(
+        costs, microbatches, count, limit, policy, counts, objective, left, bar.update
+    )
+    if searched is not None:
+        bar.update(left - searched.runs)
+        if searched.value < value * (1 - TIE_TOLERANCE):
+            rows = Schedule(SYNTH_NAME, microbatches, placement, searched.run.rows)
+            made.append((f"{name}+counts", rows))
+    return made
+
+
+def warmup_steps(placement: Sequence[int], microbatches: int, searching: bool = True) -> int:
+    """The greedy runs of the warm-up candidates, at most (0 where they do not apply): one
+    per rule and policy, and when ``searching`` the counts' search (:data:`WARMUP_WORK` /
+    3·S·M runs, at most :data:`WARMUP_SEARCH_RUNS`, at least one)."""
+    if not one_stage_per_device(placement):
+        return 0
+    actions = 3 * len(placement) * microbatches
+    search = max(1, min(WARMUP_SEARCH_RUNS, WARMUP_WORK // max(1, actions))) if searching else 0
+    return len(WARMUP_RULES) * len(WARMUP_POLICIES) + search
 
 
 def _limit(
@@ -361,15 +514,21 @@ def check_pair_limit(memory_limit: object, placement: Sequence[int]) -> int:
 
 
 def synthesis_steps(
-    placement: Sequence[int], microbatches: int, search_evaluations: int | None = None
+    placement: Sequence[int],
+    microbatches: int,
+    search_evaluations: int | None = None,
+    exact_nodes: int | None = None,
 ) -> int:
     """How many times :func:`synthesize` advances its progress: a candidate per greedy
-    policy and per seed of the placement, and the local search's simulations (at most)."""
+    policy and per seed of the placement, the warm-up's greedy runs, the local search's
+    simulations (at most) and the exact search (one, where it runs)."""
     placement = tuple(placement)
     return (
         len(policies(minimum_limit(placement)))
         + len(_seeds(placement))
+        + warmup_steps(placement, microbatches, search_evaluations != 0)
         + _search_budget(placement, microbatches, search_evaluations)
+        + (1 if _exact_applies(placement, microbatches, exact_nodes) else 0)
     )
 
 

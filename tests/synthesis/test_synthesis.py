@@ -1,5 +1,6 @@
-"""Memory-bounded synthesis: valid orders, never over the limit, never slower than the fixed
-schedules that keep within it, a literal table for a tiny case."""
+"""Memory-bounded synthesis: valid orders, never over the limit, never below the lower bound
+on the step (a check that can fail: the bound is computed apart from the search), a literal
+table for a tiny case. Optimality on tiny shapes is in test_exact."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import dataclasses
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
@@ -19,11 +20,17 @@ from pipesim.parallel.placement import looped, v_shape
 from pipesim.schedules import Kind, build
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.v_family import v_block_schedule
-from pipesim.synthesis.list_scheduler import GreedyPolicy, byte_count, greedy_schedule, policies
+from pipesim.synthesis.bounds import lower_bound
+from pipesim.synthesis.list_scheduler import (
+    GreedyPolicy,
+    byte_count,
+    greedy_schedule,
+    pair_count,
+    policies,
+)
 from pipesim.synthesis.local_search import improve
 from pipesim.synthesis.synthesis import (
     activation_peaks,
-    fixed_within,
     in_flight_peaks,
     largest_stage_span_s,
     memory_tradeoff,
@@ -87,15 +94,20 @@ def test_every_greedy_order_is_complete_and_within_the_limit(
 
 @settings(max_examples=40, deadline=None)
 @given(pipeline_costs(), st.integers(1, 8), st.integers(1, 9))
-def test_synthesis_keeps_the_limit_and_beats_every_fixed_schedule_within_it(
+def test_synthesis_keeps_the_limit_and_never_goes_below_the_lower_bound(
     costs: PipelineCosts, microbatches: int, limit: int
 ) -> None:
+    """The synthesised step, simulated again, is at or above the lower bound on any schedule
+    within the limit, which the synthesis reports; the gap to it is searched for (target)."""
     found = synthesize(costs, microbatches, limit)
     assert found.schedule.name == "synth"
     assert max(reference_peaks(found.schedule, Kind.W)) <= limit
-    assert simulate(found.schedule, costs).iteration_time_s == pytest.approx(found.step_time_s)
-    for name, fixed in fixed_within(len(costs.stages), microbatches, limit):
-        assert found.step_time_s <= simulate(fixed, costs).iteration_time_s + 1e-9, name
+    step = simulate(found.schedule, costs).iteration_time_s
+    assert step == pytest.approx(found.step_time_s)
+    bound = lower_bound(costs, microbatches, memory=(pair_count(len(costs.stages)), limit))
+    assert found.lower_bound_s == bound.value_s
+    assert bound.value_s <= step * (1 + 1e-9), bound
+    target(found.gap, label="step above the lower bound")
 
 
 def test_on_a_uniform_pipeline_more_memory_is_never_slower() -> None:
@@ -118,7 +130,9 @@ def test_a_limit_below_one_is_refused(limit: int) -> None:
 
 def test_the_memory_tradeoff_places_each_schedule_by_its_peak() -> None:
     """F=I=W=1, K=4, M=8: the fixed schedules at their own peaks (1F1B and ZB-H1 at K, ZB-H2
-    at 2K-1, GPipe at M), the synthesised one at each limit, never above it."""
+    at 2K-1, GPipe at M), the synthesised one at each limit, never above it (at 3, the
+    warm-up counts' search finds 31 s where the greedy orders alone gave 33; the lower bounds
+    are 72, 36, 28 and 27 s)."""
     costs = synthetic_costs(4, 1, 1.0, 1.0, 1.0)
     fixed, curve = memory_tradeoff(costs, 8, [1, 2, 3, 4])
     assert {(p.name, p.in_flight) for p in fixed} == {
@@ -129,7 +143,7 @@ def test_the_memory_tradeoff_places_each_schedule_by_its_peak() -> None:
     }
     assert [p.limit for p in curve] == [1, 2, 3, 4]
     assert all(p.in_flight <= p.limit for p in curve)  # type: ignore[operator]
-    assert [p.step_time_s for p in curve] == pytest.approx([72.0, 41.0, 33.0, 27.0])
+    assert [p.step_time_s for p in curve] == pytest.approx([72.0, 41.0, 31.0, 27.0])
 
 
 @settings(max_examples=40, deadline=None)
@@ -166,15 +180,15 @@ def test_activation_peaks_literally() -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(placed_pipeline_costs(), st.integers(1, 6), st.integers(0, 6), st.sampled_from([1.0, 0.4]))
-def test_with_several_stages_per_device_the_limit_holds_and_no_fixed_order_is_faster(
+def test_with_several_stages_per_device_the_limit_holds_and_the_bound_too(
     placed: tuple[PipelineCosts, tuple[int, ...]],
     microbatches: int,
     extra: int,
     weight_fraction: float,
 ) -> None:
     """Every greedy policy (both admission rules) finishes or gives no order, never over the
-    limit; the synthesis is complete, within the limit and at least as fast as every seed of
-    its placement (ZB-V, DualPipeV, V-Min, V-Half in a V; interleaved and looped BFS)."""
+    limit; the synthesis is complete, within the limit, and neither its step nor its largest
+    stage span is below the lower bound of its placement."""
     costs, placement = placed
     limit = minimum_limit(placement) + extra
     for policy in policies(minimum_limit(placement)):
@@ -189,10 +203,11 @@ def test_with_several_stages_per_device_the_limit_holds_and_no_fixed_order_is_fa
         found.schedule.stages, found.schedule.placement, found.schedule.device_actions
     )
     assert max(activation_peaks(found.schedule, weight_fraction)) <= limit + 1e-9
-    for name, fixed in fixed_within(
-        placement, microbatches, limit, weight_fraction=weight_fraction
-    ):
-        assert found.step_time_s <= simulate(fixed, costs).iteration_time_s * (1 + 1e-12), name
+    memory = (pair_count(len(placement), weight_fraction), float(limit))
+    step = lower_bound(costs, microbatches, placement, memory=memory)
+    assert step.value_s <= found.step_time_s * (1 + 1e-9), step
+    span = lower_bound(costs, microbatches, placement, objective="stage-span", memory=memory)
+    assert span.value_s <= largest_stage_span_s(found.result) * (1 + 1e-9), span
 
 
 def test_every_policy_finishes_at_the_smallest_limits() -> None:
@@ -285,12 +300,12 @@ def costs_with_bytes(draw: st.DrawFn) -> tuple[PipelineCosts, tuple[int, ...], f
 
 @settings(max_examples=30, deadline=None)
 @given(costs_with_bytes(), st.integers(1, 6))
-def test_a_byte_limit_holds_in_the_engines_memory_and_no_fixed_order_within_is_faster(
+def test_a_byte_limit_holds_in_the_engines_memory_and_the_bound_too(
     drawn: tuple[PipelineCosts, tuple[int, ...], float], microbatches: int
 ) -> None:
     """Limited in bytes, the synthesised schedule's peak activation memory as the engine
-    simulates it never exceeds the limit, and no seed of its placement that keeps within the
-    same bytes is faster."""
+    simulates it never exceeds the limit, and its step is not below the lower bound with the
+    limit counted in bytes."""
     costs, placement, limit = drawn
     found = synthesize(
         costs,
@@ -303,9 +318,9 @@ def test_a_byte_limit_holds_in_the_engines_memory_and_no_fixed_order_within_is_f
     assert found.memory_limit is None and found.memory_limit_bytes == limit
     simulated = simulate(found.schedule, costs)
     assert max(d.peak_activation_bytes for d in simulated.per_device) <= limit * (1 + 1e-9)
-    for name, fixed in fixed_within(placement, microbatches, limit, count=byte_count(costs)):
-        assert max(d.peak_activation_bytes for d in simulate(fixed, costs).per_device) <= limit
-        assert found.step_time_s <= simulate(fixed, costs).iteration_time_s * (1 + 1e-12), name
+    bound = lower_bound(costs, microbatches, placement, memory=(byte_count(costs), limit))
+    assert found.lower_bound_s == bound.value_s
+    assert bound.value_s <= simulated.iteration_time_s * (1 + 1e-9), bound
 
 
 def test_a_byte_limit_is_one_of_two_and_no_less_than_a_micro_batch_needs() -> None:
