@@ -81,6 +81,17 @@ def register(subparsers: Any) -> None:
         "splits the model's heads, MLP and vocabulary evenly)",
     )
     parser.add_argument(
+        "--context-parallel",
+        metavar="CP,CP",
+        help="context-parallel sizes to try (default 1: none; e.g. 1,2,4 for long sequences)",
+    )
+    parser.add_argument(
+        "--expert-parallel",
+        metavar="EP,EP",
+        help="expert-parallel sizes to try on a mixture-of-experts model (default: every power "
+        "of two up to 64 that divides its experts; 1 on a dense model)",
+    )
+    parser.add_argument(
         "--recompute",
         metavar="MODE,MODE",
         help="recomputation modes to try: none, selective, full, N (the first N layers of each "
@@ -192,6 +203,12 @@ def _plan(args: argparse.Namespace) -> int:
         else {"on": (True,), "off": (False,), "both": (False, True)}[args.sequence_parallel],
         model_name=model_name,
         hardware_name=args.hardware,
+        context_sizes=(1,)
+        if args.context_parallel is None
+        else _ints(args.context_parallel, "--context-parallel"),
+        expert_sizes=None
+        if args.expert_parallel is None
+        else _ints(args.expert_parallel, "--expert-parallel"),
     )
     if args.cluster is not None:
         check_cluster_address(args.cluster)

@@ -36,6 +36,8 @@ def plan_run_file(report: PlanReport, e: Evaluated, args: argparse.Namespace) ->
         pipeline_parallel=c.devices,
         data_parallel=c.data_parallel,
         zero=c.zero,
+        context_parallel=c.context if c.context > 1 else None,
+        expert_parallel=c.expert if c.expert > 1 else None,
         recompute=c.recompute,
         schedule=c.schedule,
         chunks=c.chunks,

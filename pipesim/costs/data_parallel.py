@@ -20,6 +20,15 @@ Per step, each stage's gradients (its ``gradient_bytes``, one tensor rank's shar
 The collectives move the stage's whole weights and gradients on one tensor rank
 (``whole_parameter_bytes``, ``whole_gradient_bytes``), whatever share of them it holds.
 
+With expert parallelism (EP) the routed experts' part of them (``expert_gradient_bytes``, and
+the weights in the same proportion) belongs to the E/EP experts this rank holds, which only
+the D x CP / EP ranks of its expert data group
+(:meth:`~pipesim.parallel.ranks.RankLayout.expert_data_group`) hold too: that part is reduced,
+and under ZeRO its weights gathered, over that group, after the dense part's collectives over
+the data group (Megatron-Core's expert gradient buffers, and its distributed optimizer's expert
+shards, live on the expert data-parallel group); ZeRO shards it over the same group
+(:func:`expert_sharding`).
+
 Each collective costs :func:`pipesim.hardware.collectives.collective_time_s` on the job's
 network; the K x T groups run at once on disjoint ranks, each with its own path (one NIC per
 GPU, as DGX servers have), so they do not slow each other.
@@ -63,14 +72,54 @@ def gradient_sync_s(stage: StageCosts, network: Network, group: Sequence[int], z
     return step_sync_s(stage, network, group, Sharding.of(zero, len(group), _NEVER, True))
 
 
+def expert_sharding(
+    parallelism: Parallelism, expert_group: Sequence[int], pipelined: bool
+) -> Sharding:
+    """The ZeRO regime of the routed experts' state: ``parallelism``'s stage over the ranks of
+    ``expert_group`` (the expert data group, D x CP / EP ranks)."""
+    return Sharding.of(
+        parallelism.zero, len(expert_group), parallelism.reshard_after_forward, pipelined
+    )
+
+
+def _split(stage: StageCosts) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((gradients, weights) of the dense part, (gradients, weights) of the experts' part) of
+    the stage's whole bytes on one tensor rank: the weights split as the gradients."""
+    gradients, weights = stage.whole_gradient_bytes, stage.whole_parameter_bytes
+    expert_gradients = stage.expert_gradient_bytes
+    expert_weights = weights * expert_gradients / gradients if gradients else 0.0
+    return (gradients - expert_gradients, weights - expert_weights), (
+        expert_gradients,
+        expert_weights,
+    )
+
+
 def step_sync_s(
-    stage: StageCosts, network: Network, group: Sequence[int], sharding: Sharding
+    stage: StageCosts,
+    network: Network,
+    group: Sequence[int],
+    sharding: Sharding,
+    expert_group: Sequence[int] = (),
+    experts: Sharding | None = None,
 ) -> float:
     """What of one stage's data-parallel communication runs once per step, after its last
     backward and before (or, for the weights' all-gather, right after) its optimizer step:
     the gradients' all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1, and ZeRO-2/3 inside a
-    pipeline), and the weights' all-gather unless ZeRO-3 gathers them in every pass."""
-    gradients, weights = stage.whole_gradient_bytes, stage.whole_parameter_bytes
+    pipeline), and the weights' all-gather unless ZeRO-3 gathers them in every pass. With
+    ``experts`` (the experts' regime over ``expert_group``, expert parallelism), the stage's
+    routed experts' part runs over ``expert_group``, after the rest over ``group``."""
+    if experts is None or not stage.expert_gradient_bytes:
+        gradients, weights = stage.whole_gradient_bytes, stage.whole_parameter_bytes
+        return _step_s(gradients, weights, network, group, sharding)
+    (gradients, weights), (expert_gradients, expert_weights) = _split(stage)
+    dense = _step_s(gradients, weights, network, group, sharding)
+    return dense + _step_s(expert_gradients, expert_weights, network, expert_group, experts)
+
+
+def _step_s(
+    gradients: float, weights: float, network: Network, group: Sequence[int], sharding: Sharding
+) -> float:
+    """:func:`step_sync_s` of ``gradients`` and ``weights`` bytes over ``group``."""
     if sharding.zero == 0:
         return collective_time_s(network, group, Collective.ALL_REDUCE, gradients)
     reduce = (
@@ -87,18 +136,37 @@ def step_sync_s(
 
 
 def pass_sync_s(
-    stage: StageCosts, network: Network, group: Sequence[int], sharding: Sharding
+    stage: StageCosts,
+    network: Network,
+    group: Sequence[int],
+    sharding: Sharding,
+    expert_group: Sequence[int] = (),
+    experts: Sharding | None = None,
 ) -> tuple[float, float]:
     """(forward, backward): the communication each micro-batch's passes of one stage start,
     ZeRO-2/3 without a pipeline: ZeRO-3 gathers the weights for the forward and, resharded
-    after it, again for the backward; ZeRO-2/3 reduce-scatter each backward's gradients."""
+    after it, again for the backward; ZeRO-2/3 reduce-scatter each backward's gradients. With
+    ``experts``, the routed experts' part over ``expert_group`` (:func:`step_sync_s`)."""
+    if experts is None or not stage.expert_gradient_bytes:
+        gradients, weights = stage.whole_gradient_bytes, stage.whole_parameter_bytes
+        return _pass_s(gradients, weights, network, group, sharding)
+    (gradients, weights), (expert_gradients, expert_weights) = _split(stage)
+    forward, backward = _pass_s(gradients, weights, network, group, sharding)
+    more = _pass_s(expert_gradients, expert_weights, network, expert_group, experts)
+    return forward + more[0], backward + more[1]
+
+
+def _pass_s(
+    gradients: float, weights: float, network: Network, group: Sequence[int], sharding: Sharding
+) -> tuple[float, float]:
+    """:func:`pass_sync_s` of ``gradients`` and ``weights`` bytes over ``group``."""
     gather = (
-        collective_time_s(network, group, Collective.ALL_GATHER, stage.whole_parameter_bytes)
+        collective_time_s(network, group, Collective.ALL_GATHER, weights)
         if sharding.reshard_after_forward
         else 0.0
     )
     reduce = (
-        collective_time_s(network, group, Collective.REDUCE_SCATTER, stage.whole_gradient_bytes)
+        collective_time_s(network, group, Collective.REDUCE_SCATTER, gradients)
         if sharding.syncs_every_microbatch
         else 0.0
     )
@@ -173,16 +241,30 @@ def sync_times_s(
     """Per stage, the exposed communication :func:`with_data_parallel` adds before its
     optimizer step: the data-parallel reduction (with D > 1; overlapping the stage's last
     backward with ``overlap_grad_reduce``) and the tied embeddings' all-reduce
-    (:func:`tied_embedding_sync_s`)."""
+    (:func:`tied_embedding_sync_s`); with expert parallelism the routed experts' gradients
+    over the expert data group."""
     out = tied_embedding_sync_s(stages, placement, job_network, layout)
-    if layout.data == 1:
+    if layout.data * layout.context == 1:
         return out
-    sharding = parallelism.sharding(pipelined=len(stages) > 1)
+    pipelined = len(stages) > 1
+    sharding = parallelism.sharding(pipelined)
     for index, stage in enumerate(stages):
         group = layout.data_group(placement[index])
-        sync = step_sync_s(stage, job_network, group, sharding)
+        experts, expert_regime = _expert_reduction(layout, parallelism, placement[index], pipelined)
+        sync = step_sync_s(stage, job_network, group, sharding, experts, expert_regime)
         out[index] += exposed_sync_s(stage, sync, overlap_grad_reduce)
     return out
+
+
+def _expert_reduction(
+    layout: RankLayout, parallelism: Parallelism, device: int, pipelined: bool
+) -> tuple[list[int], Sharding | None]:
+    """Pipeline device ``device``'s expert data group and the experts' ZeRO regime over it;
+    ([], None) without expert parallelism."""
+    if layout.expert == 1:
+        return [], None
+    group = layout.expert_data_group(device)
+    return group, expert_sharding(parallelism, group, pipelined)
 
 
 def with_sync(
@@ -199,11 +281,15 @@ def with_sync(
     extra = sync_times_s(stages, placement, job_network, layout, parallelism, overlap_grad_reduce)
     out = [add_to_optimizer_step(s, e) if e else s for s, e in zip(stages, extra, strict=True)]
     sharding = parallelism.sharding(pipelined=len(stages) > 1)
-    if layout.data == 1 or not (sharding.reshard_after_forward or sharding.syncs_every_microbatch):
+    if layout.data * layout.context == 1 or not (
+        sharding.reshard_after_forward or sharding.syncs_every_microbatch
+    ):
         return out
     for index, stage in enumerate(out):
         group = layout.data_group(placement[index])
-        out[index] = with_pass_sync(stage, *pass_sync_s(stage, job_network, group, sharding))
+        experts, regime = _expert_reduction(layout, parallelism, placement[index], len(out) > 1)
+        passes = pass_sync_s(stage, job_network, group, sharding, experts, regime)
+        out[index] = with_pass_sync(stage, *passes)
     return out
 
 

@@ -44,6 +44,10 @@ class StageCosts:
             gradients on one tensor rank, what its data-parallel collectives move, where a
             ZeRO stage holds less of them than that (None: ``parameter_bytes`` and
             ``gradient_bytes``).
+        expert_gradient_bytes: the part of the stage's whole gradients on one tensor rank
+            (:attr:`whole_gradient_bytes`) that is routed experts' under expert parallelism,
+            reduced over the expert data group rather than the data group
+            (:mod:`pipesim.costs.data_parallel`); 0 without expert parallelism.
     """
 
     forward_s: float
@@ -66,6 +70,7 @@ class StageCosts:
     optimizer_transient_bytes: float = 0.0
     unsharded_parameter_bytes: float | None = None
     unsharded_gradient_bytes: float | None = None
+    expert_gradient_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for attribute in self.__dataclass_fields__:
@@ -81,6 +86,11 @@ class StageCosts:
             raise SpecError(
                 "stage cost shared_parameter_bytes must not exceed parameter_bytes, got "
                 f"{self.shared_parameter_bytes:g} > {self.parameter_bytes:g}"
+            )
+        if self.expert_gradient_bytes > self.whole_gradient_bytes:
+            raise SpecError(
+                "stage cost expert_gradient_bytes must not exceed the whole gradient bytes, got "
+                f"{self.expert_gradient_bytes:g} > {self.whole_gradient_bytes:g}"
             )
 
     @property
@@ -142,6 +152,7 @@ def merge_layers(
         unsharded_gradient_bytes=None
         if all(layer.unsharded_gradient_bytes is None for layer in layers)
         else sum(layer.whole_gradient_bytes for layer in layers),
+        expert_gradient_bytes=sum(layer.expert_gradient_bytes for layer in layers),
     )
 
 

@@ -21,6 +21,7 @@ sends (:mod:`pipesim.workload.work`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from pipesim.common import checks
@@ -32,7 +33,7 @@ from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster
 from pipesim.parallel.config import IDENTITY, Parallelism
 from pipesim.parallel.groups import TensorGroup
-from pipesim.parallel.sharding import LayerBytes
+from pipesim.parallel.sharding import HeldState, LayerBytes, Sharding
 from pipesim.workload.model import Layer, Model
 from pipesim.workload.sharding import ShardedLayers, sharded_layers
 from pipesim.workload.stage_layers import check_partition, even_partition
@@ -69,7 +70,19 @@ def layer_costs(
         input_grad_s = _input_grad_s(layer, model, accelerator, b)
         weight_grad_s = _weight_grad_s(layer, model, accelerator, b)
     sharding = parallelism.sharding(pipelined)
-    held = sharding.held(layer.parameters, _bytes_per_parameter(model))
+    per = _bytes_per_parameter(model)
+    # expert parallelism: the routed experts' state is sharded over the expert data group
+    # (D x CP / EP ranks), the rest over the data group
+    experts = layer.expert_parameters if parallelism.expert > 1 else 0.0
+    expert_sharding = Sharding.of(
+        parallelism.zero,
+        parallelism.replicated_over // parallelism.expert,
+        parallelism.reshard_after_forward,
+        pipelined,
+    )
+    held = sharding.held(layer.parameters - experts, per)
+    if experts:
+        held = _plus(held, expert_sharding.held(experts, per))
     weights = layer.parameters * model.weight_bytes_per_parameter
     gradients = layer.parameters * model.gradient_bytes_per_parameter
     bandwidth = accelerator.memory_bandwidth_bytes_per_s
@@ -77,7 +90,10 @@ def layer_costs(
         bandwidth *= accelerator.memory_bandwidth_efficiency
     # The optimizer reads and writes every byte it owns once; ZeRO-1 and up own 1/D of them.
     owned_state = held.optimizer_bytes + held.master_weight_bytes
-    moved = (weights + gradients) / sharding.shards + owned_state
+    per_parameter = model.weight_bytes_per_parameter + model.gradient_bytes_per_parameter
+    moved = (weights + gradients - per_parameter * experts) / sharding.shards + owned_state
+    if experts:
+        moved += per_parameter * experts / expert_sharding.shards
     optimizer_s = 2 * moved / bandwidth
     output = layer.output_bytes * b
     forward_transient = input_grad_transient = weight_grad_transient = 0.0
@@ -111,6 +127,14 @@ def layer_costs(
         optimizer_transient_bytes=held.optimizer_transient_bytes,
         unsharded_parameter_bytes=None if held.parameter_bytes == weights else weights,
         unsharded_gradient_bytes=None if held.gradient_bytes == gradients else gradients,
+        expert_gradient_bytes=experts * model.gradient_bytes_per_parameter,
+    )
+
+
+def _plus(a: HeldState, b: HeldState) -> HeldState:
+    """What a rank holds of two parts of a layer sharded apart (dense and experts)."""
+    return HeldState(
+        *(getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(HeldState))
     )
 
 

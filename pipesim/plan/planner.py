@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from pipesim.common import checks
 from pipesim.common.checks import SpecError
 from pipesim.common.limits import Limit, check
 from pipesim.common.limits import limit as limit_now
@@ -49,7 +50,6 @@ from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.memory.forms import MemoryForm
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.parallel.groups import TensorGroup
-from pipesim.parallel.ranks import RankLayout
 from pipesim.parallel.sharding import ZERO_STAGES
 from pipesim.partition import (
     NoPartitionFits,
@@ -96,7 +96,9 @@ class PlanSettings:
     layout is what the search chooses, so ``run.parallelism`` is not read), the devices and
     batch, and the space to search. ``model_name`` and ``hardware_name`` say how the caller
     named the model and the hardware (a TOML path, as on the command line: a report repeats
-    them); by default their own names."""
+    them); by default their own names. ``context_sizes`` are the context-parallel sizes
+    to try (1: none), ``expert_sizes`` the expert-parallel ones (None: on a mixture-of-experts
+    model every power of two up to 64 that divides its experts)."""
 
     run: RunConfig
     devices: int
@@ -110,6 +112,8 @@ class PlanSettings:
     sequence_parallel: tuple[bool, ...] = (True,)
     model_name: str = ""
     hardware_name: str = ""
+    context_sizes: tuple[int, ...] = (1,)
+    expert_sizes: tuple[int, ...] | None = None
 
     @property
     def model(self) -> str:
@@ -378,7 +382,53 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         tuple(dict.fromkeys(settings.sequence_parallel)) if arch is not None else (False,),
         tuple(t for t in sizes if arch is not None and arch.seq % t == 0),
         blocks,
+        _context_sizes(settings.context_sizes, model),
+        _expert_sizes(settings.expert_sizes, model),
     )
+
+
+def _context_sizes(sizes: tuple[int, ...], model: Model) -> tuple[int, ...]:
+    """The context-parallel sizes asked for, each checked against the model: a transformer
+    whose sequence splits into 2 x CP chunks."""
+    out = tuple(sorted(set(sizes)))
+    arch = model.architecture
+    for cp in out:
+        checks.positive_int(named("context_parallel"), cp)
+        if cp == 1:
+            continue
+        if arch is None:
+            raise SpecError(
+                f"{named('context_parallel')} {cp}: model {model.name!r} is given as layers, "
+                "with no sequence to split"
+            )
+        if arch.seq % (2 * cp):
+            raise SpecError(
+                f"{named('context_parallel')} {cp}: the sequence ({arch.seq:,} tokens) must "
+                f"split into {2 * cp} equal chunks"
+            )
+    return out
+
+
+def _expert_sizes(sizes: tuple[int, ...] | None, model: Model) -> tuple[int, ...]:
+    """The expert-parallel sizes to try: those asked for (each dividing the experts), or on
+    a mixture-of-experts model every power of two that divides its experts, up to 64; 1
+    on a dense model."""
+    arch = model.architecture
+    moe = None if arch is None else arch.moe
+    if sizes is None:
+        if moe is None:
+            return (1,)
+        return tuple(e for e in (1, 2, 4, 8, 16, 32, 64) if moe.experts % e == 0)
+    out = tuple(sorted(set(sizes)))
+    for ep in out:
+        checks.positive_int(named("expert_parallel"), ep)
+        if ep > 1 and (moe is None or moe.experts % ep):
+            what = "has no experts" if moe is None else f"has {moe.experts} experts"
+            raise SpecError(
+                f"{named('expert_parallel')} {ep}: model {model.name!r} {what}; the size must "
+                "divide the experts"
+            )
+    return out
 
 
 def _recompute_label(mode: str, model: Model, blocks: int) -> str:
@@ -427,7 +477,7 @@ class SyncTerms:
     fixed_s: float
 
 
-LayerKey = tuple[int, bool, str, int, tuple[int, int, bool]]
+LayerKey = tuple[int, bool, str, int, tuple[int, ...]]
 """(T, sequence parallel, recompute, b, sharding): what one rank's per-layer costs depend on
 (the sharding is :func:`sharding_key`'s); under recompute N, what its partitions and
 stages depend on besides the layers."""
@@ -439,16 +489,28 @@ def layer_key(c: Candidate) -> LayerKey:
     return (c.tensor, c.sequence_parallel, c.recompute, c.microbatch_size, sharding_key(c))
 
 
-def sharding_key(c: Candidate) -> tuple[int, int, bool]:
+def sharding_key(c: Candidate) -> tuple[int, ...]:
     """What of ``c``'s ZeRO stage its per-layer costs depend on: the ranks sharing the state,
     the stage (1 stands for every stage that shards the optimizer alone, or nothing at all
     with one replica) and, for ZeRO-2/3, whether the layers sit in a pipeline
     (:mod:`pipesim.parallel.sharding`)."""
-    if not c.zero or c.data_parallel == 1:
-        return (1, 0, True)
+    spread = _spread_key(c)
+    replicas = c.data_parallel * c.context
+    if not c.zero or replicas == 1:
+        return (1, 0, True, *spread)
     if c.zero == 1:
-        return (c.data_parallel, 1, True)
-    return (c.data_parallel, c.zero, c.stages > 1)
+        return (replicas, 1, True, *spread)
+    return (replicas, c.zero, c.stages > 1, *spread)
+
+
+def _spread_key(c: Candidate) -> tuple[int, ...]:
+    """What else of ``c`` one rank's layers depend on: CP, and with EP the expert groups'
+    place in the job (EP, D and K number their ranks)."""
+    if c.context == 1 and c.expert == 1:
+        return ()
+    if c.expert == 1:
+        return (c.context,)
+    return (c.context, c.expert, c.data_parallel, c.devices)
 
 
 def table_key(c: Candidate, recompute: str | None = None) -> LayerKey:
@@ -494,7 +556,7 @@ class PlanContext:
         self.balanced: dict[tuple[int, tuple[int, ...], LayerKey, bool], Partition] = {}
         self.compute_bottleneck: dict[tuple[int, LayerKey, bool], float] = {}
         self.sums: dict[tuple[LayerKey, bool], tuple[float, float, float, float, float]] = {}
-        self.syncs: dict[tuple[int, int, int, int], SyncTerms] = {}
+        self.syncs: dict[tuple[int, ...], SyncTerms] = {}
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
         self.rules: dict[str, UpdateRule] = {}
         self.extras: dict[LayerKey, tuple[float, float]] = {}
@@ -510,11 +572,21 @@ class PlanContext:
             recompute=Recompute.parse(c.recompute if recompute is None else recompute),
             zero=c.zero,
             data=c.data_parallel,
+            context=c.context,
+            expert=c.expert,
         )
 
     def run_of(self, c: Candidate) -> RunConfig:
         """The run's configuration under ``c``'s parallel layout."""
         return self.run.with_parallelism(self.parallelism(c))
+
+    def groups(self, c: Candidate) -> TensorGroup | None:
+        """Where ``c``'s tensor-, context- and expert-parallel collectives run: its first
+        pipeline device's groups on the job's network."""
+        if c.context == 1 and c.expert == 1:
+            return self.tensor_group(c.tensor)
+        layout = self.parallelism(c).layout(c.devices)
+        return TensorGroup.of(self.job, layout, self.run.recipe.tp_comm_overlap)
 
     def tensor_group(self, tensor: int) -> TensorGroup | None:
         """Where the tensor-parallel collectives run: the first T ranks of the job, overlapped
@@ -532,7 +604,7 @@ class PlanContext:
                 self.hardware.cluster(1),
                 c.microbatch_size,
                 parallelism=self.parallelism(c, key[2]),
-                tensor_group=self.tensor_group(c.tensor),
+                tensor_group=self.groups(c),
                 pipelined=c.stages > 1,
             )
         return self.layers[key]
@@ -548,7 +620,9 @@ class PlanContext:
     def problem(self, candidate: Candidate, placement: tuple[int, ...]) -> PartitionProblem:
         return model_problem(
             self.model,
-            self.hardware.cluster(candidate.devices, rank_stride=candidate.tensor),
+            self.hardware.cluster(
+                candidate.devices, rank_stride=candidate.tensor * candidate.context
+            ),
             candidate.microbatch_size,
             placement,
             rematerialize=candidate.remat,
@@ -706,9 +780,9 @@ class PlanContext:
         """The least per-byte and fixed costs of a stage's data-parallel communication over
         the K groups (gradients all-reduced, or reduce-scattered with the weights all-gathered
         under ZeRO-1): every group's cost is at least these."""
-        key = (c.devices, c.tensor, c.data_parallel, c.zero)
+        key = (c.devices, c.tensor, c.data_parallel, c.zero, c.context, c.expert)
         if key not in self.syncs:
-            layout = RankLayout(c.tensor, c.devices, c.data_parallel)
+            layout = self.parallelism(c).layout(c.devices)
             grad_kind = Collective.REDUCE_SCATTER if c.zero else Collective.ALL_REDUCE
             terms = []
             for device in range(c.devices):
@@ -900,7 +974,7 @@ class PlanContext:
             stage_costs,
             placement,
             self.job,
-            RankLayout(c.tensor, c.devices, c.data_parallel),
+            self.parallelism(c).layout(c.devices),
             self.parallelism(c),
             self.run.recipe.overlap_grad_reduce,
         )

@@ -31,6 +31,8 @@ def plan_json(e: Evaluated, settings_batch: int) -> dict[str, Any]:
         "recompute": c.recompute,
         "recompute_layers_per_stage": recompute_layers(c.recompute),
         "zero": c.zero,
+        "context_parallel": c.context,
+        "expert_parallel": c.expert,
         "asynchronous": c.asynchronous,
         "schedule": c.schedule,
         "chunks": c.chunks,
@@ -120,9 +122,12 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
     ]
     if report.cluster:
         lines.append(f"cluster: {report.cluster}")
+    spread = any(e.candidate.context > 1 or e.candidate.expert > 1 for e in report.plans)
+    spread_head = f" {'CP':>2} {'EP':>3}" if spread else ""
     lines += [
         "",
-        f"{'#':>2} {'T':>2} {'SP':>2} {'K':>3} {'DP':>4} {'schedule':<21}{'v':>2} {'M':>4} "
+        f"{'#':>2} {'T':>2} {'SP':>2}{spread_head} {'K':>3} {'DP':>4} {'schedule':<21}{'v':>2} "
+        f"{'M':>4} "
         f"{'b':>3} {'recompute':>9} {'ZeRO':>4}  {'iteration':>10} {'samples/s':>10} "
         f"{'MFU':>6} {'bubble':>7} {'peak mem':>10} {'headroom':>10}  partition",
     ]
@@ -136,7 +141,9 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
         any_async = any_async or c.asynchronous
         mfu = "" if e.mfu is None else f"{e.mfu:.1%}"
         lines.append(
-            f"{rank:>2} {c.tensor:>2} {'on' if c.sequence_parallel else '':>2} {c.devices:>3} "
+            f"{rank:>2} {c.tensor:>2} {'on' if c.sequence_parallel else '':>2}"
+            + (f" {c.context:>2} {c.expert:>3}" if spread else "")
+            + f" {c.devices:>3} "
             f"{c.data_parallel:>4} {label:<21}{c.chunks:>2} {c.microbatches:>4} "
             f"{c.microbatch_size:>3} {recompute:>9} {c.zero:>4}  {format_seconds(t):>10} "
             f"{s.batch / t:>10.4g} {mfu:>6} {e.bubble_fraction or 0.0:>7.1%} "

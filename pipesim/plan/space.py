@@ -27,6 +27,7 @@ are searched only when named, and every plan that uses one says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ class Candidate:
             (the first N blocks of each stage fully recomputed, as ``--recompute N``); in the
             search space also :data:`RECOMPUTE_LAYERS`, resolved to a count per configuration.
         zero: the ZeRO stage, 0 to 3.
+        context: CP, context-parallel ranks per sample.
+        expert: EP, expert-parallel ranks of each MoE layer.
     """
 
     devices: int
@@ -102,6 +105,8 @@ class Candidate:
     sequence_parallel: bool = False
     recompute: str = "none"
     zero: int = 0
+    context: int = 1
+    expert: int = 1
 
     @property
     def schedule_label(self) -> str:
@@ -123,8 +128,8 @@ class Candidate:
 
     @property
     def ranks(self) -> int:
-        """T x K x D, the devices the configuration uses."""
-        return self.tensor * self.devices * self.data_parallel
+        """T x CP x K x D, the devices the configuration uses."""
+        return self.tensor * self.context * self.devices * self.data_parallel
 
     @property
     def asynchronous(self) -> bool:
@@ -138,16 +143,20 @@ class Candidate:
         sp = " SP" if self.sequence_parallel else ""
         recompute = "" if self.recompute == "none" else f" recompute={self.recompute}"
         zero = f" ZeRO-{self.zero}" if self.zero else ""
+        cp = f" CP={self.context}" if self.context > 1 else ""
+        ep = f" EP={self.expert}" if self.expert > 1 else ""
         return (
-            f"{self.schedule_label} T={self.tensor}{sp} K={self.devices} DP={self.data_parallel} "
+            f"{self.schedule_label} T={self.tensor}{sp}{cp}{ep} K={self.devices} "
+            f"DP={self.data_parallel} "
             f"v={self.chunks} M={self.microbatches} b={self.microbatch_size}{remat}{recompute}"
             f"{zero}"
         )
 
     def settings(self) -> dict[str, str]:
         """Every dimension of the configuration by name, defaults included, in the order
-        :meth:`full_label` writes them."""
-        return {
+        :meth:`full_label` writes them (CP and EP where they are not 1:
+        :meth:`differences` reads an absent one as 1)."""
+        settings = {
             "schedule": self.schedule_label,
             "T": str(self.tensor),
             "SP": "on" if self.sequence_parallel else "off",
@@ -159,6 +168,11 @@ class Candidate:
             "recompute": "remat" if self.remat else self.recompute,
             "ZeRO": str(self.zero),
         }
+        if self.context > 1:
+            settings["CP"] = str(self.context)
+        if self.expert > 1:
+            settings["EP"] = str(self.expert)
+        return settings
 
     def full_label(self) -> str:
         """Every dimension, none left out at its default: ``1f1b T=8 SP=on K=8 DP=8 v=1
@@ -171,7 +185,12 @@ class Candidate:
     def differences(self, other: Candidate) -> str:
         """Where this configuration differs from ``other``: ``T=4 (8), M=48 (96)``."""
         mine, theirs = self.settings(), other.settings()
-        changed = [f"{k}={mine[k]} ({theirs[k]})" for k in mine if mine[k] != theirs[k]]
+        keys = list(mine) + [k for k in theirs if k not in mine]
+        changed = [
+            f"{k}={mine.get(k, '1')} ({theirs.get(k, '1')})"
+            for k in keys
+            if mine.get(k, "1") != theirs.get(k, "1")
+        ]
         return ", ".join(changed) if changed else "nothing but its partition"
 
 
@@ -205,6 +224,8 @@ class SpaceLimits:
     sequence_parallel: tuple[bool, ...] = (False,)
     sequence_splits: tuple[int, ...] | None = None
     blocks: int = 0
+    context_sizes: tuple[int, ...] = (1,)
+    expert_sizes: tuple[int, ...] = (1,)
 
 
 def candidates(
@@ -222,10 +243,10 @@ def candidates(
     schedules = [name for name in schedules if name != SYNTH_NAME]  # offered after the search
     for name in schedules:
         schedule_info(name)  # unknown names fail before any work
-    for tensor in limits.tensor_sizes:
-        if devices % tensor:
+    for tensor, cp in ((t, c) for t in limits.tensor_sizes for c in limits.context_sizes):
+        if devices % (tensor * cp):
             continue
-        pipeline_and_data = devices // tensor
+        pipeline_and_data = devices // (tensor * cp)
         for k in divisors(pipeline_and_data):
             if k > limits.layers:
                 continue
@@ -238,7 +259,14 @@ def candidates(
             counts = range(min(max_microbatches, per_replica), 0, -1)
             for m in (m for m in counts if per_replica % m == 0):
                 b = per_replica // m
-                yield from _schedules(limits, schedules, chunk_options, tensor, k, dp, m, b)
+                for ep in limits.expert_sizes:
+                    if (dp * cp) % ep:
+                        continue  # the experts are divided over EP of the D x CP ranks
+                    for c in _schedules(limits, schedules, chunk_options, tensor, k, dp, m, b):
+                        if cp == 1 and ep == 1:
+                            yield c
+                        else:
+                            yield dataclasses.replace(c, context=cp, expert=ep)
 
 
 def _zero_stages(stages: tuple[int, ...], pipeline_stages: int) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ class Layer:
             tied output layer's copy of the word embeddings): counted once in the model, held
             twice when the two layers sit on different devices.
         expert_parameters: the part of ``parameters`` that is a mixture-of-experts block's
-            routed experts' weights (all E experts, as this tensor-parallel rank holds them):
+            routed experts' weights (the E/EP experts this rank holds, split T ways):
             what expert parallelism divides among its ranks; 0 for any other layer.
         active_expert_parameters: the part of ``expert_parameters`` one token goes through
             (its top-k experts': k/E of them).

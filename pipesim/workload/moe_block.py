@@ -26,6 +26,24 @@ plus, as the dense MLP, its norm's input and the router's and shared experts' in
 block's "norm inputs" and "qkv and fc1 inputs"). The weight gradient keeps the routed tokens,
 the experts' second matmul's input (e·k·s·f_e/t) and the shared experts' (e·s·F_s/t).
 
+Expert parallelism (EP = p, Megatron-Core's ``--expert-model-parallel-size`` with its
+``alltoall`` token dispatcher): each rank of the p-rank expert group holds E/p of the experts
+(their FFNs still split t ways); the router, the shared experts and everything else stay whole.
+Each rank permutes the routed copies of its own tokens and an all-to-all over the expert group
+sends each expert's to the rank holding it (dispatch); after the experts an all-to-all sends
+them back (combine). Each rank's buffer is e·k·s·h/t bytes per sample: the rank's 1/t of the
+k·s routed tokens (its s/t sequence-parallel tokens; without sequence parallelism the tensor
+ranks hold the same tokens and each sends 1/t of them); the input-gradient pass runs the two in
+reverse, the same sizes; neither overlaps the compute (Megatron-Core's default). With balanced
+routing each rank's experts receive the k·s·p/E tokens each that the p ranks send them: E/p
+grouped matmuls of k·s·p/E rows, the same k·s rows and FLOPs per rank as without EP, so the
+stash above is unchanged. What EP adds besides: the all-to-all's receive buffer (e·k·s·h/t, a
+transient of F and I) and the sort of the received tokens by local expert and its inverse
+(Megatron-Core's ``sort_chunks_by_idxs``, with more than one local expert: k·s·h read and
+written each, in F and in I). The routing probabilities' all-to-all beside the tokens (4 bytes
+per routed token, 2/h of the tokens' bytes) is left out. Routing stays balanced and dropless:
+load imbalance, capacity factors and dropped tokens are not modelled.
+
 Latent attention (Megatron-Core's MLASelfAttention): the down-projections of the query and of
 the key/value latent are whole on every rank (``duplicated``) and run on the rank's tokens
 (s/t with sequence parallelism), the up-projections split the heads t ways like a QKV
@@ -41,12 +59,17 @@ q_lora); without it the backward's all-reduce of the input gradient is of that s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipesim.workload.work import Matmul, Scaled
+from pipesim.common.checks import SpecError
+from pipesim.errors import named
+from pipesim.hardware.collectives import Collective
+from pipesim.workload.work import CollectiveCall, GroupKind, Matmul, PassWork, Scaled
 
 if TYPE_CHECKING:
+    from pipesim.workload.architecture import TransformerArchitecture
     from pipesim.workload.moe import MixtureOfExperts, MultiLatentAttention
     from pipesim.workload.transformer import _Sizes
 
@@ -84,8 +107,77 @@ def _mla(z: _Sizes) -> MultiLatentAttention:
 
 
 def routed_tokens(z: _Sizes) -> float:
-    """Tokens the experts compute per sequence: k·s (every rank gathers the whole sequence)."""
+    """Tokens the experts compute per sequence: k·s (every rank gathers the whole sequence;
+    with expert parallelism, balanced, its E/p experts get k·s of the p ranks' k·s·p)."""
     return float(_moe(z).top_k * z.arch.seq)
+
+
+# --- expert parallelism ---------------------------------------------------------------------
+
+
+def check_expert_parallel(arch: TransformerArchitecture, expert: int) -> None:
+    """Refuse an expert-parallel size for a model without experts, or one that does not
+    divide the routed experts (Megatron-Core requires num_experts % EP == 0)."""
+    if expert == 1:
+        return
+    if arch.moe is None:
+        raise SpecError(
+            f"{named('expert_parallel')} {expert}: the model has no experts to divide (a dense "
+            "model); expert parallelism needs a mixture-of-experts model"
+        )
+    if arch.moe.experts % expert:
+        raise SpecError(
+            f"{named('expert_parallel')} {expert} must divide the model's moe.experts "
+            f"({arch.moe.experts:,}): each expert-parallel rank holds an equal share of them"
+        )
+
+
+def local_experts(z: _Sizes) -> float:
+    """The routed experts this rank holds: E/p (all E without expert parallelism)."""
+    return float(_moe(z).experts) / z.par.expert
+
+
+def expert_rows(z: _Sizes) -> float:
+    """Each local expert's rows per sequence, balanced: k·s·p/E (k·s/E without EP)."""
+    return routed_tokens(z) / local_experts(z)
+
+
+def dispatch_bytes(z: _Sizes) -> float:
+    """One rank's all-to-all buffer per sample, dispatch or combine: e·k·s·h/t."""
+    return z.e * routed_tokens(z) * z.arch.hidden / z.t
+
+
+def _sorts_local_experts(z: _Sizes) -> bool:
+    """Expert parallelism with more than one local expert: the received tokens are sorted by
+    expert after the dispatch and back before the combine."""
+    return z.moe and z.par.expert > 1 and local_experts(z) > 1
+
+
+def expert_all_to_alls(z: _Sizes) -> tuple[CollectiveCall, ...]:
+    """The dispatch and the combine all-to-alls of an MoE block's F (or their backwards in
+    I) over the expert-parallel group; none without expert parallelism."""
+    if not z.moe or z.par.expert == 1:
+        return ()
+    call = CollectiveCall(Collective.ALL_TO_ALL, dispatch_bytes(z), group=GroupKind.EXPERT)
+    return (call, call)
+
+
+def with_all_to_alls(work: PassWork, z: _Sizes) -> PassWork:
+    """``work`` (an MoE block's F or I) waiting for its two all-to-alls (the same ``work``
+    without expert parallelism)."""
+    calls = expert_all_to_alls(z)
+    if not calls:
+        return work
+    return dataclasses.replace(work, collectives=work.collectives + calls)
+
+
+def _expert_parallel_extras(z: _Sizes) -> tuple[float, int, float]:
+    """(memory bytes, kernels, transient) expert parallelism adds to F and to I: the sort by
+    local expert and back (k·s·h read and written each), the all-to-all's receive buffer."""
+    if not z.moe or z.par.expert == 1:
+        return 0.0, 0, 0.0
+    sort = 2 * 2 * z.e * routed_tokens(z) * z.arch.hidden if _sorts_local_experts(z) else 0.0
+    return sort, 2 if sort else 0, dispatch_bytes(z)
 
 
 def expert_fc1_width(z: _Sizes) -> float:
@@ -145,21 +237,23 @@ def moe_forward(z: _Sizes) -> Part:
     shared experts, the weighted sum back into the tokens' order."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
     routed, experts = routed_tokens(z), float(moe.experts)
-    rows = routed / experts  # each expert's share
+    rows, local = expert_rows(z), local_experts(z)  # each local expert's share
     matmuls = (
         Matmul("router", z.tokens_local, experts, h),
-        Matmul("expert fc1", rows, expert_fc1_width(z), h, experts),
-        Matmul("expert fc2", rows, h, moe.expert_ffn / z.t, experts),
+        Matmul("expert fc1", rows, expert_fc1_width(z), h, local),
+        Matmul("expert fc2", rows, h, moe.expert_ffn / z.t, local),
         *_shared_matmuls(z, "F"),
     )
     activation = moe.matrices * e * (routed * moe.expert_ffn + s * moe.shared_width) / z.t
     permutation = 2 * e * h * (s + routed)  # permute: read s·h, write k·s·h; unpermute back
+    sort, sorts, received = _expert_parallel_extras(z)
+    transient = e * (routed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
         matmuls,
-        memory_bytes=activation + permutation,
+        memory_bytes=activation + permutation + sort,
         reduction_bytes=2 * ROUTER_BYTES * z.tokens_local * experts,  # softmax and top-k
-        kernels=5 + (1 if moe.shared_width else 0),
-        transient_bytes=e * (routed * expert_fc1_width(z) + s * shared_fc1_width(z)),
+        kernels=5 + (1 if moe.shared_width else 0) + sorts,
+        transient_bytes=max(transient, received),
     )
 
 
@@ -169,22 +263,24 @@ def moe_input_grad(z: _Sizes) -> Part:
     gradients, the router's."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
     routed, experts = routed_tokens(z), float(moe.experts)
-    rows = routed / experts
+    rows, local = expert_rows(z), local_experts(z)
     matmuls = (
         *_shared_matmuls(z, "I"),
-        Matmul("expert fc2 dgrad", rows, moe.expert_ffn / z.t, h, experts),
-        Matmul("expert fc1 dgrad", rows, h, expert_fc1_width(z), experts),
+        Matmul("expert fc2 dgrad", rows, moe.expert_ffn / z.t, h, local),
+        Matmul("expert fc1 dgrad", rows, h, expert_fc1_width(z), local),
         Matmul("router dgrad", z.tokens_local, h, experts),
     )
     backward = 5 if moe.gated else 3
     activation = backward * e * (routed * moe.expert_ffn + s * moe.shared_width) / z.t
     permutation = 2 * e * h * (s + routed) + e * routed * h
+    sort, sorts, received = _expert_parallel_extras(z)
+    transient = e * (routed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
         matmuls,
-        memory_bytes=activation + permutation,
+        memory_bytes=activation + permutation + sort,
         reduction_bytes=3 * ROUTER_BYTES * z.tokens_local * experts,
-        kernels=5 + (1 if moe.shared_width else 0),
-        transient_bytes=e * (routed * expert_fc1_width(z) + s * shared_fc1_width(z)),
+        kernels=5 + (1 if moe.shared_width else 0) + sorts,
+        transient_bytes=max(transient, received),
     )
 
 
@@ -192,11 +288,11 @@ def moe_weight_grad(z: _Sizes) -> Part:
     """The experts', shared experts' and router's weight gradients; the transient is one
     expert's first matrix (the largest weight gradient written at once)."""
     moe, h = _moe(z), z.arch.hidden
-    routed, experts = routed_tokens(z), float(moe.experts)
-    rows = routed / experts
+    experts = float(moe.experts)
+    rows, local = expert_rows(z), local_experts(z)
     matmuls = (
-        Matmul("expert fc1 wgrad", h, expert_fc1_width(z), rows, experts, Scaled.K),
-        Matmul("expert fc2 wgrad", moe.expert_ffn / z.t, h, rows, experts, Scaled.K),
+        Matmul("expert fc1 wgrad", h, expert_fc1_width(z), rows, local, Scaled.K),
+        Matmul("expert fc2 wgrad", moe.expert_ffn / z.t, h, rows, local, Scaled.K),
         Matmul("router wgrad", h, experts, z.tokens_local, 1.0, Scaled.K),
         *_shared_matmuls(z, "W"),
     )

@@ -585,11 +585,14 @@ def transformer_block(
 
     Its parameters are the rank's: the heads' and the experts' matrices split t ways, the
     norms, the router and latent attention's down-projections whole on every rank; of them
-    the routed experts' are ``expert_parameters`` (what expert parallelism is to divide), and
-    the top-k's share of those ``active_expert_parameters``. Its FLOPs count the router, the
-    top-k routed experts and the shared experts of each token (and the whole-rank
-    projections on the rank's tokens: s/t of them with sequence parallelism)."""
+    the routed experts' are ``expert_parameters`` (E/EP experts under expert parallelism),
+    and the top-k's share of those (k/E) ``active_expert_parameters``. Its FLOPs count the
+    router, the top-k routed experts and the shared experts of each token, with or without
+    expert parallelism (and the whole-rank projections on the rank's tokens: s/t of them with
+    sequence parallelism); expert parallelism adds its all-to-alls to F and I
+    (:mod:`pipesim.workload.moe_block`)."""
     check_tensor_parallel(arch, parallelism.tensor)
+    moe_block.check_expert_parallel(arch, parallelism.expert)
     if moe and arch.moe is None:
         raise SpecError(f"block {name!r}: a mixture-of-experts block of a model without experts")
     z = _Sizes(arch, parallelism, moe)
@@ -599,10 +602,11 @@ def transformer_block(
     # run on the rank's own tokens), the norms inside the attention
     replicated_matmul = arch.attention_replicated_parameters()
     replicated = replicated_matmul + arch.attention_norm_parameters()
-    expert_parameters = active_experts = 0
+    expert_parameters: float = 0
+    active_experts = 0
     if moe and arch.moe is not None:
         experts = arch.moe
-        expert_parameters = experts.routed_parameters(h)
+        expert_parameters = experts.routed_parameters(h) / parallelism.expert  # E/EP experts
         active_experts = experts.top_k * experts.expert_matmul_parameters(h)
         mlp = expert_parameters + experts.shared_parameters(h)
         active_mlp = active_experts + experts.shared_parameters(h)
@@ -623,7 +627,7 @@ def transformer_block(
     matmul_flops += 2 * z.tokens_local * replicated_matmul
     # a context-parallel rank's queries (s of the sequence) attend to all CP·s keys
     attention_flops = arch.attention_core_forward_flops() * parallelism.context / t
-    forward = _block_forward(z)
+    forward = moe_block.with_all_to_alls(_block_forward(z), z)
     terms = z.activation_terms()
     stash = sum(terms.values())
     recompute_flops = 0.0
@@ -639,6 +643,7 @@ def transformer_block(
         recompute_flops = matmul_flops + attention_flops
     else:
         input_grad = _block_input_grad(z)
+    input_grad = moe_block.with_all_to_alls(input_grad, z)
     keep = z.weight_grad_keep()
     if mode is RecomputeMode.FULL:
         keep = min(keep, stash)  # full recomputation runs with a full backward (no I/W split)
@@ -655,7 +660,7 @@ def transformer_block(
         output_bytes=z.message_bytes,
         recompute_flops=recompute_flops,
         expert_parameters=expert_parameters / t,
-        active_expert_parameters=active_experts / t,
+        active_expert_parameters=active_experts / t / parallelism.expert,
         work=work,
     )
 

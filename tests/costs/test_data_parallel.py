@@ -157,3 +157,15 @@ def test_inside_a_pipeline_every_stage_moves_what_zero_1_moves(zero: int) -> Non
     stages = with_data_parallel(costs, (0, 1), job8, Parallelism(zero=zero, data=4)).stages
     assert [s.optimizer_step_s for s in stages] == pytest.approx([1.125, 1.125])
     assert [s.forward_s for s in stages] == [1.0, 1.0]
+
+
+def test_context_ranks_reduce_their_gradients_without_replicas() -> None:
+    """D = 1, CP = 2: the two context ranks hold the same weights and all-reduce their 1 GB of
+    gradients (2(2-1)/2 x 1 GB at 1 GB/s: 1 s), as Megatron reduces over D x CP."""
+    stage = StageCosts(1.0, 1.0, 0.0, gradient_bytes=1e9)
+    pipeline = Network(2, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    costs = PipelineCosts((stage, stage), pipeline, samples_per_microbatch=1.0)
+    job = Network(4, Topology.ALL_TO_ALL, Link("l", 1e9, 0.0))
+    synced = with_data_parallel(costs, (0, 1), job, Parallelism(context=2))
+    assert [s.optimizer_step_s for s in synced.stages] == pytest.approx([1.0, 1.0])
+    assert synced.samples_per_microbatch == 1.0  # the CP ranks share each sample

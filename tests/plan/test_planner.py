@@ -445,3 +445,47 @@ def test_the_table_says_what_each_rejected_alternative_changes_and_why_it_lost()
             == f"      differs in {e.candidate.differences(report.plans[0].candidate)}"
         )
         assert section[at + 2] == f"      rejected: {why}"
+
+
+def test_context_parallel_sizes_join_the_search_and_pruning_still_finds_the_exhaustive_top() -> (
+    None
+):
+    """With CP in {1, 2}: every configuration uses T x CP x K x D = N devices, each bound is
+    below its simulated time, and the planner's top plans are the exhaustive search's."""
+    settings = plan_settings(
+        "megatron-1.7b",
+        "a100",
+        8,
+        8,
+        schedules=("1f1b", "zb-h1"),
+        top=3,
+        tensor_sizes=(1, 2),
+        recompute=("none",),
+        context_sizes=(1, 2),
+    )
+    context = _context(settings)
+    limits = space_limits(context.model, context.hardware, settings)
+    times = []
+    seen = set()
+    for candidate in candidates(8, 8, limits, settings.schedules):
+        assert candidate.ranks == 8
+        seen.add(candidate.context)
+        item = context.evaluate(candidate)
+        if item.oom:
+            continue
+        done = context.simulate(item)
+        assert done.iteration_time_s is not None
+        assert context.quick_bound(candidate) <= done.iteration_time_s * (1 + 1e-9)
+        assert item.bound_s <= done.iteration_time_s * (1 + 1e-9), candidate.label()
+        times.append(done.iteration_time_s)
+    assert seen == {1, 2} and len(times) > settings.top
+    report = plan(settings, show_progress=False)
+    found = [e.iteration_time_s for e in report.plans]
+    assert found == pytest.approx(sorted(times)[: settings.top], rel=1e-12)
+
+
+def test_context_and_expert_sizes_the_model_cannot_take_are_refused() -> None:
+    with pytest.raises(SpecError, match=r"context_parallel 3: the sequence \(2,048 tokens\)"):
+        plan(plan_settings("megatron-1.7b", "a100", 8, 8, context_sizes=(3,)), show_progress=False)
+    with pytest.raises(SpecError, match=r"expert_parallel 2: model .* has no experts"):
+        plan(plan_settings("megatron-1.7b", "a100", 8, 8, expert_sizes=(2,)), show_progress=False)
