@@ -21,7 +21,7 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "chunks_per_device": "-v/--chunks",
         "cluster": "--cluster",
         "context_parallel": "--context-parallel",
-        "cp_comm_type": "--cp-comm-type",
+        "cp_comm_type": "--context-exchange",
         "data_parallel": "--data-parallel",
         "devices": "--devices",
         "dtype": "--dtype",

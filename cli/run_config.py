@@ -164,4 +164,4 @@ def _cp_comm_type(text: str) -> ContextComm:
     try:
         return ContextComm(str(text).strip().lower())
     except ValueError:
-        raise PipesimError(f"--cp-comm-type must be p2p or all-gather, got {text!r}") from None
+        raise PipesimError(f"--context-exchange must be p2p or all-gather, got {text!r}") from None

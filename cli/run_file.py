@@ -41,7 +41,7 @@ _SIMULATE_FLAGS: dict[str, str] = {
     "zero": "--zero",
     "reshard_after_forward": "--reshard-after-forward",
     "context_parallel": "--context-parallel",
-    "cp_comm_type": "--cp-comm-type",
+    "cp_comm_type": "--context-exchange",
     "expert_parallel": "--expert-parallel",
     "recompute": "--recompute",
     "tensor_across_nodes": "--tensor-across-nodes",

@@ -103,7 +103,7 @@ COST_OPTIONS = (
     ("--zero", "zero", None, "model"),
     ("--reshard-after-forward", "reshard_after_forward", None, "model"),
     ("--context-parallel", "context_parallel", None, "model"),
-    ("--cp-comm-type", "cp_comm_type", None, "model"),
+    ("--context-exchange", "cp_comm_type", None, "model"),
     ("--expert-parallel", "expert_parallel", None, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
     ("--overlap-grad-reduce", "overlap_grad_reduce", None, "model"),
@@ -338,7 +338,8 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         "replica replicate the weights; default 1)",
     )
     hybrid.add_argument(
-        "--cp-comm-type",
+        "--context-exchange",
+        dest="cp_comm_type",
         metavar="KIND",
         help="how the context-parallel ranks exchange keys and values: p2p (default, "
         "Megatron-Core's ring beside the attention) or all-gather (Llama 3's, before it)",

@@ -333,3 +333,71 @@ def test_megatron_s_gemm_overlap_simulates_as_the_flag_and_its_scatter_opt_out_i
     assert load_run_file(kept).scatter_gather_p2p is False
     status, out, err = run(capsys, "simulate", *megatron, "--allow-ignored", "--json")
     assert status == 0 and json.loads(out)["recipe"]["scatter_gather_p2p"] is False
+
+
+# DeepSeek-V2-Lite as a Megatron-Core launch trains it: latent attention, 64 routed experts
+# and 2 shared after one dense block, the alltoall dispatcher; CP 2 and EP 8 on 16 GPUs.
+DEEPSEEK_LINE = """\
+--num-layers 27 --hidden-size 2048 --ffn-hidden-size 10944 --num-attention-heads 16 \\
+--seq-length 4096 --max-position-embeddings 4096 --swiglu --normalization RMSNorm \\
+--position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear \\
+--attention-dropout 0.0 --hidden-dropout 0.0 --tokenizer-type NullTokenizer \\
+--vocab-size 102399 --multi-latent-attention --kv-lora-rank 512 --qk-head-dim 128 \\
+--qk-pos-emb-head-dim 64 --v-head-dim 128 --qk-layernorm --num-experts 64 \\
+--moe-router-topk 6 --moe-ffn-hidden-size 1408 --moe-shared-expert-intermediate-size 2816 \\
+--moe-layer-freq '([0]*1+[1]*26)' --moe-router-load-balancing-type seq_aux_loss \\
+--moe-aux-loss-coeff 0.001 --moe-token-dispatcher-type alltoall --moe-grouped-gemm --bf16 \\
+--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 14 \\
+--decoder-last-pipeline-num-layers 13 --context-parallel-size 2 \\
+--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 32 \\
+--use-distributed-optimizer
+"""
+
+
+def test_a_megatron_moe_launch_with_cp_and_ep_simulates_as_the_catalogue_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The launch's experts and latent attention are the catalogue's deepseek-v2-lite, its CP
+    and EP pipesim's: number for number the run stated by flags (D = 16 / (P x CP) = 4)."""
+    path = tmp_path / "deepseek.sh"
+    path.write_text(DEEPSEEK_LINE)
+    translated = _simulated(
+        capsys,
+        *("--megatron-args", str(path), "--hardware", "h100", "--world-size", "16"),
+        "--allow-ignored",
+    )
+    by_flags = _simulated(
+        capsys,
+        *("--model", "deepseek-v2-lite", "--hardware", "h100", "--recipe", "megatron-core-2024"),
+        *("-K", "2", "--data-parallel", "4", "--context-parallel", "2", "--expert-parallel", "8"),
+        *("--zero", "1", "--schedule", "1f1b", "-M", "8", "--batch", "32"),
+        *("--partition", "15,14"),
+    )
+    _same_numbers(translated, by_flags)
+
+
+def test_a_torchtitan_context_parallel_job_simulates_as_the_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """torchtitan's CP is FSDP over dp_shard x cp and PyTorch's all-gathering ring attention:
+    pipesim's ZeRO-3 with --context-parallel and --context-exchange all-gather."""
+    path = tmp_path / "cp.toml"
+    path.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n'
+        "[training]\nlocal_batch_size = 2\nseq_len = 8192\n"
+        "[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 2\n"
+        "context_parallel_degree = 2\n"
+        '[activation_checkpoint]\nmode = "full"\n'
+    )
+    translated = _simulated(
+        capsys, "--torchtitan", str(path), "--hardware", "h100", "--world-size", "16"
+    )
+    by_flags = _simulated(
+        capsys,
+        *("--model", "llama3-8b", "--hardware", "h100", "--recipe", "torchtitan"),
+        *("--tensor-parallel", "2", "--sequence-parallel", "--context-parallel", "2"),
+        *("--context-exchange", "all-gather", "--data-parallel", "4", "--zero", "3"),
+        *("--reshard-after-forward", "default", "-K", "1", "--schedule", "1f1b", "-M", "1"),
+        *("--microbatch-size", "2", "--batch", "8", "--recompute", "full", "--partition", "34"),
+    )
+    assert translated == by_flags

@@ -438,7 +438,7 @@ def test_context_parallelism_is_stated_and_splits_each_samples_work(
         "4",
         "--context-parallel",
         "2",
-        "--cp-comm-type",
+        "--context-exchange",
         "ring",
     )
-    assert status == 2 and "--cp-comm-type must be p2p or all-gather, got 'ring'" in err
+    assert status == 2 and "--context-exchange must be p2p or all-gather, got 'ring'" in err

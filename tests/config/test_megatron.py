@@ -34,6 +34,8 @@ from pipesim.config.translate.megatron import (
 )
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.catalogue import model as catalogue_model
+from pipesim.workload.catalogue import resolve_model
+from pipesim.workload.moe import LoadBalancing, MixtureOfExperts, MultiLatentAttention
 
 FIXTURES = Path(__file__).parent / "fixtures" / "megatron"
 SC21_1_7B = FIXTURES / "sc21_table1_1.7b.txt"
@@ -583,9 +585,6 @@ def test_zero_3_of_an_older_recipe_is_written_as_megatron_core_s_and_said(recipe
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        (["--num-experts", "8"], "--num-experts"),
-        (["--context-parallel-size", "2"], "--context-parallel-size"),
-        (["--expert-model-parallel-size", "2"], "--expert-model-parallel-size"),
         (["--pipeline-model-parallel-split-rank", "1"], "--pipeline-model-parallel-split-rank"),
         (["--overlap-param-gather"], "--overlap-param-gather"),
         (["--fp8-format", "hybrid"], "--fp8-format"),
@@ -603,7 +602,7 @@ def test_zero_3_of_an_older_recipe_is_written_as_megatron_core_s_and_said(recipe
             "--recompute-num-layers",
         ),
         (["--recompute-granularity", "full"], "--recompute-method"),
-        (["--kv-channels", "32"], "--kv-channels"),
+        (["--kv-channels", "0"], "--kv-channels"),
         (["--tokenizer-type", "HuggingFaceTokenizer"], "--tokenizer-type"),
         (["--attention-dropout", "0"], "--attention-dropout"),
         (["--fp16", "--bf16"], "--fp16"),
@@ -630,7 +629,12 @@ def test_each_refusal_is_one_line_naming_the_option(extra: list[str], named: str
 
 def test_a_refused_feature_switched_off_is_accepted() -> None:
     run, _ = run_from_megatron_args(
-        small_line("--context-parallel-size", "1", "--num-experts", "0"),
+        small_line(
+            "--num-distributed-optimizer-instances",
+            "1",
+            "--encoder-pipeline-model-parallel-size",
+            "0",
+        ),
         hardware="a100",
         world_size=2,
     )
@@ -840,6 +844,7 @@ def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
             "dropout": dropout,
             "embedding_dropout": dropout,
         }
+        arch_options |= draw(experts_and_attention(layers, heads, tensor, arch_options["mlp"]))
     arch = TransformerArchitecture(
         layers,
         heads * draw(st.sampled_from([8, 16])),
@@ -852,6 +857,12 @@ def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
     )
     gradients = {"fp16": [2.0, 4.0], "bf16": [4.0, 2.0] if core else [4.0], "fp32": [4.0]}
     micro, data = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    # context and expert parallelism: Megatron-Core's (the sequence a multiple of 2 x CP)
+    context = draw(st.sampled_from([1, 2])) if core else 1
+    experts = arch.moe.experts if arch.moe is not None else 1
+    expert = draw(
+        st.sampled_from([e for e in (1, 2, 4) if experts % e == 0 and (data * context) % e == 0])
+    )
     microbatches = pipeline * draw(st.integers(1, 3))
     batch = micro * microbatches * data
     model = megatron_model(
@@ -893,8 +904,56 @@ def plans(draw: st.DrawFn) -> tuple[RunFile, int]:
         # the opt-out before Megatron-Core; the GEMM overlap beside sequence parallelism
         scatter_gather_p2p=None if core else draw(st.sampled_from([None, False])),
         tp_comm_overlap=draw(st.sampled_from([None, True])) if core and sequence_parallel else None,
+        context_parallel=context if context > 1 else None,
+        cp_comm_type=draw(st.sampled_from([None, "p2p", "all-gather"])) if context > 1 else None,
+        expert_parallel=expert if expert > 1 else None,
     )
-    return run, tensor * pipeline * data
+    return run, tensor * pipeline * context * data
+
+
+@st.composite
+def experts_and_attention(
+    draw: st.DrawFn, layers: int, heads: int, tensor: int, mlp: object
+) -> dict[str, object]:
+    """Megatron-Core's architecture options beyond GPT and Llama: experts (their blocks as
+    --moe-layer-freq states them: the first MoE block a multiple of the frequency), latent
+    attention, or Qwen3's head width and query/key norms."""
+    options: dict[str, object] = {}
+    latent, mixture = draw(st.booleans()), draw(st.booleans())
+    if latent or mixture:
+        options["linear_bias"] = False
+    if latent:
+        options["kv_heads"] = heads
+        options["mla"] = MultiLatentAttention(
+            draw(st.sampled_from([16, 32])),
+            draw(st.sampled_from([8, 16])),
+            draw(st.sampled_from([4, 8])),
+            draw(st.sampled_from([8, 16])),
+            q_lora_rank=draw(st.sampled_from([None, 24])),
+        )
+    else:
+        options["head_width"] = draw(st.sampled_from([None, 24]))
+        options["qk_norm"] = draw(st.booleans())
+    if mixture:
+        experts = draw(st.sampled_from([2, 4, 8]))
+        frequency = draw(st.sampled_from([1, 2]))
+        balancing = draw(st.sampled_from(list(LoadBalancing)))
+        expert_ffn = tensor * draw(st.integers(1, 32))
+        options["moe"] = MixtureOfExperts(
+            experts,
+            draw(st.integers(1, experts)),
+            expert_ffn,
+            shared_experts=draw(st.sampled_from([0, 1, 2])),
+            first_dense_layers=frequency * draw(st.integers(0, (layers - 1) // frequency)),
+            layer_frequency=frequency,
+            gated=mlp is Mlp.SWIGLU,
+            capacity_factor=None
+            if balancing is LoadBalancing.SINKHORN
+            else draw(st.sampled_from([None, 1.25])),
+            load_balancing=balancing,
+            expert_bias=draw(st.booleans()),
+        )
+    return options
 
 
 @settings(max_examples=60, deadline=None)
@@ -971,13 +1030,346 @@ def test_layers_beyond_the_limit_are_refused_before_any_is_built() -> None:
         run_from_megatron_args(words, hardware="a100", allow_ignored=True, world_size=32)
 
 
-def test_a_mixture_of_experts_model_is_named_not_written_dense() -> None:
-    """The writer states dense models only: an MoE model's experts (and DeepSeek's latent
-    attention) are named as not expressed, never silently dropped."""
-    from pipesim.workload.catalogue import resolve_model
+# ---------------------------------------------------------------------------------------------
+# Context and expert parallelism, experts and latent attention
 
-    model = resolve_model("deepseek-v2-lite")
-    run, _ = base_run(model=model, tensor_parallel=1, pipeline_parallel=1, partition=None)
+# Megatron-Core's experts on small_line: no biases, SwiGLU experts, the alltoall dispatcher.
+MOE = ("--disable-bias-linear", "--swiglu", "--num-experts", "8")
+ALLTOALL = ("--moe-token-dispatcher-type", "alltoall")
+MLA = ("--disable-bias-linear", "--multi-latent-attention", "--qk-layernorm")
+
+
+def read_line(*extra: str, world_size: int = 2, **keywords: object) -> RunFile:
+    run, _ = run_from_megatron_args(
+        small_line(*extra),
+        hardware="a100",
+        world_size=world_size,
+        allow_ignored=True,
+        **keywords,  # type: ignore[arg-type]
+    )
+    return run
+
+
+def test_context_parallelism_divides_the_world_and_states_its_exchange() -> None:
+    """D = world / (T x P x CP); Transformer Engine's all_gather is pipesim's all-gather, its
+    p2p (Megatron's default) pipesim's p2p, stated where the line states it; one type given per
+    layer is one type."""
+    run = read_line("--context-parallel-size", "2", world_size=8)
+    assert (run.context_parallel, run.cp_comm_type, run.data_parallel) == (2, None, 4)
+    assert run.recipe == "megatron-core-2024"  # --context-parallel-size: 4a6255a, 2023-10-30
+    gathered = read_line("--context-parallel-size", "2", "--cp-comm-type", "all_gather")
+    assert (gathered.context_parallel, gathered.cp_comm_type) == (2, "all-gather")
+    per_layer = read_line("--context-parallel-size", "2", "--cp-comm-type", *["all_gather"] * 4)
+    assert per_layer.cp_comm_type == "all-gather"
+    assert read_line("--context-parallel-size", "2", "--cp-comm-type", "p2p").cp_comm_type == "p2p"
+    _, ignored = run_from_megatron_args(
+        small_line("--cp-comm-type", "all_gather"), hardware="a100", allow_ignored=True
+    )
+    assert any(line.startswith("--cp-comm-type all_gather: ignored (") for line in ignored)
+
+
+def test_experts_and_their_parallelism_are_read() -> None:
+    run = read_line(*MOE, *ALLTOALL, "--expert-model-parallel-size", "2")
+    moe = architecture_of(run).moe
+    assert run.expert_parallel == 2 and run.context_parallel is None
+    # top-2, --ffn-hidden-size's width (SwiGLU's default: 8h/3 in 64s, 128)
+    assert moe == MixtureOfExperts(8, 2, 128, gated=True)
+    # without EP the allgather dispatcher (the default) is the gather pipesim's block runs
+    assert read_line(*MOE).expert_parallel is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "fields_of_moe"),
+    [
+        (["--moe-layer-freq", "2"], {"layer_frequency": 2}),
+        (["--moe-layer-freq", "([0]*1+[1]*3)"], {"first_dense_layers": 1}),
+        (["--moe-layer-freq", "[0,0,1,0]"], {"first_dense_layers": 2, "layer_frequency": 2}),
+        (["--moe-layer-freq", "[1]+[0,1]*1+[0]"], {"layer_frequency": 2}),
+        (
+            ["--moe-shared-expert-intermediate-size", "512", "--moe-ffn-hidden-size", "256"],
+            {"shared_experts": 2, "expert_ffn": 256},
+        ),
+        (["--moe-shared-expert-intermediate-size", "100"], {"shared_experts": 1}),
+        (["--moe-expert-capacity-factor", "1.25"], {"capacity_factor": 1.25}),
+        (["--moe-expert-capacity-factor", "-1"], {}),
+        (
+            ["--moe-router-load-balancing-type", "seq_aux_loss", "seq_aux_loss"],
+            {"load_balancing": LoadBalancing.SEQ_AUX_LOSS},
+        ),
+        (
+            ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"],
+            {"expert_bias": True},
+        ),
+        (["--moe-router-topk", "8"], {"top_k": 8}),
+    ],
+)
+def test_each_experts_option_is_the_architecture_s(
+    extra: list[str], fields_of_moe: dict[str, object]
+) -> None:
+    moe = architecture_of(read_line(*MOE, *extra)).moe
+    assert moe is not None
+    expected = MixtureOfExperts(8, 2, 128) if "100" not in extra else None
+    if expected is None:  # 100 is no multiple of the 128-wide experts: one shared expert
+        assert (moe.shared_experts, moe.shared_expert_ffn) == (1, 100)
+        return
+    assert moe == dataclasses.replace(expected, **fields_of_moe)  # type: ignore[arg-type]
+
+
+def test_latent_attention_and_head_widths_are_the_architecture_s() -> None:
+    arch = architecture_of(read_line(*MLA, "--q-lora-rank", "48", "--kv-lora-rank", "64"))
+    assert arch.mla == MultiLatentAttention(64, 128, 64, 128, q_lora_rank=48)
+    assert (arch.qk_norm, arch.head_width, arch.key_value_heads) == (False, None, 4)
+    qwen = architecture_of(read_line("--kv-channels", "32", "--qk-layernorm"))
+    assert (qwen.head_width, qwen.qk_norm) == (32, True)
+    assert architecture_of(read_line("--kv-channels", "16")).head_width is None  # 64 / 4
+
+
+def test_the_experts_options_without_experts_are_ignored_and_listed() -> None:
+    _, ignored = run_from_megatron_args(
+        small_line("--moe-router-topk", "4", "--q-lora-rank", "8", "--moe-grouped-gemm"),
+        hardware="a100",
+        world_size=2,
+        allow_ignored=True,
+    )
+    said = {line.split(":")[0] for line in ignored}
+    assert said == {"--moe-router-topk 4", "--q-lora-rank 8", "--moe-grouped-gemm"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], "--cp-comm-type a2a: "),
+        (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"], "--cp-comm-type a2a+p2p"),
+        (["--context-parallel-size", "2", "--cp-comm-type", "allgather"], "give all_gather"),
+        (["--context-parallel-size", "2", "--cp-comm-type", "p2p", "a2a"], "gives 2 types"),
+        (
+            ["--context-parallel-size", "2", "--cp-comm-type", "p2p", "p2p", "a2a", "a2a"],
+            "--cp-comm-type p2p, a2a: a type per layer",
+        ),
+        (["--context-parallel-size", "3"], "--seq-length 32 with --context-parallel-size 3"),
+        (["--context-parallel-size", "4"], "x --context-parallel-size = 4"),
+        (
+            ["--context-parallel-size", "2", "--transformer-impl", "local"],
+            "TEDotProductAttention",
+        ),
+        (["--hierarchical-context-parallel-sizes", "2", "1"], "--hierarchical-context"),
+        (["--expert-model-parallel-size", "2"], "--expert-model-parallel-size 2 without"),
+        (["--swiglu", "--num-experts", "8"], "--num-experts without --disable-bias-linear"),
+        (["--multi-latent-attention", "--disable-bias-linear"], "without --qk-layernorm"),
+        ([*MOE, *ALLTOALL, "--expert-model-parallel-size", "3"], "multiple of expert model"),
+        ([*MOE, *ALLTOALL, "--expert-model-parallel-size", "4"], "must divide D x CP = 2"),
+        ([*MOE, "--expert-model-parallel-size", "2"], "allgather with --expert-model"),
+        ([*MOE, "--moe-token-dispatcher-type", "flex"], "--moe-token-dispatcher-type flex"),
+        ([*MOE, "--expert-tensor-parallel-size", "2"], "--expert-tensor-parallel-size 2"),
+        ([*MOE, "--moe-router-topk", "9"], "--moe-router-topk 9"),
+        ([*MOE, "--moe-layer-freq", "[1,0]"], "Invalid length"),
+        ([*MOE, "--moe-layer-freq", "[0,1,0,1]"], "MoE blocks 1, 3"),
+        ([*MOE, "--moe-layer-freq", "__import__('os')"], "--moe-layer-freq"),
+        ([*MOE, "--moe-layer-freq", "[1]*10**9"], "--moe-layer-freq"),
+        ([*MOE, "--moe-layer-freq", "0"], "--moe-layer-freq"),
+        ([*MOE, "--moe-router-load-balancing-type", "global_aux_loss"], "global_aux_loss"),
+        ([*MOE, "--moe-router-load-balancing-type", "aux_loss", "none"], "several"),
+        (
+            [
+                *MOE,
+                "--moe-router-load-balancing-type",
+                "sinkhorn",
+                "--moe-expert-capacity-factor",
+                "1.5",
+            ],
+            "--moe-expert-capacity-factor with --moe-router-load-balancing-type sinkhorn",
+        ),
+        ([*MOE, "--moe-router-enable-expert-bias"], "--moe-router-score-function softmax"),
+        ([*MOE, "--moe-shared-expert-overlap"], "--moe-shared-expert-overlap"),
+        ([*MOE, "--moe-shared-expert-intermediate-size", "0"], "must be > 0"),
+        (
+            [
+                *MOE,
+                *ALLTOALL,
+                "--expert-model-parallel-size",
+                "2",
+                "--use-torch-fsdp2",
+                "--no-gradient-accumulation-fusion",
+                "--untie-embeddings-and-output-weights",
+            ],
+            "not supported with expert parallelism",
+        ),
+    ],
+)
+def test_each_parallelism_and_experts_refusal_is_one_line(extra: list[str], named: str) -> None:
+    with pytest.raises(SpecError) as error:
+        run_from_megatron_args(small_line(*extra), hardware="a100", world_size=2)
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 600
+    assert message.startswith("Megatron-LM arguments: ")
+    assert named in message, message
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--context-parallel-size", "2"], "'Context parallelism is not supported in legacy"),
+        (list(MOE), "SwitchMLP"),
+        (list(MLA), "legacy models have no latent attention"),
+    ],
+)
+def test_megatron_core_s_features_under_a_legacy_recipe_are_refused(
+    extra: list[str], said: str
+) -> None:
+    with pytest.raises(SpecError, match=said):
+        run_from_megatron_args(
+            small_line(*extra), hardware="a100", world_size=2, recipe="megatron-lm-2022"
+        )
+
+
+def test_the_new_options_are_dated_by_their_first_appearance() -> None:
+    """Each read or refused option added after sc21 carries the date it reached main, so a
+    line with them reads as Megatron-Core's; a --num-experts of 2022 alone is the legacy
+    SwitchMLP's era (refused there)."""
+    for option in (
+        "--cp-comm-type",
+        "--expert-tensor-parallel-size",
+        "--moe-router-topk",
+        "--moe-ffn-hidden-size",
+        "--moe-shared-expert-intermediate-size",
+        "--moe-layer-freq",
+        "--moe-grouped-gemm",
+        "--moe-token-dispatcher-type",
+        "--moe-router-load-balancing-type",
+        "--moe-aux-loss-coeff",
+        "--moe-expert-capacity-factor",
+        "--moe-router-enable-expert-bias",
+        "--q-lora-rank",
+        "--kv-lora-rank",
+        "--qk-head-dim",
+        "--qk-pos-emb-head-dim",
+        "--v-head-dim",
+        "--qk-layernorm",
+    ):
+        assert SINCE[option][0] >= "2023-01-11", option  # megatron-core-2024's era
+    assert SINCE["--context-parallel-size"] == ("2023-10-30", "4a6255a")
+    assert SINCE["--expert-model-parallel-size"] == ("2023-10-10", "370f3c1")
+    assert SINCE["--moe-router-topk"] == ("2024-01-25", "559e82c")
+    assert SINCE["--num-experts"] == ("2022-02-24", "53f3efc")
+    with pytest.raises(SpecError, match="SwitchMLP"):
+        run_from_megatron_args(small_line(*MOE[2:]), hardware="a100", world_size=2)
+
+
+# The catalogue's mixture-of-experts models as Megatron-LM trains them, with a layout each:
+# (T, sequence parallel, P, partition, CP, cp_comm_type, EP, D).
+MOE_LAYOUTS = {
+    "mixtral-8x7b": (2, True, 2, "17,17", 1, None, 4, 4),
+    "deepseek-v2-lite": (1, False, 1, "29", 2, "all-gather", 8, 4),
+    "deepseek-v3": (2, True, 4, "16,15,15,17", 2, "p2p", 8, 4),
+    "qwen3-30b-a3b": (4, True, 2, "25,25", 4, "all-gather", 16, 4),
+}
+
+
+def moe_run(name: str) -> RunFile:
+    """``name``'s architecture (the recipe's attention, not the catalogue's flash) as Megatron
+    trains it, laid out as :data:`MOE_LAYOUTS` says."""
+    arch = dataclasses.replace(catalogue_architecture(name), attention=Attention.EAGER)
+    tensor, sequence, pipeline, partition, context, comm, expert, data = MOE_LAYOUTS[name]
+    return RunFile(
+        megatron_model(arch, dtype="bf16", default_batch=64),
+        "h100",
+        batch=64,
+        microbatch_size=1,
+        tensor_parallel=tensor,
+        sequence_parallel=sequence,
+        pipeline_parallel=pipeline,
+        data_parallel=data,
+        zero=1,
+        context_parallel=context if context > 1 else None,
+        cp_comm_type=comm,
+        expert_parallel=expert,
+        recompute="selective",
+        schedule="1f1b",
+        chunks=1,
+        microbatches=16,
+        partition=partition,
+        remat=False,
+        recipe="megatron-core-2024",
+    )
+
+
+@pytest.mark.parametrize("name", sorted(MOE_LAYOUTS))
+def test_a_catalogue_moe_model_round_trips_with_context_and_expert_parallelism(name: str) -> None:
+    """The writer states the experts (and DeepSeek's latent attention, Qwen3's head width and
+    norms) with the alltoall dispatcher, CP and EP; the arguments read back to the same run,
+    the catalogue's architecture but its attention kernel (the recipe's) and the padded
+    vocabulary, which equals the catalogue's here."""
+    run = moe_run(name)
+    assert not isinstance(run.model, str)
+    words, unexpressed = megatron_args(run, run.model)
+    assert unexpressed == ()
+    assert words[words.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    tensor, _, pipeline, _, context, _, _, data = MOE_LAYOUTS[name]
+    back, ignored = run_from_megatron_args(
+        words, hardware="h100", world_size=tensor * pipeline * context * data
+    )
+    assert (back, ignored) == (run, ())
+    assert fields(architecture_of(back)) == fields(catalogue_architecture(name)) | {
+        "attention": Attention.EAGER
+    }
+
+
+def test_deepseek_v2_lite_s_arguments_are_megatron_s_own_words() -> None:
+    run = moe_run("deepseek-v2-lite")
+    words, _ = megatron_args(run, run.model)  # type: ignore[arg-type]
+    options = parse_options(words)
+    assert options["--moe-layer-freq"] == ("([0]*1+[1]*26)",)
+    assert options["--moe-shared-expert-intermediate-size"] == ("2816",)  # 2 x 1408
+    assert options["--moe-router-load-balancing-type"] == ("seq_aux_loss",)
+    assert options["--cp-comm-type"] == ("all_gather",)
+    assert "--q-lora-rank" not in options and "--qk-layernorm" in options
+    assert "--moe-router-enable-expert-bias" in parse_options(
+        megatron_args(moe_run("deepseek-v3"), moe_run("deepseek-v3").model)[0]  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"expert_parallel": 2}, "expert_parallel 2: the model has no experts"),
+        ({"cp_comm_type": "all-gather"}, "cp_comm_type all-gather without context parallelism"),
+        ({"context_parallel": 3, "partition": None}, "context_parallel 3: Megatron asserts"),
+        (
+            {"recipe": "megatron-lm-2022", "context_parallel": 2},
+            "recipe megatron-lm-2022 with context_parallel 2: Megatron-LM's legacy models",
+        ),
+    ],
+)
+def test_what_megatron_cannot_express_of_cp_and_ep_is_named(
+    changes: dict[str, object], named: str
+) -> None:
+    run, model = base_run(**changes)
     _, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
-    assert any(line.startswith("moe:") for line in unexpressed), unexpressed
-    assert any(line.startswith("mla:") for line in unexpressed), unexpressed
+    assert any(named in line for line in unexpressed), unexpressed
+
+
+def test_moe_of_an_older_recipe_is_written_as_megatron_core_s_and_said() -> None:
+    run = dataclasses.replace(moe_run("mixtral-8x7b"), recipe="megatron-lm-2022")
+    words, unexpressed = megatron_args(run, run.model)  # type: ignore[arg-type]
+    assert unexpressed[0].startswith(
+        "recipe megatron-lm-2022 with mixture of experts: Megatron-Core's MoE (--moe-router-topk"
+    )
+    back, _ = run_from_megatron_args(words, hardware="h100", world_size=32)
+    assert back.recipe == "megatron-core-2024" and back.expert_parallel == 4
+
+
+def test_experts_gated_unlike_the_dense_mlp_are_named() -> None:
+    run = moe_run("mixtral-8x7b")
+    arch = architecture_of(run)
+    assert arch.moe is not None
+    gelu = dataclasses.replace(arch, moe=dataclasses.replace(arch.moe, gated=False))
+    model = megatron_model(gelu, dtype="bf16", default_batch=64)
+    _, unexpressed = megatron_args(dataclasses.replace(run, model=model), model)
+    assert any(line.startswith("moe gated false with mlp swiglu") for line in unexpressed)
+
+
+def test_the_catalogue_moe_model_reads_as_resolved() -> None:
+    """The round trip's model is the catalogue's architecture: resolve_model agrees."""
+    assert resolve_model("deepseek-v2-lite").architecture == catalogue_architecture(
+        "deepseek-v2-lite"
+    )

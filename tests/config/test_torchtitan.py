@@ -360,8 +360,48 @@ def test_the_base_file_of_the_refusal_cases_translates(tmp_path: Path) -> None:
 
 
 REFUSALS = {
-    "context parallelism": ({"parallelism__context_parallel_degree": 2}, "context_parallel_degree"),
-    "expert parallelism": ({"parallelism__expert_parallel_degree": 2}, "expert_parallel_degree"),
+    "expert parallelism beyond the experts' mesh": (
+        {"parallelism__expert_parallel_degree": 2},
+        "parallelism.expert_parallel_degree = 2: the experts' mesh",
+    ),
+    "expert tensor parallelism neither 1 nor tp": (
+        {
+            "parallelism__tensor_parallel_degree": 2,
+            "parallelism__data_parallel_shard_degree": 4,
+            "parallelism__expert_parallel_degree": 2,
+            "parallelism__expert_tensor_parallel_degree": 4,
+        },
+        "parallelism.expert_tensor_parallel_degree = 4 with tensor_parallel_degree = 2: "
+        "'Currently we only support ETP=TP or ETP=1'",
+    ),
+    "hsdp over the context-parallel ranks": (
+        {
+            "parallelism__context_parallel_degree": 2,
+            "parallelism__data_parallel_replicate_degree": 2,
+        },
+        "parallelism.data_parallel_replicate_degree = 2 beside "
+        "parallelism.data_parallel_shard_degree = 1 and parallelism.context_parallel_degree = 2: "
+        "HSDP",
+    ),
+    "a context-parallel load balancer pipesim lacks": (
+        {
+            "parallelism__context_parallel_degree": 2,
+            "parallelism__context_parallel_load_balancer": "ptrr",
+        },
+        "parallelism.context_parallel_load_balancer = 'ptrr'",
+    ),
+    "a rotate method torchtitan lacks": (
+        {
+            "parallelism__context_parallel_degree": 2,
+            "parallelism__context_parallel_rotate_method": "ring",
+        },
+        "parallelism.context_parallel_rotate_method must be one of allgather, alltoall",
+    ),
+    "seq not divisible by 2 x cp": (
+        {"parallelism__context_parallel_degree": 3},
+        "training.seq_len = 2048 must be divisible by tensor_parallel_degree x 2 x "
+        "context_parallel_degree = 6",
+    ),
     "float8": ({"model__converters": ["float8"]}, "model.converters"),
     "compile": ({"compile__enable": True}, "compile.enable"),
     "async tp": (
@@ -682,6 +722,33 @@ ROUND_TRIPS = {
         dtype="bf16",
         partition="11,11,10,10,10,10,10,10",
     ),
+    "context parallelism beside fsdp and tensor parallelism": plan_run(
+        "llama3-8b",
+        microbatch_size=1,
+        microbatches=2,
+        tensor_parallel=2,
+        sequence_parallel=True,
+        data_parallel=2,
+        context_parallel=2,
+        cp_comm_type="all-gather",
+        zero=3,
+        reshard_after_forward="default",
+        dtype="bf16",
+        recompute="full",
+        partition="34",
+    ),
+    "context parallelism alone in a pipeline": plan_run(
+        "llama3-70b",
+        microbatch_size=1,
+        microbatches=8,
+        pipeline_parallel=4,
+        context_parallel=4,
+        cp_comm_type="all-gather",
+        zero=3,
+        reshard_after_forward="always",
+        dtype="bf16",
+        partition="21,20,20,21",
+    ),
     "layer checkpointing": plan_run(
         FP32_8B,
         microbatch_size=1,
@@ -869,6 +936,56 @@ LOSSES = {
         ),
         "scatter_gather_p2p True: torchtitan's recipe decides it",
     ),
+    "context parallelism by p2p": (
+        dict(
+            microbatch_size=1,
+            microbatches=1,
+            context_parallel=2,
+            zero=3,
+            dtype="bf16",
+            partition="34",
+        ),
+        "cp_comm_type p2p: torchtitan's ring attention all-gathers the keys and values",
+    ),
+    "context parallelism without fsdp": (
+        dict(
+            microbatch_size=1,
+            microbatches=1,
+            context_parallel=2,
+            cp_comm_type="all-gather",
+            zero=1,
+            dtype="bf16",
+            partition="34",
+        ),
+        "zero 1 with context_parallel 2: torchtitan applies FSDP over dp_shard x cp",
+    ),
+    "an exchange without context parallelism": (
+        dict(microbatch_size=1, microbatches=1, cp_comm_type="all-gather", partition="34"),
+        "cp_comm_type all-gather without context parallelism",
+    ),
+    "expert parallelism of a dense model": (
+        dict(
+            microbatch_size=1,
+            microbatches=1,
+            data_parallel=2,
+            expert_parallel=2,
+            zero=3,
+            dtype="bf16",
+            partition="34",
+        ),
+        "expert_parallel 2: the model has no experts for it to divide",
+    ),
+    "expert parallelism without fsdp": (
+        dict(
+            microbatch_size=1,
+            microbatches=1,
+            data_parallel=4,
+            expert_parallel=2,
+            dtype="bf16",
+            partition="34",
+        ),
+        "expert_parallel 2: torchtitan's experts' mesh needs it to divide dp_shard x cp = 1",
+    ),
     "no sequence parallelism": (
         dict(
             microbatch_size=1,
@@ -922,3 +1039,122 @@ def test_pipesim_never_imports_torch_here() -> None:
         if isinstance(node, ast.ImportFrom)
     }
     assert "torch" not in imported and "torchtitan" not in imported
+
+
+# --- context and expert parallelism --------------------------------------------------------------
+
+
+def test_context_parallelism_is_fsdp_over_dp_shard_x_cp_with_an_all_gather(
+    tmp_path: Path,
+) -> None:
+    """torchtitan's world is dp_replicate x dp_shard x cp x tp x pp; with CP it shards through
+    FSDP (fsdp_enabled) over dp_shard x cp, pipesim's ZeRO-3 over D x CP, in FSDP's mixed
+    precision; its ring attention all-gathers (PyTorch's default rotater), said in a note. The
+    batch is split over dp_shard alone: the CP ranks share their samples."""
+    path = written(
+        tmp_path,
+        with_keys(
+            parallelism__data_parallel_shard_degree=-1,
+            parallelism__context_parallel_degree=2,
+            parallelism__tensor_parallel_degree=2,
+        ),
+    )
+    run, notes = run_from_torchtitan(path, hardware="h100", world_size=16)
+    assert (run.tensor_parallel, run.context_parallel, run.data_parallel) == (2, 2, 4)
+    assert (run.zero, run.reshard_after_forward, run.dtype) == (3, "default", "bf16")
+    assert (run.cp_comm_type, run.expert_parallel) == ("all-gather", None)
+    assert (run.batch, run.microbatch_size, run.microbatches) == (32, 8, 1)
+    assert any(
+        note.startswith("parallelism.context_parallel_degree = 2: PyTorch's ring") for note in notes
+    )
+    alone, _ = run_from_torchtitan(
+        written(tmp_path, with_keys(parallelism__context_parallel_degree=2)), hardware="h100"
+    )
+    assert (alone.data_parallel, alone.context_parallel, alone.zero) == (1, 2, 3)
+
+
+def test_the_rotate_method_is_read_by_validation_alone(tmp_path: Path) -> None:
+    """At the commit set_rotate_method is reached through validation's context only: alltoall
+    leaves training's all-gather as it is (noted), and with validation turns it into the ring
+    from the first validation on (refused: two regimes in one run)."""
+    keys = {
+        "parallelism__context_parallel_degree": 2,
+        "parallelism__context_parallel_rotate_method": "alltoall",
+    }
+    run, notes = run_from_torchtitan(written(tmp_path, with_keys(**keys)), hardware="h100")
+    assert run.cp_comm_type == "all-gather"
+    assert any("read by validation alone" in note for note in notes)
+    path = written(tmp_path, with_keys(**keys, validation__enable=True))
+    with pytest.raises(SpecError) as caught:
+        run_from_torchtitan(path, hardware="h100", allow_ignored=True)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert (
+        "parallelism.context_parallel_rotate_method = 'alltoall' with validation.enable" in message
+    )
+
+
+def test_context_parallel_keys_without_it_and_expert_parallelism_of_llama3_are_noted(
+    tmp_path: Path,
+) -> None:
+    """The rotate method and the load balancer do nothing at CP = 1; EP passes ParallelDims'
+    rules (ETP = TP here) but llama3 has no experts: noted, not stated."""
+    path = written(
+        tmp_path,
+        with_keys(
+            parallelism__context_parallel_rotate_method="alltoall",
+            parallelism__data_parallel_shard_degree=4,
+            parallelism__tensor_parallel_degree=2,
+            parallelism__expert_parallel_degree=4,
+            parallelism__expert_tensor_parallel_degree=2,
+        ),
+    )
+    run, notes = run_from_torchtitan(path, hardware="h100")
+    assert (run.context_parallel, run.cp_comm_type, run.expert_parallel) == (None, None, None)
+    assert (
+        "parallelism.context_parallel_rotate_method: no effect without context parallelism" in notes
+    )
+    assert any(
+        note.startswith("parallelism.expert_parallel_degree = 4: no effect on llama3")
+        for note in notes
+    )
+
+
+def test_expert_parallelism_of_an_moe_model_is_written_with_etp_equal_to_tp() -> None:
+    """pipesim splits the experts T ways inside their EP groups: torchtitan's etp = tp; the
+    model itself, no torchtitan llama3 flavor, is named."""
+    run = plan_run(
+        "mixtral-8x7b",
+        microbatch_size=1,
+        microbatches=1,
+        tensor_parallel=2,
+        sequence_parallel=True,
+        data_parallel=4,
+        context_parallel=2,
+        cp_comm_type="all-gather",
+        expert_parallel=8,
+        zero=3,
+        reshard_after_forward="default",
+        dtype="bf16",
+        partition="34",
+    )
+    text, lost = torchtitan_toml(run)
+    parallelism = tomllib.loads(text)["parallelism"]
+    assert {
+        key: parallelism[key]
+        for key in (
+            "data_parallel_shard_degree",
+            "context_parallel_degree",
+            "tensor_parallel_degree",
+            "expert_parallel_degree",
+            "expert_tensor_parallel_degree",
+        )
+    } == {
+        "data_parallel_shard_degree": 4,
+        "context_parallel_degree": 2,
+        "tensor_parallel_degree": 2,
+        "expert_parallel_degree": 8,
+        "expert_tensor_parallel_degree": 2,
+    }
+    assert any("'mixtral-8x7b' is not a torchtitan llama3 flavor" in line for line in lost)
+    assert not any("no experts" in line for line in lost)

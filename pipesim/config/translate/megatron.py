@@ -7,14 +7,14 @@ reproduction scripts of arXiv 2104.04473), :data:`CORE_COMMIT` (2024-12-07,
 ``megatron/training/arguments.py``, Megatron-Core) and, for the example scripts of today,
 :data:`SNAPSHOT_COMMIT`. Every option this module knows is in exactly one of three tables:
 
-* :data:`MAPPED`: read into the run (the architecture, the precision and optimizer, the
-  parallel sizes and the sharding, the batch, the interleaving, the recomputation, the
-  data-parallel and pipeline communication); a value pipesim cannot state is refused in one
-  line naming it.
-* :data:`REFUSED`: features that change a step's cost in ways pipesim does not model
-  (mixture of experts, context parallelism, FP8, overlapped parameter gathers...), refused in
-  one line naming the option, unless given at the value that switches them off (``--context-
-  parallel-size 1``).
+* :data:`MAPPED`: read into the run (the architecture, its experts and latent attention, the
+  precision and optimizer, the parallel sizes, context and expert parallelism included, and
+  the sharding, the batch, the interleaving, the recomputation, the data-parallel and pipeline
+  communication); a value pipesim cannot state is refused in one line naming it.
+* :data:`REFUSED`: features that change a step's cost in ways pipesim does not model (FP8,
+  overlapped parameter gathers, hierarchical context parallelism, the shared experts
+  overlapped with the dispatch...), refused in one line naming the option, unless given at the
+  value that switches them off (``--num-distributed-optimizer-instances 1``).
 * :data:`COST_NEUTRAL`: what changes neither a step's time nor its memory as pipesim models
   them (data and tokenizer paths, logging, the learning-rate schedule, seeds, checkpoints...):
   ignored and listed when ``allow_ignored``, else refused with the hint that ``allow_ignored``
@@ -26,7 +26,7 @@ takes Megatron-LM's default (``--attention-dropout 0.1``, ``--make-vocab-size-di
 
 * **World size.** Megatron-LM's arguments hold none: ``torchrun --nnodes --nproc-per-node`` (or
   Slurm's tasks) give it, outside the argument list. So :func:`run_from_megatron_args` takes
-  ``world_size``; with it D = world / (T x P) (Megatron's ``validate_args``), and the
+  ``world_size``; with it D = world / (T x P x CP) (Megatron's ``validate_args``), and the
   micro-batches per replica M = global batch / (micro-batch x D). Without it nothing is
   inferred: ``data_parallel`` and ``microbatches`` stay unstated and the command line says
   what is missing.
@@ -75,6 +75,42 @@ takes Megatron-LM's default (``--attention-dropout 0.1``, ``--make-vocab-size-di
   is ``tp_comm_overlap = true``; Megatron asserts ``--sequence-parallel`` beside it (refused
   without), and only Transformer Engine's layers read it (ignored with ``--transformer-impl
   local``).
+* **Context and expert parallelism** (Megatron-Core's alone: its legacy models refuse or lack
+  them). ``--context-parallel-size`` is CP, ``--cp-comm-type`` the exchange as Transformer
+  Engine names it: ``p2p`` (the default, pipesim's ring) or ``all_gather`` (pipesim's
+  ``all-gather``); ``a2a`` and ``a2a+p2p`` (DeepSpeed-Ulysses' all-to-alls, alone or in a
+  hierarchy) are refused, and so is ``allgather``, the spelling of Megatron's help text that
+  Transformer Engine raises on; a type per layer is refused unless all are one. Megatron's
+  asserts are reproduced: Transformer Engine's attention only (not ``--transformer-impl
+  local``), the sequence a multiple of 2 x CP. ``--expert-model-parallel-size`` is EP, with
+  Megatron's asserts (``--num-experts`` given, a multiple of EP; EP dividing D x CP, the
+  expert groups of parallel_state with ETP = T); ``--expert-tensor-parallel-size`` is checked
+  to be T, Megatron's default and pipesim's split of the experts. The token dispatcher
+  (``--moe-token-dispatcher-type``, default ``allgather``): pipesim's expert parallelism is the
+  ``alltoall`` dispatcher's all-to-alls, so ``allgather`` (every token gathered on the T x EP
+  ranks) is read without EP only, where it is the gather over the T ranks pipesim's MoE block
+  runs; ``flex`` (DeepEP's and HybridEP's kernels) and ``alltoall_seq`` beside T or EP are
+  refused. Megatron's assert of EP against fp16 (afd970a, 2023-11-17, to 4193f3a, 2025-12-22)
+  is not reproduced: today's Megatron-LM has none.
+* **Mixture of experts and latent attention** (Megatron-Core's; the legacy models' SwitchMLP,
+  top-1 from 53f3efc, is refused). ``--num-experts`` E (0: dense), ``--moe-router-topk`` k
+  (default 2), ``--moe-ffn-hidden-size`` (default ``--ffn-hidden-size``), gated as the dense
+  MLP (``--swiglu``); ``--moe-shared-expert-intermediate-size`` S, one MLP in Megatron, read as
+  S / f_e shared experts where f_e divides S (DeepSeek's 2 x 1408), else one of S, the same
+  width pipesim costs; ``--moe-layer-freq`` N (block i an MoE block when i % N == 0) or its
+  list form (lists of 0s and 1s joined by + and *, read without eval: ``([0]*1+[1]*26)``)
+  when it is N's pattern after some leading dense blocks; ``--moe-router-load-balancing-type``
+  one of aux_loss, seq_aux_loss, sinkhorn, none; ``--moe-expert-capacity-factor`` (negative:
+  dropless; refused beside Sinkhorn, as Megatron-Core refuses it);
+  ``--moe-router-enable-expert-bias`` (Megatron asserts a sigmoid score function beside it).
+  The auxiliary losses' coefficients, ``--moe-grouped-gemm`` (grouped or looped, the same
+  matmuls as pipesim costs them) and the router's numerics are cost-neutral.
+  ``--multi-latent-attention`` with its five sizes (Megatron's defaults: no query latent, kv
+  rank 32, 128, 64, 128) is the model's ``mla``; Megatron norms the latents only with
+  ``--qk-layernorm``, which pipesim's latent attention (DeepSeek's) always does, so it is
+  refused without. Both need ``--disable-bias-linear`` (pipesim's experts and latent
+  projections have no biases). ``--kv-channels`` is the heads' width where it is not hidden /
+  heads (Qwen3's), and ``--qk-layernorm`` without latent attention is ``qk_norm``.
 * **Sharded data parallelism** (:mod:`pipesim.parallel.sharding`).
   ``--use-distributed-optimizer`` is ZeRO-1. Megatron-FSDP (``--use-megatron-fsdp``, 4dd2f2b,
   2025-08-21; before it ``--use-custom-fsdp``, 892c4c8, 2025-02-26) is the ZeRO stage its
@@ -102,15 +138,20 @@ other than Megatron's, options its era lacks (``--sequence-parallel`` in 2021), 
 settings (``steps``, ``remat``...). ZeRO-2/3 is written as Megatron-FSDP, as Megatron's
 examples/megatron_fsdp give it: ``--use-distributed-optimizer --use-megatron-fsdp
 --data-parallel-sharding-strategy optim_grads`` (or ``optim_grads_params``) ``--ckpt-format
-fsdp_dtensor``, options that date the line to Megatron-Core. A ZeRO-2/3 run of an older recipe
-is written as Megatron-Core's arguments, its recipe's choices stated where Megatron-Core has
-options for them (eager attention: ``--attention-backend unfused``), the rest named. It writes
+fsdp_dtensor``, options that date the line to Megatron-Core. Context and expert parallelism
+are ``--context-parallel-size`` (with ``--cp-comm-type all_gather`` for ``all-gather``) and
+``--expert-model-parallel-size``; a model's experts and latent attention are Megatron-Core's
+options above, with the ``alltoall`` dispatcher. A run of an older recipe that needs
+Megatron-Core (ZeRO-2/3, context parallelism, experts, latent attention) is written as
+Megatron-Core's arguments, its recipe's choices stated where Megatron-Core has options for
+them (eager attention: ``--attention-backend unfused``), the rest named. It writes
 the arguments that change the cost; data paths, tokenizer files and the learning rate are the
 user's to add.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import shlex
@@ -130,6 +171,7 @@ from pipesim.parallel.sharding import ReshardPolicy
 from pipesim.workload.architecture import Attention, Mlp, Norm, Position, TransformerArchitecture
 from pipesim.workload.catalogue import from_architecture
 from pipesim.workload.model import Model
+from pipesim.workload.moe import LoadBalancing, MixtureOfExperts, MultiLatentAttention
 from pipesim.workload.optimizer import with_optimizer
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +224,7 @@ class Takes(Enum):
     INT = "an integer"
     FLOAT = "a number"
     WORD = "one word"
+    WORDS = "one or more words"
 
 
 @dataclass(frozen=True)
@@ -202,7 +245,7 @@ class Refused:
     inert: tuple[str, ...] = ()
 
 
-_F, _I, _N, _W = Takes.FLAG, Takes.INT, Takes.FLOAT, Takes.WORD
+_F, _I, _N, _W, _WS = Takes.FLAG, Takes.INT, Takes.FLOAT, Takes.WORD, Takes.WORDS
 
 # Megatron-FSDP's --data-parallel-sharding-strategy and the ZeRO stage of each: the buffers it
 # distributes over the data-parallel ranks (_init_each_parameter_group_buffers in
@@ -219,7 +262,8 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         "--hidden-size": Mapped(_I, "the model's hidden width"),
         "--num-attention-heads": Mapped(_I, "the model's heads"),
         "--ffn-hidden-size": Mapped(_I, "the MLP's width (default 4h; swiglu's 8h/3 in 64s)"),
-        "--kv-channels": Mapped(_I, "checked: pipesim's head width is hidden / heads"),
+        "--kv-channels": Mapped(_I, "head_dim where it is not hidden / heads"),
+        "--qk-layernorm": Mapped(_F, "qk_norm (with latent attention: its latents' norms)"),
         "--group-query-attention": Mapped(_F, "kv_heads = --num-query-groups"),
         "--num-query-groups": Mapped(_I, "kv_heads (with --group-query-attention)"),
         "--seq-length": Mapped(_I, "the model's seq"),
@@ -300,20 +344,76 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         "--recompute-granularity": Mapped(_W, "recompute", ("full", "selective")),
         "--recompute-method": Mapped(_W, "recompute", ("uniform", "block")),
         "--recompute-num-layers": Mapped(_I, "recompute (block: N)"),
+        # context and expert parallelism
+        "--context-parallel-size": Mapped(_I, "context_parallel (CP); D = world / (T x P x CP)"),
+        "--cp-comm-type": Mapped(_WS, "cp_comm_type: p2p, all_gather (one for every layer)"),
+        "--expert-model-parallel-size": Mapped(_I, "expert_parallel (EP)"),
+        "--expert-tensor-parallel-size": Mapped(
+            _I, "checked: T (pipesim splits each expert T ways, Megatron's default)"
+        ),
+        # mixture of experts (Megatron-Core's)
+        "--num-experts": Mapped(_I, "moe.experts (0: a dense model)"),
+        "--moe-router-topk": Mapped(_I, "moe.top_k (default 2)"),
+        "--moe-ffn-hidden-size": Mapped(_I, "moe.expert_ffn (default --ffn-hidden-size)"),
+        "--moe-shared-expert-intermediate-size": Mapped(
+            _I, "the shared experts' width together: moe.shared_experts x shared_expert_ffn"
+        ),
+        "--moe-layer-freq": Mapped(
+            _W, "moe.layer_frequency (N), or first_dense_layers too (a list of 0s and 1s)"
+        ),
+        "--moe-router-load-balancing-type": Mapped(
+            _WS,
+            "moe.load_balancing (one type)",
+            (
+                "aux_loss",
+                "seq_aux_loss",
+                "global_aux_loss",
+                "sinkhorn",
+                "quantile_balancing",
+                "none",
+            ),
+        ),
+        "--moe-expert-capacity-factor": Mapped(_N, "moe.capacity_factor (negative: dropless)"),
+        "--moe-token-dispatcher-type": Mapped(
+            _W,
+            "checked: alltoall (EP's all-to-alls); allgather without EP",
+            ("allgather", "alltoall", "alltoall_seq", "flex"),
+        ),
+        "--moe-router-enable-expert-bias": Mapped(_F, "moe.expert_bias"),
+        "--moe-router-score-function": Mapped(
+            _W,
+            "checked: sigmoid or sqrtsoftplus beside --moe-router-enable-expert-bias (the "
+            "router's scores: no matmul)",
+            ("softmax", "sigmoid", "sqrtsoftplus"),
+        ),
+        # multi-head latent attention (Megatron-Core's)
+        "--multi-latent-attention": Mapped(_F, "mla (with --qk-layernorm: its latents' norms)"),
+        "--q-lora-rank": Mapped(_I, "mla.q_lora_rank (default none)"),
+        "--kv-lora-rank": Mapped(_I, "mla.kv_lora_rank (default 32)"),
+        "--qk-head-dim": Mapped(_I, "mla.qk_nope_head_dim (default 128)"),
+        "--qk-pos-emb-head-dim": Mapped(_I, "mla.qk_rope_head_dim (default 64)"),
+        "--v-head-dim": Mapped(_I, "mla.v_head_dim (default 128)"),
     }
 )
 
 REFUSED: Mapping[str, Refused] = MappingProxyType(
     {
-        "--num-experts": Refused(
-            "mixture of experts is not translated yet (the catalogue's MoE models simulate; "
-            "expert parallelism is not modelled)",
-            ("0",),
+        "--hierarchical-context-parallel-sizes": Refused(
+            "hierarchical context parallelism (a2a+p2p: all-to-alls inside groups, a ring "
+            "between them) is not modelled"
         ),
-        "--expert-model-parallel-size": Refused("expert parallelism is not modelled", ("1",)),
-        "--context-parallel-size": Refused(
-            "context parallelism (the sequence split over ranks, ring attention) is not modelled",
-            ("1",),
+        "--moe-extended-tp": Refused(
+            "extended tensor parallelism of the experts (over T x EP ranks) is not modelled"
+        ),
+        "--moe-shared-expert-overlap": Refused(
+            "the shared experts overlapped with the token dispatch: pipesim runs them in turn"
+        ),
+        "--moe-pad-expert-input-to-capacity": Refused(
+            "experts' inputs padded to their capacity: pipesim computes the routed tokens "
+            "alone (balanced, dropless)"
+        ),
+        "--moe-layer-recompute": Refused(
+            "recomputing the mixture-of-experts layers alone is not modelled"
         ),
         "--pipeline-model-parallel-split-rank": Refused(
             "an encoder-decoder split of the pipeline is not modelled (decoder-only models)"
@@ -324,7 +424,6 @@ REFUSED: Mapping[str, Refused] = MappingProxyType(
         "--encoder-tensor-model-parallel-size": Refused(
             "an encoder's tensor parallelism is not modelled (decoder-only models)", ("0",)
         ),
-        "--multi-latent-attention": Refused("multi-latent attention is not modelled"),
         "--add-qkv-bias": Refused(
             "biases on the query, key and value projections alone: pipesim's linear_bias is "
             "every projection or none"
@@ -497,6 +596,22 @@ COST_NEUTRAL: Mapping[str, str] = MappingProxyType(
         "the step at --global-batch-size, after the ramp",
         "--step-batch-size-schedule": "the batch's schedule during the first tokens (532ad92, "
         "2026-04-21): pipesim simulates the step at --global-batch-size, after it",
+        **dict.fromkeys(
+            (
+                "--moe-aux-loss-coeff",
+                "--moe-z-loss-coeff",
+                "--moe-input-jitter-eps",
+                "--moe-router-pre-softmax",
+                "--moe-router-topk-scaling-factor",
+                "--moe-router-bias-update-rate",
+            ),
+            "the router's numerics and auxiliary losses: no matmul, the same routed tokens",
+        ),
+        "--moe-grouped-gemm": "the experts' GEMMs in one grouped kernel or a loop: pipesim "
+        "costs them alike (E matmuls of k·s/E rows each)",
+        "--moe-token-drop-policy": "which tokens a capacity drops: pipesim drops none",
+        "--moe-per-layer-logging": _LOGGING,
+        "--moe-use-upcycling": "a dense checkpoint converted to experts when loaded",
     }
 )
 
@@ -546,27 +661,59 @@ SINCE: Mapping[str, tuple[str, str]] = MappingProxyType(
         "--manual-gc": ("2023-10-30", "739539c"),
         "--overlap-param-gather": ("2023-11-17", "3b41726"),
         "--log-throughput": ("2023-11-28", "bcce6f5"),
+        "--moe-grouped-gemm": ("2024-01-11", "2fd2882"),
+        "--moe-router-topk": ("2024-01-25", "559e82c"),
+        "--moe-router-load-balancing-type": ("2024-01-25", "559e82c"),
+        "--moe-aux-loss-coeff": ("2024-01-25", "559e82c"),
+        "--moe-z-loss-coeff": ("2024-01-25", "559e82c"),
+        "--moe-input-jitter-eps": ("2024-01-25", "559e82c"),
         "--mock-data": ("2024-01-26", "803a018"),
         "--add-qkv-bias": ("2024-02-06", "02d284d"),
         "--no-mmap-bin-files": ("2024-03-07", "7e84879"),
+        "--qk-layernorm": ("2024-03-22", "24540c1"),
         "--no-create-attention-mask-in-dataloader": ("2024-03-26", "9de386d"),
         "--decoupled-lr": ("2024-03-27", "7b9ba21"),
         "--decoupled-min-lr": ("2024-03-27", "7b9ba21"),
+        "--moe-token-dispatcher-type": ("2024-03-27", "f94232d"),
+        "--moe-per-layer-logging": ("2024-04-02", "699113a"),
+        "--moe-layer-recompute": ("2024-05-01", "30d08d8"),
+        "--moe-extended-tp": ("2024-05-01", "30d08d8"),
+        "--moe-expert-capacity-factor": ("2024-05-02", "dd398e2"),
+        "--moe-pad-expert-input-to-capacity": ("2024-05-02", "dd398e2"),
+        "--moe-token-drop-policy": ("2024-05-02", "dd398e2"),
         "--calculate-per-token-loss": ("2024-05-10", "f5f3be5"),
         "--cross-entropy-loss-fusion": ("2024-06-14", "f07647f"),
         "--rotary-base": ("2024-06-28", "3da17a3"),
         "--defer-embedding-wgrad-compute": ("2024-07-05", "67adc31"),
         "--tiktoken-pattern": ("2024-07-05", "0cc3d96"),
+        "--moe-router-pre-softmax": ("2024-07-25", "2e6b756"),
         "--encoder-pipeline-model-parallel-size": ("2024-07-14", "3dac44c"),
         "--ckpt-format": ("2024-08-02", "3fd0c44"),
         "--encoder-tensor-model-parallel-size": ("2024-08-05", "2fd6e2b"),
         "--decoder-first-pipeline-num-layers": ("2024-09-05", "60d03fd"),
         "--decoder-last-pipeline-num-layers": ("2024-09-05", "60d03fd"),
         "--fp8-param-gather": ("2024-09-05", "01945b9"),
+        "--moe-use-upcycling": ("2024-09-06", "f5667db"),
+        "--moe-shared-expert-intermediate-size": ("2024-09-11", "fec11a7"),
+        "--moe-shared-expert-overlap": ("2024-09-11", "fec11a7"),
         "--multi-latent-attention": ("2024-09-24", "dcf9e77"),
+        "--q-lora-rank": ("2024-09-24", "dcf9e77"),
+        "--kv-lora-rank": ("2024-09-24", "dcf9e77"),
+        "--qk-head-dim": ("2024-09-24", "dcf9e77"),
+        "--qk-pos-emb-head-dim": ("2024-09-24", "dcf9e77"),
+        "--v-head-dim": ("2024-09-24", "dcf9e77"),
         "--microbatch-group-size-per-virtual-pipeline-stage": ("2024-11-01", "441cb92"),
         "--use-torch-fsdp2": ("2024-11-13", "4c4215f"),
+        "--cp-comm-type": ("2024-11-15", "2bdc60c"),
+        "--hierarchical-context-parallel-sizes": ("2024-11-15", "2bdc60c"),
+        "--expert-tensor-parallel-size": ("2024-11-23", "d392f9c"),
         "--attention-backend": ("2024-12-07", "9dc7fef"),
+        "--moe-ffn-hidden-size": ("2024-12-07", "60d5b38"),
+        "--moe-layer-freq": ("2024-12-07", "60d5b38"),
+        "--moe-router-topk-scaling-factor": ("2024-12-20", "b8420a1"),
+        "--moe-router-enable-expert-bias": ("2025-02-03", "c045c05"),
+        "--moe-router-score-function": ("2025-02-03", "c045c05"),
+        "--moe-router-bias-update-rate": ("2025-02-03", "c045c05"),
         "--grad-reduce-in-bf16": ("2025-02-26", "892c4c8"),
         "--use-custom-fsdp": ("2025-02-26", "892c4c8"),
         "--data-parallel-sharding-strategy": ("2025-02-26", "892c4c8"),
@@ -893,9 +1040,11 @@ def _translate(
     args = _Args(options)
     recipe = RECIPES[_recipe_name(options, recipe_name)]
     tensor = args.positive("--tensor-model-parallel-size", 1)
-    arch, vocabulary = _architecture(args, tensor)
-    layout = _layout(args, arch, tensor, world_size, recipe)
-    zero, reshard = _sharding(args, layout.pipeline)
+    arch, vocabulary = _architecture(args, tensor, recipe)
+    context, comm = _context(args, arch, recipe)
+    layout = _layout(args, arch, tensor, context, world_size, recipe)
+    expert = _expert_parallel(args, arch, tensor, context, layout.data)
+    zero, reshard = _sharding(args, layout.pipeline, expert)
     dtype = _dtype(args)
     model = megatron_model(
         arch,
@@ -917,6 +1066,9 @@ def _translate(
         data_parallel=layout.data,
         zero=zero,
         reshard_after_forward=reshard,
+        context_parallel=context if context > 1 else None,
+        cp_comm_type=comm,
+        expert_parallel=expert if expert > 1 else None,
         recompute=_recompute(args, recipe.name).label,
         schedule="interleaved-1f1b" if layout.chunks > 1 else "1f1b",
         chunks=layout.chunks,
@@ -986,6 +1138,15 @@ def _check_values(option: str, values: tuple[str, ...], mapped: Mapped) -> None:
         if values:
             raise SpecError(f"{option} takes no value, got {' '.join(values)!r}")
         return
+    if takes is Takes.WORDS:
+        if not values:
+            raise SpecError(f"{option} takes {takes.value}, got none")
+        wrong = [value for value in values if mapped.choices and value not in mapped.choices]
+        if wrong:
+            raise SpecError(
+                f"{option} must be one or more of {', '.join(mapped.choices)}, got {wrong[0]!r}"
+            )
+        return
     if len(values) != 1:
         raise SpecError(f"{option} takes {takes.value}, got {len(values)} words {values!r}")
     value = values[0]
@@ -1049,7 +1210,7 @@ _STRATEGY = "--data-parallel-sharding-strategy"
 _ARGUMENTS = "megatron/training/arguments.py"
 
 
-def _sharding(args: _Args, pipeline: int) -> tuple[int, str | None]:
+def _sharding(args: _Args, pipeline: int, expert: int = 1) -> tuple[int, str | None]:
     """The ZeRO stage and the reshard policy (None: pipesim's default): the distributed
     optimizer is ZeRO-1; Megatron-FSDP's strategy names the stage; PyTorch FSDP2 is ZeRO-3.
     Megatron's own asserts on them are reproduced."""
@@ -1068,7 +1229,7 @@ def _sharding(args: _Args, pipeline: int) -> tuple[int, str | None]:
             "use_torch_fsdp2')"
         )
     if torch_fsdp:
-        return 3, _torch_fsdp2(args, pipeline)
+        return 3, _torch_fsdp2(args, pipeline, expert)
     if megatron_fsdp is not None:
         return _megatron_fsdp(args, megatron_fsdp, pipeline), None
     if args.word("--ckpt-format") == "fsdp_dtensor":
@@ -1080,7 +1241,7 @@ def _sharding(args: _Args, pipeline: int) -> tuple[int, str | None]:
     return (1 if args.has("--use-distributed-optimizer") else 0), None
 
 
-def _torch_fsdp2(args: _Args, pipeline: int) -> str | None:
+def _torch_fsdp2(args: _Args, pipeline: int, expert: int) -> str | None:
     """PyTorch FSDP2 (``fully_shard`` of each layer): ZeRO-3 without a pipeline, resharding
     after the forward unless ``--torch-fsdp2-no-reshard-after-forward``. Its gradients are
     reduce-scattered every micro-batch (Megatron's no_sync does nothing for it), as pipesim's
@@ -1090,6 +1251,11 @@ def _torch_fsdp2(args: _Args, pipeline: int) -> str | None:
         raise SpecError(
             f"{_TORCH_FSDP2} with --pipeline-model-parallel-size {pipeline}: '{_TORCH_FSDP2} is "
             f"not supported with pipeline parallelism' ({at})"
+        )
+    if expert > 1:
+        raise SpecError(
+            f"{_TORCH_FSDP2} with --expert-model-parallel-size {expert}: '{_TORCH_FSDP2} is not "
+            f"supported with expert parallelism' ({at})"
         )
     if args.has("--use-distributed-optimizer"):
         raise SpecError(
@@ -1198,7 +1364,7 @@ def _tokenizer_vocab(args: _Args) -> tuple[int, str]:
     )
 
 
-def _architecture(args: _Args, tensor: int) -> tuple[TransformerArchitecture, str]:
+def _architecture(args: _Args, tensor: int, recipe: Recipe) -> tuple[TransformerArchitecture, str]:
     """The architecture the options build, and a word on its vocabulary."""
     layers = args.required("--num-layers")
     check(Limit.LAYERS, layers, f"--num-layers {layers:,}")
@@ -1214,20 +1380,18 @@ def _architecture(args: _Args, tensor: int) -> tuple[TransformerArchitecture, st
     ):
         if value < 1:
             raise SpecError(f"{option} must be an integer >= 1, got {value}")
-    if hidden % heads:
-        raise SpecError(
-            f"--num-attention-heads {heads} must divide --hidden-size {hidden} (Megatron asserts "
-            "it without --kv-channels; pipesim's heads are hidden / heads wide)"
-        )
-    kv_channels = args.integer("--kv-channels", hidden // heads)
-    if kv_channels != hidden // heads:
-        raise SpecError(
-            f"--kv-channels {kv_channels}: pipesim's heads are --hidden-size / "
-            f"--num-attention-heads = {hidden // heads} wide"
-        )
+    mla = _latent_attention(args, recipe)
+    head_width = None if mla is not None else _head_width(args, hidden, heads)
     swiglu = args.has("--swiglu")
     default_ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden  # 9dc7fef 502-508
     ffn = args.positive("--ffn-hidden-size", default_ffn)
+    moe = _experts(args, layers, ffn, swiglu, recipe)
+    if (moe is not None or mla is not None) and not args.has("--disable-bias-linear"):
+        option = "--num-experts" if moe is not None else "--multi-latent-attention"
+        raise SpecError(
+            f"{option} without --disable-bias-linear: biased experts and latent projections "
+            "are not modelled (Megatron-Core's MoE and DeepSeek recipes disable the biases)"
+        )
     position = _position(args, seq, positions)
     dropout = _dropout(args)
     raw, said = _tokenizer_vocab(args)
@@ -1241,7 +1405,7 @@ def _architecture(args: _Args, tensor: int) -> tuple[TransformerArchitecture, st
             ffn,
             seq,
             vocab,
-            kv_heads=_kv_heads(args, heads),
+            kv_heads=_kv_heads(args, heads, mla),
             mlp=Mlp.SWIGLU if swiglu else Mlp.GELU,
             norm=Norm.RMSNORM if args.word("--normalization") == "RMSNorm" else Norm.LAYERNORM,
             position=position,
@@ -1250,14 +1414,40 @@ def _architecture(args: _Args, tensor: int) -> tuple[TransformerArchitecture, st
             dropout=dropout,
             embedding_dropout=dropout,
             element_bytes=2 if _dtype(args) != "fp32" else 4,
+            head_width=head_width,
+            qk_norm=mla is None and args.has("--qk-layernorm"),
+            moe=moe,
+            mla=mla,
         )
     except SpecError as error:
         raise SpecError(f"the architecture: {error}") from None
     return arch, f"{said}, padded to a multiple of {multiple} x {tensor}: {vocab:,}"
 
 
-def _kv_heads(args: _Args, heads: int) -> int:
-    """Key/value heads: --num-query-groups (default 1) with --group-query-attention."""
+def _head_width(args: _Args, hidden: int, heads: int) -> int | None:
+    """Each head's width: ``--kv-channels`` where it is not hidden / heads (Qwen3's 128-wide
+    heads), None (hidden / heads) otherwise. Megatron asserts that the heads divide the hidden
+    width only without ``--kv-channels``."""
+    width = args.integer("--kv-channels")
+    if width is None:
+        if hidden % heads:
+            raise SpecError(
+                f"--num-attention-heads {heads} must divide --hidden-size {hidden} (Megatron "
+                "asserts it without --kv-channels)"
+            )
+        return None
+    if width < 1:
+        raise SpecError(f"--kv-channels must be an integer >= 1, got {width}")
+    return None if hidden % heads == 0 and width == hidden // heads else width
+
+
+def _kv_heads(args: _Args, heads: int, mla: MultiLatentAttention | None) -> int:
+    """Key/value heads: --num-query-groups (default 1) with --group-query-attention; every
+    head's own under latent attention."""
+    if mla is not None:
+        for option in ("--group-query-attention", "--num-query-groups"):
+            args.ignore(option, "Megatron's latent attention gives every head its keys and values")
+        return heads
     if not args.has("--group-query-attention"):
         args.ignore("--num-query-groups", "Megatron reads it only with --group-query-attention")
         return heads
@@ -1265,6 +1455,277 @@ def _kv_heads(args: _Args, heads: int) -> int:
     if heads % groups:
         raise SpecError(f"--num-query-groups {groups} must divide --num-attention-heads {heads}")
     return groups
+
+
+_CORE_RECIPE = MEGATRON_RECIPES[-1]
+
+
+def _core_only(option: str, what: str, recipe: Recipe) -> None:
+    """Refuse ``option`` under a recipe of Megatron-LM's legacy models."""
+    if recipe.name != _CORE_RECIPE:
+        raise SpecError(
+            f"{option} under {recipe.name}: {what}; Megatron-Core's ({_CORE_RECIPE}) is translated"
+        )
+
+
+# --multi-latent-attention's sizes: Megatron's option, pipesim's field, Megatron's default
+# (_add_mla_args, dcf9e77 to the snapshot).
+_MLA_OPTIONS: tuple[tuple[str, str, int | None], ...] = (
+    ("--q-lora-rank", "q_lora_rank", None),
+    ("--kv-lora-rank", "kv_lora_rank", 32),
+    ("--qk-head-dim", "qk_nope_head_dim", 128),
+    ("--qk-pos-emb-head-dim", "qk_rope_head_dim", 64),
+    ("--v-head-dim", "v_head_dim", 128),
+)
+
+
+def _latent_attention(args: _Args, recipe: Recipe) -> MultiLatentAttention | None:
+    """DeepSeek's latent attention with ``--multi-latent-attention`` (Megatron-Core's
+    MLASelfAttention), None without. Megatron norms the latents (the up-projections'
+    layernorm-linear, gpt_layer_specs.py) only with ``--qk-layernorm``, which pipesim's latent
+    attention, DeepSeek's, always has: refused without it."""
+    option = "--multi-latent-attention"
+    if not args.has(option):
+        for name, _, _ in _MLA_OPTIONS:
+            args.ignore(name, f"Megatron reads it with {option} only")
+        return None
+    _core_only(option, "Megatron-LM's legacy models have no latent attention", recipe)
+    if not args.has("--qk-layernorm"):
+        raise SpecError(
+            f"{option} without --qk-layernorm: Megatron norms the latents only with it "
+            "(gpt_layer_specs.py), where pipesim's latent attention (DeepSeek's) norms them"
+        )
+    args.ignore("--kv-channels", "Megatron's latent attention reads --qk-head-dim and --v-head-dim")
+    sizes: dict[str, int | None] = {}
+    for name, field, default in _MLA_OPTIONS:
+        value = args.integer(name, default)
+        if value is not None and value < 1:
+            raise SpecError(f"{name} must be an integer >= 1, got {value}")
+        sizes[field] = value
+    return MultiLatentAttention(**sizes)  # type: ignore[arg-type]
+
+
+# The options Megatron reads only with --num-experts.
+_MOE_OPTIONS = (
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq",
+    "--moe-router-load-balancing-type",
+    "--moe-expert-capacity-factor",
+    "--moe-token-dispatcher-type",
+    "--moe-router-enable-expert-bias",
+    "--moe-router-score-function",
+)
+_BALANCING = {kind.value: kind for kind in LoadBalancing}
+
+
+def _experts(
+    args: _Args, layers: int, ffn: int, swiglu: bool, recipe: Recipe
+) -> MixtureOfExperts | None:
+    """Megatron-Core's mixture of experts with ``--num-experts`` (0, or none: a dense model):
+    the experts SwiGLU's with ``--swiglu`` as the dense MLP is, each ``--moe-ffn-hidden-size``
+    (default ``--ffn-hidden-size``) wide; the shared experts, one MLP of
+    ``--moe-shared-expert-intermediate-size`` in Megatron, as that many experts of the routed
+    width where it divides, else one; the MoE blocks as ``--moe-layer-freq`` places them."""
+    experts = args.integer("--num-experts", 0) or 0
+    if experts < 0:
+        raise SpecError(f"--num-experts must be an integer >= 0, got {experts}")
+    if experts == 0:  # validate_args: 0 is None, no experts
+        for option in _MOE_OPTIONS:
+            args.ignore(option, "Megatron reads it with --num-experts only")
+        return None
+    _core_only(
+        "--num-experts",
+        "Megatron-LM's legacy models run it as SwitchMLP (top-1 routing, the experts one after "
+        "another, 53f3efc), which is not translated",
+        recipe,
+    )
+    top_k = args.positive("--moe-router-topk", 2)
+    if top_k > experts:
+        raise SpecError(f"--moe-router-topk {top_k} must be at most --num-experts {experts}")
+    expert_ffn = args.positive("--moe-ffn-hidden-size", ffn)
+    shared = args.integer("--moe-shared-expert-intermediate-size")
+    if shared is not None and shared <= 0:
+        raise SpecError(
+            f"--moe-shared-expert-intermediate-size must be > 0 (Megatron raises), got {shared}"
+        )
+    count, width = (0, None) if shared is None else _shared(shared, expert_ffn)
+    first_dense, frequency = _moe_layers(args, layers)
+    balancing = _load_balancing(args)
+    capacity = _capacity(args, balancing)
+    bias = args.has("--moe-router-enable-expert-bias")
+    score = args.word("--moe-router-score-function", "softmax")
+    if bias and score not in ("sigmoid", "sqrtsoftplus"):
+        raise SpecError(
+            f"--moe-router-enable-expert-bias with --moe-router-score-function {score}: "
+            "'Expert bias for aux-loss-free routing only supports sigmoid' (Megatron-Core "
+            "raises it, transformer_config.py since c045c05)"
+        )
+    return MixtureOfExperts(
+        experts,
+        top_k,
+        expert_ffn,
+        shared_experts=count,
+        shared_expert_ffn=width,
+        first_dense_layers=first_dense,
+        layer_frequency=frequency,
+        gated=swiglu,
+        capacity_factor=capacity,
+        load_balancing=balancing,
+        expert_bias=bias,
+    )
+
+
+def _shared(width: int, expert_ffn: int) -> tuple[int, int | None]:
+    """Shared experts of ``width`` together: that many of the routed experts' width where it
+    divides (DeepSeek's 2 x 1408), else one of ``width``. Megatron runs them as one MLP either
+    way, and pipesim costs their width alone."""
+    if width % expert_ffn == 0:
+        return width // expert_ffn, None
+    return 1, width
+
+
+def _load_balancing(args: _Args) -> LoadBalancing:
+    """``--moe-router-load-balancing-type``: one type (Megatron-Core takes several since
+    their list form; pipesim's moe.load_balancing states one)."""
+    option = "--moe-router-load-balancing-type"
+    kinds = dict.fromkeys(args.options.get(option, ("aux_loss",)))
+    if len(kinds) > 1:
+        raise SpecError(
+            f"{option} {' '.join(kinds)}: several load-balancing losses; pipesim's "
+            "moe.load_balancing states one"
+        )
+    kind = next(iter(kinds))
+    if kind not in _BALANCING:
+        raise SpecError(
+            f"{option} {kind}: pipesim's moe.load_balancing states {', '.join(_BALANCING)}"
+        )
+    return _BALANCING[kind]
+
+
+def _capacity(args: _Args, balancing: LoadBalancing) -> float | None:
+    """``--moe-expert-capacity-factor``: None (dropless) without it or when negative (Megatron
+    turns a negative factor off); Megatron refuses it beside Sinkhorn's balancing."""
+    option = "--moe-expert-capacity-factor"
+    if not args.has(option):
+        return None
+    factor = args.number(option, -1.0)
+    if factor < 0:
+        return None
+    if factor == 0:
+        raise SpecError(f"{option} 0: no expert would take a token (negative: dropless)")
+    if balancing is LoadBalancing.SINKHORN:
+        raise SpecError(
+            f"{option} with --moe-router-load-balancing-type sinkhorn: 'moe_expert_capacity_factor "
+            "only works with aux_loss ... or none load balancing' (Megatron-Core raises it)"
+        )
+    return factor
+
+
+def _moe_layers(args: _Args, layers: int) -> tuple[int, int]:
+    """(first_dense_layers, layer_frequency) of ``--moe-layer-freq``: an integer N makes
+    block i an MoE block when i % N == 0 (gpt_layer_specs.py), pipesim's layer_frequency; a
+    list of 0s and 1s (a Python expression Megatron evaluates, of + and * here) must be that
+    pattern from some leading dense blocks on, which are first_dense_layers."""
+    option = "--moe-layer-freq"
+    text = args.word(option, "1")
+    assert text is not None
+    if "[" not in text:
+        try:
+            frequency = int(text)
+        except ValueError:
+            raise SpecError(
+                f"{option} {shown(text)}: an integer or a list of 0s and 1s (Megatron's "
+                "moe_freq_type)"
+            ) from None
+        if frequency < 1:
+            raise SpecError(f"{option} must be an integer >= 1, got {frequency}")
+        return 0, frequency
+    pattern = layer_pattern(text, layers)
+    if len(pattern) != layers:
+        raise SpecError(
+            f"{option} {shown(text)}: 'Invalid length of moe_layer_pattern: {len(pattern)}, "
+            f"expected {layers}' (Megatron asserts one entry per layer)"
+        )
+    if 1 not in pattern:
+        raise SpecError(f"{option} {shown(text)}: no block is a mixture-of-experts block")
+    blocks = [i for i, p in enumerate(pattern) if p]
+    first = blocks[0]
+    # the gap between MoE blocks; one block alone: the least N that places no other
+    gaps = [blocks[1] - first] if len(blocks) > 1 else range(max(layers - first, 1), layers + 1)
+    frequency = next((n for n in gaps if first % n == 0), 0)
+    if frequency and all(
+        bool(p) == (i >= first and i % frequency == 0) for i, p in enumerate(pattern)
+    ):
+        return first, frequency
+    raise SpecError(
+        f"{option} {shown(text)}: MoE blocks {few(blocks)}; pipesim places them every "
+        "layer_frequency-th block (counted from block 0) after first_dense_layers dense ones"
+    )
+
+
+def layer_pattern(text: str, layers: int) -> list[int]:
+    """The list of 0s and 1s that ``--moe-layer-freq``'s expression (``"([0]*1+[1]*26)"``)
+    evaluates to, read without Python's eval: lists of 0 and 1, counts, + and *, parentheses;
+    a list longer than ``layers`` is refused on the way."""
+    where = f"--moe-layer-freq {shown(text)}"
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise SpecError(f"{where}: not a Python list expression") from None
+
+    def value(node: ast.expr) -> list[int] | int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return _bounded(node.value, where, layers)
+        if isinstance(node, ast.List):
+            items = []
+            for item in node.elts:
+                entry = value(item)
+                if isinstance(entry, list) or entry not in (0, 1):
+                    raise SpecError(f"{where}: a list's entries are 0 (dense) or 1 (experts)")
+                items.append(entry)
+            return items
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            add = isinstance(node.op, ast.Add)
+            return _combined(value(node.left), value(node.right), add, where, layers)
+        raise SpecError(
+            f"{where}: pipesim reads lists of 0s and 1s joined by + and * (Megatron evaluates "
+            "any Python)"
+        )
+
+    try:
+        pattern = value(tree)
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply") from None
+    if not isinstance(pattern, list):
+        raise SpecError(f"{where}: not a list")
+    return pattern
+
+
+def _bounded(count: int, where: str, layers: int) -> int:
+    if not 0 <= count <= max(layers, 1):
+        raise SpecError(f"{where}: {count} is not a count of the {layers} layers")
+    return count
+
+
+def _combined(
+    left: list[int] | int, right: list[int] | int, add: bool, where: str, layers: int
+) -> list[int] | int:
+    """``left + right`` or ``left * right`` of :func:`layer_pattern`'s values, bounded."""
+    if isinstance(left, int) and isinstance(right, int):
+        return _bounded(left + right if add else left * right, where, layers)
+    if add and isinstance(left, list) and isinstance(right, list):
+        pattern, times = left + right, 1
+    elif not add and isinstance(left, list) and isinstance(right, int):
+        pattern, times = left, right
+    elif not add and isinstance(left, int) and isinstance(right, list):
+        pattern, times = right, left
+    else:
+        raise SpecError(f"{where}: only lists added together, and lists times counts")
+    if len(pattern) * times > layers:  # before the list is built
+        raise SpecError(f"{where}: longer than --num-layers {layers}")
+    return pattern * times
 
 
 def _position(args: _Args, seq: int, positions: int) -> Position:
@@ -1343,14 +1804,21 @@ def megatron_model(
     mixed = dtype != "fp32"
     if gradient_bytes is None:
         gradient_bytes = 2.0 if dtype == "fp16" else 4.0
+    extra = ""
+    if arch.moe is not None:
+        moe = arch.moe
+        extra += f", {moe.experts} experts of ffn {moe.expert_ffn} (top-{moe.top_k}"
+        extra += f", {moe.shared_width} shared)" if moe.shared_width else ")"
+    if arch.mla is not None:
+        extra += f", latent attention (kv rank {arch.mla.kv_lora_rank})"
     return from_architecture(
         name,
         arch,
         dtype=dtype,
         default_batch=default_batch,
         description=f"from Megatron-LM arguments: {arch.layers} layers, hidden {arch.hidden}, "
-        f"{arch.heads} heads ({arch.key_value_heads} key/value), ffn {arch.ffn}, seq {arch.seq}"
-        f", vocabulary {vocabulary or f'{arch.vocab:,}'}",
+        f"{arch.heads} heads ({arch.key_value_heads} key/value), ffn {arch.ffn}{extra}, seq "
+        f"{arch.seq}, vocabulary {vocabulary or f'{arch.vocab:,}'}",
         weight_bytes=2.0 if mixed else 4.0,
         gradient_bytes=gradient_bytes,
         optimizer_bytes=optimizer_bytes,
@@ -1378,10 +1846,11 @@ def _layout(
     args: _Args,
     arch: TransformerArchitecture,
     tensor: int,
+    context: int,
     world_size: int | None,
     recipe: Recipe,
 ) -> _Layout:
-    """P, D, the batch, M, v and the partition."""
+    """P, D = world / (T x P x CP), the batch, M, v and the partition."""
     pipeline = args.positive("--pipeline-model-parallel-size", 1)
     data = None
     if world_size is not None:
@@ -1389,12 +1858,14 @@ def _layout(
             raise SpecError(
                 f"{named('world_size')} must be an integer >= 1, got {shown(world_size)}"
             )
-        if world_size % (tensor * pipeline):
+        model_size = tensor * pipeline * context
+        if world_size % model_size:
+            cp = " x --context-parallel-size" if context > 1 else ""
             raise SpecError(
                 f"world size {world_size} is not a multiple of --tensor-model-parallel-size "
-                f"x --pipeline-model-parallel-size = {tensor * pipeline} (Megatron asserts it)"
+                f"x --pipeline-model-parallel-size{cp} = {model_size} (Megatron asserts it)"
             )
-        data = world_size // (tensor * pipeline)
+        data = world_size // model_size
     micro = args.required("--micro-batch-size")
     if micro < 1:
         raise SpecError(f"--micro-batch-size must be an integer >= 1, got {micro}")
@@ -1415,6 +1886,141 @@ def _layout(
     chunks = _chunks(args, arch.layers, pipeline, recipe)
     partition = _partition(args, arch.layers, pipeline, chunks)
     return _Layout(pipeline, data, micro, batch, microbatches, chunks, partition)
+
+
+def _context(args: _Args, arch: TransformerArchitecture, recipe: Recipe) -> tuple[int, str | None]:
+    """CP, and the run's cp_comm_type (None without --cp-comm-type: p2p, Megatron's default and
+    pipesim's). Megatron's asserts: not in legacy models (validate_args, 9dc7fef), only
+    Transformer Engine's attention ('Context parallelism is only supported by
+    TEDotProductAttention!'), the sequence a multiple of 2 x CP (validate_args, since
+    de17427), one --cp-comm-type or one per layer (TransformerConfig)."""
+    context = args.positive("--context-parallel-size", 1)
+    if context == 1:
+        args.ignore("--cp-comm-type", "Megatron reads it with --context-parallel-size > 1 only")
+        return 1, None
+    option = f"--context-parallel-size {context}"
+    _core_only(option, "'Context parallelism is not supported in legacy models'", recipe)
+    if args.word("--transformer-impl", "transformer_engine") == "local":
+        raise SpecError(
+            f"{option} with --transformer-impl local: 'Context parallelism is only supported by "
+            "TEDotProductAttention!' (Megatron-Core asserts it, dot_product_attention.py)"
+        )
+    if arch.seq % (2 * context):
+        raise SpecError(
+            f"--seq-length {arch.seq} with {option}: 'seq-length should be a multiple of 2 * "
+            "context-parallel-size' (Megatron asserts it)"
+        )
+    values = args.options.get("--cp-comm-type")
+    return context, None if values is None else _cp_comm_type(values, arch.layers)
+
+
+# --cp-comm-type's values as Transformer Engine reads them (attn_forward_func_with_cp): what
+# pipesim states, or why it does not.
+_CP_COMM: Mapping[str, str] = MappingProxyType({"p2p": "p2p", "all_gather": "all-gather"})
+_CP_COMM_REFUSED: Mapping[str, str] = MappingProxyType(
+    {
+        "a2a": "the heads exchanged by all-to-alls (DeepSpeed-Ulysses) are not modelled",
+        "a2a+p2p": "hierarchical context parallelism (all-to-alls inside groups, a ring between "
+        "them) is not modelled",
+        "allgather": "Transformer Engine, which runs Megatron's context parallelism, names it "
+        "all_gather and raises on allgather (Megatron's help text spells it so); give all_gather",
+    }
+)
+
+
+def _cp_comm_type(values: Sequence[str], layers: int) -> str:
+    """The one communication type of ``--cp-comm-type`` (its values: one, or one per layer)."""
+    option = "--cp-comm-type"
+    if len(values) > 1 and len(values) != layers:
+        raise SpecError(
+            f"{option} gives {len(values)} types for --num-layers {layers}: Megatron asserts one, "
+            "or one per layer"
+        )
+    kinds = list(dict.fromkeys(values))
+    if len(kinds) > 1:
+        raise SpecError(
+            f"{option} {few(kinds)}: a type per layer; pipesim's cp_comm_type is one for every "
+            "layer"
+        )
+    kind = kinds[0]
+    if kind in _CP_COMM_REFUSED:
+        raise SpecError(f"{option} {kind}: {_CP_COMM_REFUSED[kind]}")
+    if kind not in _CP_COMM:
+        raise SpecError(
+            f"{option} {kind}: not a type Transformer Engine runs (p2p, all_gather, a2a, a2a+p2p)"
+        )
+    return _CP_COMM[kind]
+
+
+def _expert_parallel(
+    args: _Args,
+    arch: TransformerArchitecture,
+    tensor: int,
+    context: int,
+    data: int | None,
+) -> int:
+    """EP, with Megatron's asserts: experts to divide (validate_args), their count a multiple
+    of EP, the expert groups whole (parallel_state: world % (ETP x EP x P) == 0, with ETP = T
+    that EP divides D x CP); ``--expert-tensor-parallel-size`` T only (pipesim's experts are
+    split as the dense layers are, Megatron's default); the token dispatcher
+    (:func:`_dispatcher`)."""
+    expert = args.positive("--expert-model-parallel-size", 1)
+    moe = arch.moe
+    option = "--expert-tensor-parallel-size"
+    if moe is None:
+        args.ignore(option, "Megatron reads it with --num-experts only")
+        if expert > 1:
+            raise SpecError(
+                f"--expert-model-parallel-size {expert} without --num-experts: 'num_experts must "
+                "be non None to use expert model parallelism' (Megatron asserts it)"
+            )
+        return 1
+    if moe.experts % expert:
+        raise SpecError(
+            f"--num-experts {moe.experts} with --expert-model-parallel-size {expert}: 'Number of "
+            "experts should be a multiple of expert model parallel_size' (Megatron asserts it)"
+        )
+    expert_tensor = args.integer(option, tensor)
+    if expert_tensor != tensor:
+        raise SpecError(
+            f"{option} {expert_tensor} with --tensor-model-parallel-size {tensor}: pipesim splits "
+            "each expert T ways, as Megatron does by default"
+        )
+    if data is not None and (data * context) % expert:
+        raise SpecError(
+            f"--expert-model-parallel-size {expert} must divide D x CP = {data * context}: "
+            "Megatron's expert groups hold ETP x EP x P of the world's ranks (parallel_state: "
+            "'world_size is not divisible by expert_tensor_model_pipeline_parallel size')"
+        )
+    _dispatcher(args, expert, tensor)
+    return expert
+
+
+def _dispatcher(args: _Args, expert: int, tensor: int) -> None:
+    """``--moe-token-dispatcher-type`` (default allgather): pipesim's expert parallelism is
+    the alltoall dispatcher's all-to-alls; without EP the allgather dispatcher's gather over
+    the T ranks is what pipesim's MoE block runs, and with T = 1 nothing is exchanged. flex
+    (DeepEP's and HybridEP's fused kernels) is not modelled."""
+    option = "--moe-token-dispatcher-type"
+    kind = args.word(option, "allgather")
+    if kind == "alltoall":
+        return
+    if kind == "flex":
+        raise SpecError(
+            f"{option} flex: DeepEP's or HybridEP's fused dispatch and combine are not modelled "
+            "(pipesim's are the alltoall dispatcher's)"
+        )
+    if kind == "allgather" and expert > 1:
+        raise SpecError(
+            f"{option} allgather with --expert-model-parallel-size {expert}: it gathers every "
+            "token on each of the T x EP ranks, where pipesim models the alltoall dispatcher's "
+            "all-to-alls; give alltoall"
+        )
+    if kind == "alltoall_seq" and expert * tensor > 1:
+        raise SpecError(
+            f"{option} alltoall_seq: its all-to-alls over the T x EP ranks are not modelled "
+            "(pipesim's are the alltoall dispatcher's)"
+        )
 
 
 def _chunks(args: _Args, layers: int, pipeline: int, recipe: Recipe) -> int:
@@ -1673,10 +2279,10 @@ def megatron_args(run: RunFile, model: Model) -> tuple[list[str], tuple[str, ...
     ``megatron-lm-2021``; ``megatron-core-2024`` when the recipe is not Megatron's, said in the
     list). The world size, T x P x D, is the launcher's (torchrun), not an argument. Data,
     tokenizer files and the learning rate are left to the user."""
-    writer = _Writer(run)
     arch = model.architecture
     if arch is None:
         raise SpecError(f"model {model.name!r} is given as layers: Megatron-LM builds transformers")
+    writer = _Writer(run, arch)
     trained = with_optimizer(model, run.optimizer, run.master_weights)
     dtype = run.dtype or model.dtype
     writer.architecture(arch, dtype, _stated(run.tensor_parallel, "tensor_parallel"))
@@ -1685,6 +2291,31 @@ def megatron_args(run: RunFile, model: Model) -> tuple[list[str], tuple[str, ...
     writer.simulation_only()
     writer.dated()
     return writer.words, tuple(writer.unexpressed)
+
+
+def _core_features(run: RunFile, arch: TransformerArchitecture) -> list[str]:
+    """What of ``run`` only Megatron-Core runs, each with why: ZeRO-2/3 (Megatron-FSDP),
+    context and expert parallelism, mixture of experts and latent attention (Megatron-LM's
+    legacy models refuse or lack them)."""
+    needs = []
+    if (run.zero or 0) >= 2:
+        since, commit = SINCE[_MEGATRON_FSDP]
+        needs.append(
+            f"zero {run.zero}: Megatron-LM shards gradients and weights only with "
+            f"Megatron-Core's FSDP ({_MEGATRON_FSDP}, {commit}, {since})"
+        )
+    legacy = "Megatron-LM's legacy models refuse it"
+    if (run.context_parallel or 1) > 1:
+        needs.append(f"context_parallel {run.context_parallel}: {legacy}")
+    if arch.moe is not None:
+        since, commit = SINCE["--moe-router-topk"]
+        needs.append(
+            f"mixture of experts: Megatron-Core's MoE (--moe-router-topk, {commit}, {since}); "
+            "the legacy models' SwitchMLP routes top-1"
+        )
+    if arch.mla is not None:
+        needs.append("latent attention: Megatron-LM's legacy models lack it")
+    return needs
 
 
 def _given(value: bool | None, default: bool) -> bool:
@@ -1700,7 +2331,7 @@ def _stated(value: int | None, field: str) -> int:
 class _Writer:
     """The arguments of ``run``'s Megatron-LM, built up, and what it cannot express."""
 
-    def __init__(self, run: RunFile) -> None:
+    def __init__(self, run: RunFile, arch: TransformerArchitecture) -> None:
         self.run = run
         self.words: list[str] = []
         self.unexpressed: list[str] = []
@@ -1711,25 +2342,24 @@ class _Writer:
                 f"{', '.join(MEGATRON_RECIPES)}; these are megatron-core-2024's arguments"
             )
             recipe = MEGATRON_RECIPES[-1]
-        elif (run.zero or 0) >= 2 and ERAS[recipe][1] <= SINCE[_MEGATRON_FSDP][0]:
-            self.to_megatron_core(recipe)
+        elif recipe != _CORE_RECIPE and (needs := _core_features(run, arch)):
+            self.to_megatron_core(recipe, needs)
             recipe = MEGATRON_RECIPES[-1]
         self.recipe_name = recipe
         self.recipe = RECIPES[recipe]
         self.start, self.end = ERAS[recipe]
         self.fp32_accumulation = False
 
-    def to_megatron_core(self, recipe: str) -> None:
-        """Write a ZeRO-2/3 run of an older Megatron-LM as Megatron-Core's arguments (the
-        only Megatron-LM that shards gradients and weights, with Megatron-FSDP), the older
-        recipe's choices stated where Megatron-Core has options for them (its eager attention:
-        ``--attention-backend unfused``), the rest named."""
-        since, commit = SINCE[_MEGATRON_FSDP]
+    def to_megatron_core(self, recipe: str, needs: Sequence[str]) -> None:
+        """Write a run of an older Megatron-LM that needs Megatron-Core (ZeRO-2/3, which only
+        Megatron-FSDP shards; context or expert parallelism, mixture of experts and latent
+        attention, which Megatron-LM's legacy models lack) as Megatron-Core's arguments, the
+        older recipe's choices stated where Megatron-Core has options for them (its eager
+        attention: ``--attention-backend unfused``), the rest named."""
         old, core = RECIPES[recipe], RECIPES[MEGATRON_RECIPES[-1]]
         self.unexpressed.append(
-            f"recipe {recipe} with zero {self.run.zero}: Megatron-LM shards gradients and "
-            f"weights only with Megatron-Core's FSDP ({_MEGATRON_FSDP}, {commit}, {since}); "
-            f"these are {core.name}'s arguments, with {recipe}'s choices where it has options"
+            f"recipe {recipe} with {'; '.join(needs)}; these are {core.name}'s arguments, with "
+            f"{recipe}'s choices where it has options"
         )
         run = self.run
         self.run = dataclasses.replace(
@@ -1795,6 +2425,10 @@ class _Writer:
             kv = f"kv_heads {arch.key_value_heads}"
             if self.emit(kv, "--group-query-attention"):
                 self.emit(kv, "--num-query-groups", arch.key_value_heads)
+        if arch.head_width is not None:
+            self.emit(f"head_dim {arch.head_width}", "--kv-channels", arch.head_width)
+        if arch.qk_norm:
+            self.emit("qk_norm", "--qk-layernorm")
         if arch.mlp is Mlp.SWIGLU:
             self.emit("mlp swiglu", "--swiglu")
         if arch.norm is Norm.RMSNORM:
@@ -1809,6 +2443,56 @@ class _Writer:
         self.dropout(arch)
         self.vocabulary(arch.vocab, tensor)
         self.elements(arch, dtype)
+        if arch.moe is not None:
+            self.experts(arch, arch.moe)
+        if arch.mla is not None:
+            self.latent_attention(arch.mla)
+
+    def experts(self, arch: TransformerArchitecture, moe: MixtureOfExperts) -> None:
+        """Megatron-Core's mixture of experts: the experts, their routing and their blocks, and
+        the alltoall dispatcher (pipesim's expert parallelism)."""
+        self.emit("moe", "--num-experts", moe.experts)
+        self.emit("moe", "--moe-router-topk", moe.top_k)
+        self.emit("moe", "--moe-ffn-hidden-size", moe.expert_ffn)
+        if moe.shared_width:
+            self.emit(
+                "moe shared experts", "--moe-shared-expert-intermediate-size", moe.shared_width
+            )
+        frequency = moe_layer_freq(moe, arch.layers)
+        if frequency is not None:
+            self.emit("moe blocks", "--moe-layer-freq", frequency)
+        if moe.gated != (arch.mlp is Mlp.SWIGLU):
+            self.cannot(
+                f"moe gated {str(moe.gated).lower()} with mlp {arch.mlp.value}",
+                "Megatron's experts are gated exactly when the dense MLP is (--swiglu)",
+            )
+        if moe.load_balancing is not LoadBalancing.AUX_LOSS:
+            self.emit(
+                "moe load balancing", "--moe-router-load-balancing-type", moe.load_balancing.value
+            )
+        if moe.capacity_factor is not None:
+            if moe.load_balancing is LoadBalancing.SINKHORN:
+                self.cannot(
+                    f"moe capacity_factor {moe.capacity_factor:g} with sinkhorn balancing",
+                    "Megatron-Core refuses a capacity factor beside Sinkhorn's balancing",
+                )
+            else:
+                self.emit(
+                    "moe capacity", "--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"
+                )
+        if moe.expert_bias:
+            self.emit("moe expert bias", "--moe-router-score-function", "sigmoid")
+            self.emit("moe expert bias", "--moe-router-enable-expert-bias")
+        self.emit("moe", "--moe-token-dispatcher-type", "alltoall")
+
+    def latent_attention(self, mla: MultiLatentAttention) -> None:
+        """Megatron-Core's MLASelfAttention, its latents normed (--qk-layernorm)."""
+        self.emit("mla", "--multi-latent-attention")
+        for option, field, _ in _MLA_OPTIONS:
+            value = getattr(mla, field)
+            if value is not None:
+                self.emit("mla", option, value)
+        self.emit("mla", "--qk-layernorm")
 
     def dropout(self, arch: TransformerArchitecture) -> None:
         if arch.dropout != arch.embedding_dropout:
@@ -1849,10 +2533,6 @@ class _Writer:
             self.cannot(f"mask_bytes {arch.mask_bytes}", "PyTorch's dropout masks are bytes")
         if arch.fused_output_norm:
             self.cannot("fused_output_norm", "Megatron's final norm is a layer of its own")
-        if arch.moe is not None:
-            self.cannot("moe", "the writer states dense models only: the experts are left out")
-        if arch.mla is not None:
-            self.cannot("mla", "the writer states multi-head attention only")
 
     def precision(self, model: Model, dtype: str) -> None:
         """The dtype, the gradients' and master weights' bytes, the optimizer's state."""
@@ -1918,6 +2598,8 @@ class _Writer:
             )
         self.emit("tensor_parallel", "--tensor-model-parallel-size", tensor)
         self.emit("pipeline_parallel", "--pipeline-model-parallel-size", pipeline)
+        self.context(arch)
+        self.expert(arch, data)
         self.emit("microbatch_size", "--micro-batch-size", micro)
         self.emit("batch", "--global-batch-size", batch)
         chunks = self.schedule(arch.layers, pipeline)
@@ -1927,6 +2609,45 @@ class _Writer:
             self.emit("sequence_parallel", "--sequence-parallel")
         self.sharding(pipeline)
         self.communication(chunks)
+
+    def context(self, arch: TransformerArchitecture) -> None:
+        """Context parallelism: CP, and all_gather where the run's exchange is (p2p is
+        Megatron's default)."""
+        run = self.run
+        context = run.context_parallel or 1
+        comm = run.cp_comm_type or "p2p"
+        if context == 1:
+            if comm != "p2p":
+                self.cannot(
+                    f"cp_comm_type {comm} without context parallelism",
+                    "nothing is exchanged; not written",
+                )
+            return
+        what = f"context_parallel {context}"
+        if arch.seq % (2 * context):
+            self.cannot(what, f"Megatron asserts the sequence ({arch.seq}) a multiple of 2 x CP")
+        if not self.emit(what, "--context-parallel-size", context):
+            return
+        if run.cp_comm_type in _CP_COMM.values():  # p2p too where the run states it
+            kind = next(key for key, value in _CP_COMM.items() if value == run.cp_comm_type)
+            self.emit(f"cp_comm_type {comm}", "--cp-comm-type", kind)
+        elif run.cp_comm_type is not None:
+            self.cannot(f"cp_comm_type {comm}", "not p2p or all-gather; Megatron's p2p written")
+
+    def expert(self, arch: TransformerArchitecture, data: int) -> None:
+        """Expert parallelism over EP of the D x CP ranks (Megatron's expert groups, ETP = T)."""
+        expert = self.run.expert_parallel or 1
+        if expert == 1:
+            return
+        what = f"expert_parallel {expert}"
+        if arch.moe is None:
+            self.cannot(what, "the model has no experts (Megatron asserts --num-experts)")
+            return
+        if arch.moe.experts % expert:
+            self.cannot(what, f"Megatron asserts it divides the {arch.moe.experts} experts")
+        if (data * (self.run.context_parallel or 1)) % expert:
+            self.cannot(what, "Megatron's expert groups need it to divide D x CP")
+        self.emit(what, "--expert-model-parallel-size", expert)
 
     def sharding(self, pipeline: int) -> None:
         """ZeRO-1 as the distributed optimizer; ZeRO-2 and -3 as Megatron-FSDP (optim_grads,
@@ -2146,6 +2867,18 @@ class _Writer:
             if value is None or value is False:
                 continue
             self.cannot(f"{attribute} = {value}", "pipesim's own setting, no Megatron-LM option")
+
+
+def moe_layer_freq(moe: MixtureOfExperts, layers: int) -> str | None:
+    """``--moe-layer-freq`` for ``moe``'s blocks: None (Megatron's default 1, every block), N
+    (block i when i % N == 0), or Megatron's list form: ``([0]*k+[1]*(L-k))`` after k dense
+    blocks, the blocks' 0s and 1s otherwise."""
+    first, frequency = moe.first_dense_layers, moe.layer_frequency
+    if first == 0:
+        return None if frequency == 1 else str(frequency)
+    if frequency == 1:
+        return f"([0]*{first}+[1]*{layers - first})"
+    return "[" + ",".join("1" if moe.is_moe_layer(i) else "0" for i in range(layers)) + "]"
 
 
 def _even(layers: int, pipeline: int, chunks: int) -> tuple[int, ...] | None:

@@ -7,12 +7,13 @@ The key names, defaults and behaviours are those of pytorch/torchtitan at
 Python). Every key of that commit's ``JobConfig`` (``torchtitan/config/job_config.py``) is in
 exactly one of three tables:
 
-* :data:`MAPPED`: read into the run (the model, the batch, the precision, the parallel degrees
-  and FSDP, the pipeline, the activation checkpointing, the optimizer); a value pipesim cannot
-  state is refused in one line naming the key.
-* :data:`REFUSED`: features pipesim does not model (context and expert parallelism, float8,
-  torch.compile, async tensor parallelism, ...): accepted only at the value that switches them
-  off, refused otherwise, one line naming every such key.
+* :data:`MAPPED`: read into the run (the model, the batch, the precision, the parallel degrees,
+  context parallelism included, and FSDP, the pipeline, the activation checkpointing, the
+  optimizer) or checked (expert parallelism, which a llama3 has nothing for); a value pipesim
+  cannot state is refused in one line naming the key.
+* :data:`REFUSED`: features pipesim does not model (float8, torch.compile, async tensor
+  parallelism, ...): accepted only at the value that switches them off, refused otherwise, one
+  line naming every such key.
 * :data:`COST_NEUTRAL`: what changes neither a step's time nor its memory (the job's folders,
   profiling, metrics, checkpoints, the learning-rate schedule, datasets, timeouts): ignored and
   listed when ``allow_ignored``, else refused with the hint to allow them.
@@ -24,19 +25,22 @@ every 2nd layer, ``parallelism.data_parallel_shard_degree`` -1...).
 
 How torchtitan runs a file, and so how it is read:
 
-* **World size and FSDP.** The world is the product of the degrees (torchtitan's
-  ``ParallelDims._validate``); ``data_parallel_shard_degree = -1`` is "the rest of the world",
-  so a file with it needs ``world_size``. Resolved to 1 it means no sharding at all (plain
-  tensor/pipeline parallelism, or DDP); above 1 it is FSDP2 (``fully_shard`` of each block,
-  ``apply_fsdp`` in ``torchtitan/models/llama3/infra/parallelize.py``): ``zero = 3`` over
-  ``data_parallel`` = the shard degree, the replicas the batch is split over (ParallelDims'
-  ``batch`` mesh). ``parallelism.fsdp_reshard_after_forward`` (``default``: reshard only
-  without a pipeline, ``always``, ``never``, the same three words as pipesim's) is the run's
+* **World size and FSDP.** The world is the product of the degrees, dp_replicate x dp_shard x
+  cp x tp x pp (torchtitan's ``ParallelDims._validate``); ``data_parallel_shard_degree = -1``
+  is "the rest of the world", so a file with it needs ``world_size``. Resolved to 1, and
+  without context parallelism, it means no sharding at all (plain tensor/pipeline parallelism,
+  or DDP); above 1, or with a context-parallel degree above 1 (``fsdp_enabled``), it is FSDP2
+  (``fully_shard`` of each block, ``apply_fsdp`` in
+  ``torchtitan/models/llama3/infra/parallelize.py``) over the ``fsdp`` mesh of dp_shard x cp:
+  ``zero = 3`` over pipesim's D x CP, ``data_parallel`` = the shard degree, the replicas the
+  batch is split over (ParallelDims' ``batch`` mesh; the CP ranks share their samples).
+  ``parallelism.fsdp_reshard_after_forward`` (``default``: reshard only without a pipeline,
+  ``always``, ``never``, the same three words as pipesim's) is the run's
   ``reshard_after_forward``. The shipped Llama 3 configs use FSDP and translate.
-* **HSDP and DDP.** A replicate degree above 1 beside a shard degree above 1 is HSDP (FSDP
-  groups replicated), which pipesim does not model (it shards over all D replicas): refused.
-  Without FSDP, torchtitan refuses ``data_parallel_replicate_degree`` > 1 beside any other
-  parallelism ("DDP has not supported > 1D parallelism",
+* **HSDP and DDP.** A replicate degree above 1 beside FSDP (a shard or context-parallel degree
+  above 1) is HSDP (FSDP groups replicated), which pipesim does not model (it shards over all
+  D x CP ranks): refused. Without FSDP, torchtitan refuses a replicate degree above 1 beside
+  any other parallelism ("DDP has not supported > 1D parallelism",
   ``torchtitan/models/llama3/infra/parallelize.py``), and so does this reader.
 * **Precision.** ``mixed_precision_param`` takes effect through FSDP (its
   ``MixedPrecisionPolicy``, whatever the tensor and pipeline degrees), or through autocast when
@@ -74,6 +78,21 @@ How torchtitan runs a file, and so how it is read:
   checkpoints every N-th block a rank holds, read as pipesim's count of fully recomputed blocks
   per stage when every stage gets the same count (which blocks differs; time and memory do
   not), refused otherwise.
+* **Context parallelism** (``context_parallel_degree``, CP) is PyTorch's ring attention over
+  SDPA (``apply_cp_to_attention_module``), the sequence a multiple of tp x 2 x cp
+  (``seq_len_divisor``). Its keys and values move as PyTorch's ``_cp_options.rotate_method``
+  says: ``ALL_GATHER`` by default (one all-gather per attention, beside its first, local
+  block), ``ALL_TO_ALL`` a ring of sends to the next rank. At the commit training never sets
+  it: ``context_parallel_rotate_method`` reaches ``set_rotate_method`` only through
+  validation's context (``validate.py``). So CP is read as ``cp_comm_type = "all-gather"``
+  (PyTorch's overlap of the gather with the local block aside, said in the notes);
+  ``alltoall`` is noted as read by validation alone, and refused beside ``validation.enable``
+  (the ring from the first validation on: two regimes in one run). The load balancer must be
+  ``headtail``, the causal 2 x CP split pipesim models.
+* **Expert parallelism** (``expert_parallel_degree``, ``expert_tensor_parallel_degree``):
+  ParallelDims' rules are checked (ETP 1 or T; the experts' mesh, efsdp x ep x etp, filling
+  dp_shard x cp x tp), then the degree is noted and not stated: torchtitan's llama3 has no
+  experts ("No effect for non-MoE models"), and pipesim refuses EP on a dense model.
 * **What is not read.** Tensor parallelism is always sequence-parallel in torchtitan, so
   ``sequence_parallel`` follows it; ``tensor_across_nodes`` is left to pipesim (torchtitan
   places any T). The recipe is ``torchtitan``.
@@ -81,8 +100,11 @@ How torchtitan runs a file, and so how it is read:
 :func:`torchtitan_toml` writes a run back as such a file and names, never drops, what
 torchtitan cannot express of it (ZeRO-1 and ZeRO-2: torchtitan shards only through FSDP;
 DDP beside other parallelism, bf16 with tensor or pipeline parallelism and no FSDP, schedules
-PyTorch lacks, a model that is not a torchtitan flavor...). ZeRO-3 over D replicas is written
-as ``data_parallel_shard_degree = D`` with the run's ``fsdp_reshard_after_forward``.
+PyTorch lacks, a model that is not a torchtitan flavor, context parallelism by p2p or without
+FSDP...). ZeRO-3 over D replicas is written as ``data_parallel_shard_degree = D`` with the
+run's ``fsdp_reshard_after_forward``; CP as ``context_parallel_degree`` (FSDP over D x CP); EP
+as ``expert_parallel_degree`` with ``expert_tensor_parallel_degree = T`` (pipesim splits the
+experts T ways), named where the model has no experts.
 """
 
 from __future__ import annotations
@@ -159,6 +181,21 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
             "default", "reshard_after_forward (under FSDP)"
         ),
         "parallelism.tensor_parallel_degree": Mapped(1, "tensor_parallel (T), sequence_parallel"),
+        "parallelism.context_parallel_degree": Mapped(
+            1, "context_parallel (CP); above 1 FSDP over dp_shard x cp (zero = 3)"
+        ),
+        "parallelism.context_parallel_rotate_method": Mapped(
+            "allgather", "checked: training rotates with PyTorch's default all-gather"
+        ),
+        "parallelism.context_parallel_load_balancer": Mapped(
+            "headtail", "checked: headtail, the causal split pipesim models (CP > 1)"
+        ),
+        "parallelism.expert_parallel_degree": Mapped(
+            1, "checked against ParallelDims; no effect on llama3 (no experts)"
+        ),
+        "parallelism.expert_tensor_parallel_degree": Mapped(
+            1, "checked: 1 or T with EP > 1 (ParallelDims)"
+        ),
         "parallelism.pipeline_parallel_degree": Mapped(1, "pipeline_parallel (K)"),
         "parallelism.pipeline_parallel_schedule": Mapped("1F1B", "schedule"),
         "parallelism.pipeline_parallel_microbatch_size": Mapped(1, "microbatch_size (K > 1)"),
@@ -173,12 +210,6 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
 
 REFUSED: Mapping[str, Refused] = MappingProxyType(
     {
-        "parallelism.context_parallel_degree": Refused(
-            (1,), "context parallelism is not modelled yet"
-        ),
-        "parallelism.expert_parallel_degree": Refused(
-            (1,), "expert parallelism is not modelled (pipesim's models are dense)"
-        ),
         "parallelism.enable_async_tensor_parallel": Refused(
             (False,),
             "async tensor parallelism is torch.compile's micro-pipelining: torchtitan refuses "
@@ -235,8 +266,7 @@ _OUTPUT = "output and logging only"
 _LR = "the learning rate's value, not a step's work"
 _CHECKPOINT = "checkpoint saving and loading happen between steps"
 _DATA = "the data's source (pipesim takes the input as ready)"
-_ONLY_EP = "read only with expert parallelism, which is refused"
-_ONLY_CP = "read only with context parallelism, which is refused"
+_ONLY_EP = "read only for an MoE model's experts; llama3 has none"
 _ONLY_CONVERTER = "configures a converter; converters themselves (model.converters) are refused"
 _ONLY_COMPILE = "read only with compile.enable, which is refused"
 _ONLY_FT = "read only with fault_tolerance.enable, which is refused"
@@ -287,9 +317,6 @@ COST_NEUTRAL: Mapping[str, str] = MappingProxyType(
             _DATA,
         ),
         "parallelism.pipeline_parallel_expert_parallel_overlap": _ONLY_EP,
-        "parallelism.context_parallel_load_balancer": _ONLY_CP,
-        "parallelism.context_parallel_rotate_method": _ONLY_CP,
-        "parallelism.expert_tensor_parallel_degree": _ONLY_EP,
         "parallelism.expert_parallel_comm_backend": _ONLY_EP,
         **_same(
             "checkpoint.",
@@ -562,15 +589,18 @@ def _translate(
     flavor = _flavor(file)
     degrees = _degrees(file, world_size)  # HSDP is refused here, before the ignored keys
     notes: list[str] = _neutral(keys, allow_ignored)
-    tensor, pipeline, data, fsdp = degrees
+    tensor, pipeline, data, context, fsdp = degrees
     seq = file.integer("training.seq_len")
     if seq > MAX_SIZE:  # a sequence no run trains at, refused before any layer is built
         raise SpecError(f"training.seq_len must be at most {MAX_SIZE:,}, got {seq:,}")
-    if seq % (2 * tensor):
+    if seq % (2 * tensor * context):
         raise SpecError(
-            f"training.seq_len = {seq} must be divisible by 2 x tensor_parallel_degree "
-            f"= {2 * tensor} (ParallelDims.seq_len_divisor, {_AT})"
+            f"training.seq_len = {seq} must be divisible by tensor_parallel_degree x 2 x "
+            f"context_parallel_degree = {2 * tensor * context} (ParallelDims.seq_len_divisor, "
+            f"{_AT})"
         )
+    comm = _context(file, context, notes)
+    _experts(file, tensor, data if fsdp else 1, context, notes)
     precision = _precision(file, tensor, pipeline, fsdp, notes)
     reshard = _reshard(file, fsdp, notes)
     model = flavor_model(flavor, seq, precision)
@@ -595,6 +625,8 @@ def _translate(
         data_parallel=data,
         zero=3 if fsdp else 0,
         reshard_after_forward=reshard,
+        context_parallel=context if context > 1 else None,
+        cp_comm_type=comm,
         recompute=recompute,
         schedule=layout.schedule,
         chunks=layout.chunks,
@@ -658,18 +690,21 @@ def _flavor(file: _File) -> str:
     return flavor
 
 
-def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int, bool]:
-    """(T, K, D, FSDP): torchtitan's ParallelDims with -1 resolved against ``world_size``; D is
-    the shard degree under FSDP (a shard degree above 1), the replicate degree otherwise. HSDP
-    (both above 1) and DDP beside other parallelism refused."""
+def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int, int, bool]:
+    """(T, K, D, CP, FSDP): torchtitan's ParallelDims with -1 resolved against ``world_size``
+    (the world is dp_replicate x dp_shard x cp x tp x pp); FSDP (``fsdp_enabled``: a shard
+    degree above 1, or CP above 1) shards over dp_shard x cp, pipesim's ZeRO-3 over D x CP with
+    D the shard degree; D is the replicate degree otherwise. HSDP (a replicate degree above 1
+    beside FSDP) and DDP beside other parallelism refused."""
     replicate = file.integer("parallelism.data_parallel_replicate_degree")
     tensor = file.integer("parallelism.tensor_parallel_degree")
     pipeline = file.integer("parallelism.pipeline_parallel_degree")
+    context = file.integer("parallelism.context_parallel_degree")
     key = "parallelism.data_parallel_shard_degree"
     shard = file.get(key)  # JobConfig's default -1: the rest of the world
     if isinstance(shard, bool) or not isinstance(shard, int) or (shard < 1 and shard != -1):
         raise SpecError(f"{key} must be -1 or an integer >= 1, got {shown(shard)}")
-    others = replicate * tensor * pipeline
+    others = replicate * context * tensor * pipeline
     if shard == -1:
         if world_size is None:
             raise SpecError(
@@ -685,15 +720,19 @@ def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int, bool]:
         raise SpecError(
             f"{key}: the degrees' product {shard * others} is not world_size {world_size}"
         )
-    if shard > 1:
+    if shard > 1 or context > 1:  # ParallelDims.fsdp_enabled
         if replicate > 1:
-            raise SpecError(
-                f"parallelism.data_parallel_replicate_degree = {replicate} beside {key} = "
-                f"{shard}: HSDP (FSDP groups of {shard} replicated {replicate} times) is not "
-                "modelled; pipesim shards over all data-parallel replicas (give the product as "
-                "the shard degree, or a replicate degree of 1)"
+            beside = f"{key} = {shard}" + (
+                f" and parallelism.context_parallel_degree = {context}" if context > 1 else ""
             )
-        return tensor, pipeline, shard, True
+            raise SpecError(
+                f"parallelism.data_parallel_replicate_degree = {replicate} beside {beside}: "
+                f"HSDP (FSDP groups of dp_shard x cp = {shard * context} replicated {replicate} "
+                "times) is not modelled; pipesim shards over all data-parallel and "
+                "context-parallel ranks (give the product as the shard degree, or a replicate "
+                "degree of 1)"
+            )
+        return tensor, pipeline, shard, context, True
     if replicate > 1 and replicate != replicate * tensor * pipeline:
         raise SpecError(
             f"parallelism.data_parallel_replicate_degree = {replicate} beside tensor or "
@@ -701,7 +740,87 @@ def _degrees(file: _File, world_size: int | None) -> tuple[int, int, int, bool]:
             f"supported > 1D parallelism', llama3/infra/parallelize.py, {_AT}); data "
             f"parallelism beside them is FSDP there ({key} > 1)"
         )
-    return tensor, pipeline, replicate, False
+    return tensor, pipeline, replicate, 1, False
+
+
+# PyTorch's ring attention (torch.distributed.tensor.experimental._attention): its rotaters,
+# by context_parallel_rotate_method's names, as pipesim's cp_comm_type.
+ROTATE_METHODS: Mapping[str, str] = MappingProxyType({"allgather": "all-gather", "alltoall": "p2p"})
+
+
+def _context(file: _File, context: int, notes: list[str]) -> str | None:
+    """The run's cp_comm_type (None without context parallelism). torchtitan's CP is PyTorch's
+    ring attention over SDPA (``apply_cp_to_attention_module``), whose keys and values move by
+    ``_cp_options.rotate_method``: ALL_GATHER by default (one all-gather per attention,
+    overlapping its first, local block), ALL_TO_ALL a ring of sends to the next rank. At the
+    commit training never sets it (``set_rotate_method`` is called by validation's context
+    alone, validate.py), so training all-gathers: pipesim's all-gather, which nothing hides.
+    ``alltoall`` takes effect after the first validation, which one run cannot state: refused
+    with ``validation.enable``, noted without. The load balancer must be ``headtail`` (the
+    causal 2 x CP split pipesim models)."""
+    method_key = "parallelism.context_parallel_rotate_method"
+    balancer_key = "parallelism.context_parallel_load_balancer"
+    method = file.text(method_key, tuple(ROTATE_METHODS))
+    balancer = file.get(balancer_key)
+    if context == 1:
+        for key in (method_key, balancer_key):
+            if key in file.keys:
+                notes.append(f"{key}: no effect without context parallelism")
+        return None
+    if balancer != "headtail":
+        raise SpecError(
+            f"{balancer_key} = {shown(balancer)}: pipesim models the head-tail split (each rank "
+            "a chunk from each end, balancing the causal mask), torchtitan's 'headtail'"
+        )
+    if method != "allgather":
+        if file.keys.get("validation.enable") is True:
+            raise SpecError(
+                f"{method_key} = {method!r} with validation.enable: training all-gathers the "
+                "keys and values until the first validation sets PyTorch's rotater to the ring "
+                f"(set_rotate_method, validate.py, {_AT}), a step pipesim cannot state as one"
+            )
+        notes.append(
+            f"{method_key} = {method!r}: read by validation alone at {_AT}; training keeps "
+            "PyTorch's default all-gather rotater"
+        )
+    notes.append(
+        f"parallelism.context_parallel_degree = {context}: PyTorch's ring attention "
+        "all-gathers the keys and values (its default rotater), read as cp_comm_type "
+        "all-gather; PyTorch overlaps the gather with the first, local block, which pipesim "
+        "does not"
+    )
+    return "all-gather"
+
+
+def _experts(file: _File, tensor: int, shard: int, context: int, notes: list[str]) -> None:
+    """ParallelDims' rules for expert parallelism (ETP 1 or T; the experts' mesh, efsdp x ep x
+    etp, filling dp_shard x cp x tp), then a note: llama3 is dense, and JobConfig says EP has
+    'No effect for non-MoE models', so the run states none (pipesim refuses EP without
+    experts)."""
+    key = "parallelism.expert_parallel_degree"
+    tensor_key = "parallelism.expert_tensor_parallel_degree"
+    expert = file.integer(key)
+    expert_tensor = file.integer(tensor_key)
+    if expert == 1:
+        if tensor_key in file.keys and expert_tensor != 1:
+            notes.append(f"{tensor_key} = {expert_tensor}: no effect when ep = 1")
+        return
+    if expert_tensor not in (1, tensor):
+        raise SpecError(
+            f"{tensor_key} = {expert_tensor} with tensor_parallel_degree = {tensor}: "
+            f"'Currently we only support ETP=TP or ETP=1' (ParallelDims._validate, {_AT})"
+        )
+    ranks = shard * context * tensor
+    if ranks % (expert * expert_tensor):
+        raise SpecError(
+            f"{key} = {expert}: the experts' mesh (efsdp x ep x etp) fills dp_shard x cp x tp "
+            f"= {ranks} ranks, which ep x etp = {expert * expert_tensor} does not divide "
+            f"(ParallelDims.build_mesh, {_AT})"
+        )
+    notes.append(
+        f"{key} = {expert}: no effect on llama3, a dense model (JobConfig: 'No effect for "
+        "non-MoE models'); not stated"
+    )
 
 
 def _precision(file: _File, tensor: int, pipeline: int, fsdp: bool, notes: list[str]) -> str:
@@ -1066,9 +1185,13 @@ def torchtitan_toml(run: RunFile, model: Model | None = None) -> tuple[str, tupl
         run.pipeline_parallel or 1,
         run.data_parallel or 1,
     )
-    fsdp = run.zero == 3 and data > 1
+    context, expert = run.context_parallel or 1, run.expert_parallel or 1
+    # torchtitan's FSDP shards over dp_shard x cp, and always with CP (fsdp_enabled)
+    fsdp = (run.zero == 3 and data > 1) or context > 1
     reshard = _written_reshard(run, fsdp, lost)
     _check_parallelism(run, tensor, pipeline, data, fsdp, lost)
+    _check_context(run, context, lost)
+    _check_experts(run, model, expert, (data if fsdp else 1) * context, lost)
     _check_precision(run, tensor, pipeline, precision, fsdp, lost)
     layers = FLAVORS[flavor].n_layers if flavor in FLAVORS else None
     parallelism, training, blocks = _written_layout(run, layers, pipeline, data, lost)
@@ -1086,6 +1209,12 @@ def torchtitan_toml(run: RunFile, model: Model | None = None) -> tuple[str, tupl
             "data_parallel_shard_degree": data if fsdp else 1,
             **({"fsdp_reshard_after_forward": reshard} if fsdp else {}),
             "tensor_parallel_degree": tensor,
+            **({"context_parallel_degree": context} if context > 1 else {}),
+            **(
+                {"expert_parallel_degree": expert, "expert_tensor_parallel_degree": tensor}
+                if expert > 1
+                else {}
+            ),
             **parallelism,
         },
         "activation_checkpoint": _written_recompute(run, blocks, parallelism, lost),
@@ -1181,6 +1310,52 @@ def _check_parallelism(
             )
     if run.remat:
         lost.append("remat: GPipe's re-materialization has no torchtitan counterpart")
+
+
+def _check_context(run: RunFile, context: int, lost: list[str]) -> None:
+    """Name what torchtitan's context parallelism cannot say of ``run``: its exchange is
+    PyTorch's all-gather (the default rotater, which training does not change at the commit),
+    and with CP it always shards through FSDP."""
+    comm = run.cp_comm_type or "p2p"
+    if context == 1:
+        if comm != "p2p":
+            lost.append(f"cp_comm_type {comm} without context parallelism: nothing is exchanged")
+        return
+    if comm != "all-gather":
+        lost.append(
+            f"cp_comm_type {comm}: torchtitan's ring attention all-gathers the keys and values "
+            "(PyTorch's default rotater; context_parallel_rotate_method is read by validation "
+            "alone)"
+        )
+    if run.zero != 3:
+        lost.append(
+            f"zero {run.zero or 0} with context_parallel {context}: torchtitan applies FSDP over "
+            "dp_shard x cp whenever cp > 1 (ParallelDims.fsdp_enabled), which shards the weights "
+            "too (zero 3); written so"
+        )
+
+
+def _check_experts(
+    run: RunFile, model: Model | None, expert: int, ranks: int, lost: list[str]
+) -> None:
+    """Name expert parallelism torchtitan would not run as pipesim does: without experts
+    (a llama3 flavor), or not dividing the written dp_shard x cp (the experts' mesh at etp =
+    tp; without FSDP dp_shard is 1)."""
+    if expert == 1:
+        return
+    if model is not None:
+        found = model
+    elif isinstance(run.model, Model):
+        found = run.model
+    else:
+        found = resolve_model(run.located(run.model))
+    if found.architecture is None or found.architecture.moe is None:
+        lost.append(f"expert_parallel {expert}: the model has no experts for it to divide")
+    if ranks % expert:
+        lost.append(
+            f"expert_parallel {expert}: torchtitan's experts' mesh needs it to divide "
+            f"dp_shard x cp = {ranks}"
+        )
 
 
 def _check_precision(
