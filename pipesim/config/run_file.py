@@ -208,9 +208,12 @@ class RunFile:
 
     @property
     def world_size(self) -> int:
-        """Devices in all: T x K x D (each 1 where not stated)."""
+        """Devices in all: T x CP x K x D (each 1 where not stated)."""
         return (
-            (self.tensor_parallel or 1) * (self.pipeline_parallel or 1) * (self.data_parallel or 1)
+            (self.tensor_parallel or 1)
+            * (self.context_parallel or 1)
+            * (self.pipeline_parallel or 1)
+            * (self.data_parallel or 1)
         )
 
 

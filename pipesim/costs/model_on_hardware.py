@@ -23,6 +23,7 @@ from pipesim.costs.spec_derived import costs_from_layer_costs, costs_from_model
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Network
+from pipesim.parallel.config import Parallelism
 from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.placement import looped
 from pipesim.workload.sharding import ShardedLayers
@@ -114,7 +115,7 @@ def _on_the_job(
     parallelism, recipe = run.parallelism, run.recipe
     costs = dataclasses.replace(
         costs,
-        cluster=_job_line(run.job_hardware, parallelism.tensor, devices, parallelism.data),
+        cluster=_job_line(run.job_hardware, parallelism, devices),
         transfers_use_compute=costs.transfers_use_compute or recipe.blocking_p2p,
     )
     where = looped(devices, chunks) if placement is None else tuple(placement)
@@ -198,7 +199,12 @@ def with_whole_messages(costs: PipelineCosts, tensor: int) -> PipelineCosts:
     )
 
 
-def _job_line(hardware: HardwareSpec, tensor: int, devices: int, replicas: int) -> str:
-    """``T=8 x K=4 x D=2 = 64 ranks: <how the hardware joins 64 devices>``."""
-    ranks = tensor * devices * replicas
-    return f"T={tensor} x K={devices} x D={replicas} = {ranks} ranks: {hardware.describe(ranks)}"
+def _job_line(hardware: HardwareSpec, parallelism: Parallelism, devices: int) -> str:
+    """``T=8 x K=4 x D=2 = 64 ranks: <how the hardware joins 64 devices>`` (with ``CP=2`` after
+    T under context parallelism)."""
+    ranks = parallelism.layout(devices).devices
+    cp = f" x CP={parallelism.context}" if parallelism.context > 1 else ""
+    return (
+        f"T={parallelism.tensor}{cp} x K={devices} x D={parallelism.data} = {ranks} ranks: "
+        f"{hardware.describe(ranks)}"
+    )
