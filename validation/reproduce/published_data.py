@@ -60,8 +60,10 @@ FILL_RULES: Mapping[str, str] = {
 SELECTIVE_RECIPES = ("megatron-lm-2022", "megatron-core-2024", "nemo-2024")
 SEQUENCE_PARALLEL_RECIPES = ("megatron-core-2024", "nemo-2024")
 ZERO_1_RECIPES = ("deepspeed-pipe", "megatron-core-2024", "nemo-2024")
-# What pipesim cannot state until issue 38 (sharded data parallelism, context parallelism).
-UNSTATABLE_SHARDING = ("zero-2", "zero-3", "fsdp")
+# The sharding a source names -> pipesim's ZeRO stage (FSDP: PyTorch's fully_shard, ZeRO-3).
+ZERO_STAGE_OF = {"zero-0": 0, "zero-1": 1, "zero-2": 2, "zero-3": 3, "fsdp": 3}
+# What pipesim cannot state: hybrid sharding (HSDP).
+UNSTATABLE_SHARDING = ("hsdp",)
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,8 @@ class PublishedRun:
     @property
     def unstatable(self) -> str:
         """Why pipesim cannot state this run yet; empty when it can."""
-        if self.context > 1:
-            return f"context parallelism (CP={self.context}) needs issue 38"
         if self.sharding in UNSTATABLE_SHARDING:
-            return f"{self.sharding} sharding needs issue 38 (pipesim has ZeRO-0 and ZeRO-1)"
+            return f"{self.sharding} sharding is not modelled"
         return ""
 
 
@@ -174,8 +174,9 @@ class FilledRun:
         v = f" v={self.chunks}" if self.chunks > 1 else ""
         sp = " SP" if self.sequence_parallel else ""
         zero = f" ZeRO-{self.zero}" if self.zero else ""
+        cp = f" CP={self.run.context}" if self.run.context > 1 else ""
         return (
-            f"T={self.run.tensor}{sp} P={self.run.pipeline}{v} D={self.run.data} "
+            f"T={self.run.tensor}{sp}{cp} P={self.run.pipeline}{v} D={self.run.data} "
             f"b={self.microbatch_size} M={self.microbatches}, recompute {self.recompute}{zero}, "
             f"{self.dtype}, {self.run.gpus} GPUs, {self.recipe.name}"
         )
@@ -197,6 +198,7 @@ class FilledRun:
             recompute=Recompute.parse(self.recompute if recompute is None else recompute),
             zero=self.zero,
             data=run.data,
+            context=run.context,
         )
         return simulate_megatron_layout(
             self.model,
@@ -326,7 +328,7 @@ def filled(run: PublishedRun) -> FilledRun:
         zero = 1 if run.source.recipe in ZERO_1_RECIPES and run.data > 1 else 0
         missing.append("zero")
     else:
-        zero = 1 if run.sharding == "zero-1" else 0
+        zero = ZERO_STAGE_OF[run.sharding]
     if run.inter_node_bytes_per_s_per_gpu is None:
         missing.append("network")
     draft = FilledRun(
