@@ -92,7 +92,11 @@ def _partition(args: argparse.Namespace) -> int:
         raise PipesimError(f"-v/--chunks must be an integer >= 1, got {chunks}")
     check(Limit.DEVICES, args.devices, f"-K {args.devices:,}")
     check(Limit.CHUNKS, chunks, f"-v {chunks:,}")
-    placement = schedule.placement if schedule is not None else looped(args.devices, chunks)
+    placement = (
+        schedule.placement[: schedule.model_stages]
+        if schedule is not None
+        else looped(args.devices, chunks)
+    )
     if args.objective == "memory-aware" and (schedule is None or args.costs is not None):
         raise PipesimError(
             "--objective memory-aware needs --model, --hardware and --schedule NAME with -M "

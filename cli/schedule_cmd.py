@@ -80,8 +80,9 @@ def register(subparsers: Any) -> None:
 
 
 def describe(schedule: Schedule) -> dict[str, Any]:
-    """The JSON object of a schedule: its shape, semantics and per-device order."""
-    return {
+    """The JSON object of a schedule: its shape, semantics and per-device order (and, for a
+    schedule with model copies, how many and each micro-batch's)."""
+    document: dict[str, Any] = {
         "schedule": schedule.name,
         "devices": schedule.devices,
         "microbatches": schedule.microbatches,
@@ -92,6 +93,10 @@ def describe(schedule: Schedule) -> dict[str, Any]:
         "placement": list(schedule.placement),
         "device_actions": [[str(a) for a in row] for row in schedule.device_actions],
     }
+    if schedule.copies > 1:  # model copies (DualPipe): each micro-batch's copy
+        document["copies"] = schedule.copies
+        document["routes"] = list(schedule.routes)
+    return document
 
 
 def _list(args: argparse.Namespace) -> int:

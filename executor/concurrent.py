@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from executor.clock import Clock
+from executor.copies import gradients_before, step_loss, sum_in_process
 from executor.errors import ExecutorError, PeerError
 from executor.lanes import CpuLanes, CudaLanes, Lanes, lanes_for
 from executor.messages import Message
@@ -144,14 +145,18 @@ def run_concurrent_step(
     step: int = 0,
     timeout_s: float = 60.0,
     check_finite: bool = False,
+    reduce_copies: bool = True,
 ) -> StepResult:
-    """One step with every pipeline device a lane of this machine, all running at once.
+    """One step with every pipeline device a lane of this machine, all running at once; then,
+    with copies of the model and ``reduce_copies``, their gradients summed
+    (:mod:`executor.copies`).
 
     ``lanes`` are made once and reused across steps (green contexts are costly to create); by
     default, lanes with an equal share of the machine the stages live on. Every stage must
     live on that one device (CPU, or the lanes' GPU)."""
     meters = {d: StashMeter() for d in range(schedule.devices)}
     runners = make_runners(schedule, stages, loss_fn, None, weights, meters)
+    before = gradients_before(schedule, runners) if reduce_copies else {}
     device = next(iter(runners.values())).device
     for s, runner in runners.items():
         if runner.device != device:
@@ -186,7 +191,9 @@ def run_concurrent_step(
         workers = _workers(schedule, runners, threads, clock, xs, ys, step, check_finite)
         _run_on_threads(schedule, workers, threads, chosen, timeout_s)
         peak = None  # no allocator to read on CPU
-    loss = sum(float(value) for value in runners[schedule.stages - 1].losses.values())
+    if reduce_copies:
+        sum_in_process(schedule, runners, before)
+    loss = step_loss(schedule, runners) or 0.0
     return StepResult(
         loss,
         timeline_from([w.record for w in workers], schedule),

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.clock import Clock
+from executor.copies import gradients_before, step_loss, sum_across_ranks
 from executor.errors import BackendError, ExecutorError
 from executor.messages import Message, incoming_order
 from executor.runtime import StepResult, make_runners, timeline_from
@@ -231,8 +232,11 @@ def run_distributed_step(
     timeout_s: float = 60.0,
     book: ShapeBook | None = None,
     check_finite: bool = False,
+    reduce_copies: bool = True,
 ) -> StepResult:
-    """This rank's part of one step; every rank returns the same :class:`StepResult`.
+    """This rank's part of one step; every rank returns the same :class:`StepResult`. With
+    copies of the model and ``reduce_copies``, every rank then joins the all-reduce that sums
+    the copies' gradients (:mod:`executor.copies`).
 
     A failure on any rank (a stage that raised, a non-finite output, a peer that stopped
     responding) is published to the other ranks before it is raised here; see
@@ -252,6 +256,7 @@ def run_distributed_step(
     device = dist.get_rank()
     meters = {device: StashMeter()}
     runners = make_runners(schedule, stages, loss_fn, device, weights, meters)
+    before = gradients_before(schedule, runners) if reduce_copies else {}
     tensor_device = next(iter(runners.values())).device
     if dist.get_backend() == "nccl" and tensor_device.type != "cuda":
         raise ExecutorError("the NCCL backend needs the stages on CUDA devices")
@@ -285,15 +290,19 @@ def run_distributed_step(
                 transport.post_known()
             worker.run_all()
             transport.finish()
+            if reduce_copies and schedule.copies > 1:
+
+                def all_reduce(buffer: torch.Tensor) -> None:
+                    work = dist.all_reduce(buffer, async_op=True)
+                    _bounded(work, watch, timeout_s, "summing the model copies' gradients")
+
+                sum_across_ranks(schedule, stages, runners, before, tensor_device, all_reduce)
         except BaseException as error:
             if isinstance(error, Exception):
                 watch.publish(error)  # a no-op when another rank's failure came first
             transport.abandon()
             raise
-        last = schedule.stages - 1
-        local_loss = (
-            sum(float(v) for v in runners[last].losses.values()) if last in runners else None
-        )
+        local_loss = step_loss(schedule, runners)
         peak_cuda = (
             torch.cuda.max_memory_allocated(tensor_device) if tensor_device.type == "cuda" else None
         )
@@ -304,7 +313,8 @@ def run_distributed_step(
             "cuda": peak_cuda,
         }
         gathered = _gather_objects(mine, watch, timeout_s)
-    loss = next(g["loss"] for g in gathered if g["loss"] is not None)
+    losses = [g["loss"] for g in gathered if g["loss"] is not None]
+    loss = losses[0] if len(losses) == 1 else sum(losses)
     records = [
         _restore(g["record"], _offset_s(g["record"], gathered[0]["record"])) for g in gathered
     ]

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from executor.clock import Clock
+from executor.copies import gradients_before, step_loss, sum_in_process
 from executor.runtime import LocalTransport, StepResult, make_runners, timeline_from
 from executor.stage import LossFn
 from executor.stash import StashMeter
@@ -25,11 +26,14 @@ def run_local_step(
     weights: Mapping[int, Mapping[str, torch.Tensor]] | None = None,
     step: int = 0,
     check_finite: bool = False,
+    reduce_copies: bool = True,
 ) -> StepResult:
     """Every device's actions in one process, in an order that respects each device's list
-    and every dependency (stages may sit on different CUDA devices)."""
+    and every dependency (stages may sit on different CUDA devices); then, with copies of
+    the model and ``reduce_copies``, their gradients summed (:mod:`executor.copies`)."""
     meters = {d: StashMeter() for d in range(schedule.devices)}
     runners = make_runners(schedule, stages, loss_fn, None, weights, meters)
+    before = gradients_before(schedule, runners) if reduce_copies else {}
     transport = LocalTransport()
     origin = Clock(torch.device("cpu")).origin_ns
     workers = []
@@ -44,8 +48,9 @@ def run_local_step(
         )
     for action in schedule.execution_order():
         workers[schedule.device_of(action.stage)].run(action)
-    last = runners[schedule.stages - 1]
-    loss = sum(float(value) for value in last.losses.values())
+    if reduce_copies:
+        sum_in_process(schedule, runners, before)
+    loss = step_loss(schedule, runners) or 0.0
     timeline = timeline_from([w.record for w in workers], schedule)
     cuda_peaks = tuple(
         torch.cuda.max_memory_allocated(w.record.clock.device)

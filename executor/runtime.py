@@ -73,8 +73,9 @@ def check_stages(schedule: Schedule, stages: Sequence[nn.Module]) -> None:
     if len(stages) != schedule.stages:
         raise SplitError(
             f"got {len(stages)} stage module(s) but schedule {schedule.name!r} has "
-            f"{schedule.stages} stages (K={schedule.devices} x v={schedule.chunks}); use "
-            "executor.split_model"
+            f"{schedule.stages} stages (K={schedule.devices} x v={schedule.chunks}"
+            + (f" x {schedule.copies} model copies" if schedule.copies > 1 else "")
+            + "); use executor.split_model"
         )
 
 
@@ -87,12 +88,12 @@ def make_runners(
     meters: Mapping[int, StashMeter],
 ) -> dict[int, StageRunner]:
     """Stage runners for the stages of ``device`` (all stages when ``device`` is None)."""
-    last = schedule.stages - 1
     return {
         s: StageRunner(
             s,
             stages[s],
-            last=s == last,
+            last=schedule.last_of_copy(s),
+            first=schedule.first_of_copy(s),
             loss_fn=loss_fn,
             microbatches=schedule.microbatches,
             rematerialize=schedule.rematerialize,

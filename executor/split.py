@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -24,9 +25,14 @@ def split_model(
     does not divide them); ``partition`` gives the layer count of each stage instead. The
     stages share the layer objects with ``model`` (no copy), so gradients land on the model's
     own parameters.
+
+    A schedule whose stages hold C copies of the model (DualPipe) cuts the model into its
+    S_model = S / C stages (``partition`` counts them); copy 0's stages are those, sharing
+    the model's layers, and every other copy's are deep copies of them, initialised equal.
+    The list holds one module per IR stage, copy by copy.
     """
     layers = list(model)
-    stages = schedule.stages
+    stages = schedule.model_stages
     if partition is None:
         if len(layers) < stages:
             raise SplitError(
@@ -41,7 +47,9 @@ def split_model(
         ranges = layer_ranges(counts, stages, len(layers))
     except SpecError as error:
         raise SplitError(str(error)) from None
-    return [nn.Sequential(*layers[r.start : r.stop]) for r in ranges]
+    first = [nn.Sequential(*layers[r.start : r.stop]) for r in ranges]
+    copies = [copy.deepcopy(first) for _ in range(1, schedule.copies)]
+    return [*first, *(module for modules in copies for module in modules)]
 
 
 def split_microbatches(tensor: torch.Tensor, microbatches: int, what: str) -> list[torch.Tensor]:

@@ -43,7 +43,10 @@ class StageRunner:
     Args:
         index: the stage number (0 takes the input).
         module: the stage's layers.
-        last: True for the last stage, which applies ``loss_fn``.
+        last: True for the last stage, which applies ``loss_fn`` (with copies of the model,
+            each copy's last).
+        first: True for a stage that takes the micro-batch's input, whose input needs no
+            gradient (default: stage 0; with copies of the model, each copy's first).
         loss_fn: ``loss_fn(output, target)`` per micro-batch; the step minimizes the mean over
             micro-batches, so each micro-batch's loss is divided by ``microbatches``.
         microbatches: M.
@@ -64,8 +67,10 @@ class StageRunner:
         rematerialize: bool = False,
         weights: Mapping[str, torch.Tensor] | None = None,
         meter: StashMeter | None = None,
+        first: bool | None = None,
     ) -> None:
         self.index = index
+        self.first = index == 0 if first is None else first
         self.module = module
         self.last = last
         self.loss_fn = loss_fn
@@ -92,7 +97,7 @@ class StageRunner:
         input-gradient pass walks the stage (the weight-gradient pass starts from what it
         captured).
         """
-        leaf = x.detach().to(self.device).requires_grad_(self.index > 0 or split)
+        leaf = x.detach().to(self.device).requires_grad_(not self.first or split)
         with self._failing("forward", microbatch, leaf), self.meter.counting():
             output = (
                 checkpoint(self._call, leaf, use_reentrant=False)
@@ -130,7 +135,7 @@ class StageRunner:
                 )
             else:
                 grads = backward_full(state.output, grad, state.input, self.params)
-        return grads[0] if self.index > 0 else None
+        return None if self.first else grads[0]
 
     def weight(self, microbatch: int) -> None:
         """W: accumulate the weight gradients the input-gradient pass left for later."""

@@ -38,6 +38,7 @@ def run_step(
     state: StepState | None = None,
     check_finite: bool = False,
     lanes: Lanes | None = None,
+    reduce_copies: bool = True,
 ) -> StepResult:
     """One training step of ``schedule`` over ``stages`` (one module per stage).
 
@@ -58,6 +59,14 @@ def run_step(
     ``check_finite`` checks every action's outputs and raises a
     :class:`~executor.errors.NonFiniteError` naming the first action that produced NaN or Inf
     (see :mod:`executor.nonfinite`; off by default here, where steps are timed).
+
+    A schedule whose stages hold copies of the model (DualPipe: ``schedule.copies``, one
+    module per stage of every copy, as :func:`~executor.split_model` makes them) runs each
+    micro-batch through its own copy; after its actions each copy's gradients are summed
+    with the other copies' of the same model stage (the all-reduce DualPipe runs before the
+    optimizer step), so every copy's ``.grad`` gains the whole step's gradient and the copies
+    stay identical. ``reduce_copies=False`` leaves each copy with its own micro-batches'
+    gradients (their sum is then the step's).
     """
     check_stages(schedule, stages)
     chosen = parse_backend(backend)
@@ -77,6 +86,7 @@ def run_step(
             timeout_s=timeout_s,
             book=None if state is None else state.shapes,
             check_finite=check_finite,
+            reduce_copies=reduce_copies,
         )
     if chosen is Backend.CONCURRENT:
         return run_concurrent_step(
@@ -90,7 +100,16 @@ def run_step(
             step=step,
             timeout_s=timeout_s,
             check_finite=check_finite,
+            reduce_copies=reduce_copies,
         )
     return run_local_step(
-        schedule, stages, xs, ys, loss_fn, weights=weights, step=step, check_finite=check_finite
+        schedule,
+        stages,
+        xs,
+        ys,
+        loss_fn,
+        weights=weights,
+        step=step,
+        check_finite=check_finite,
+        reduce_copies=reduce_copies,
     )

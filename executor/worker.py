@@ -100,7 +100,7 @@ class DeviceWorker:
         span = self.record.clock.span()
         if action.kind is Kind.F:
             target = self.targets[m] if runner.last else None
-            x = self.inputs[m] if action.stage == 0 else incoming
+            x = self.inputs[m] if runner.first else incoming
             if x is None:  # pragma: no cover - the schedule guarantees an input
                 raise RuntimeError(f"{action} has no input")
             result = runner.forward(m, x, target, self.split)

@@ -110,7 +110,10 @@ def static_breakdown(schedule: Schedule, costs: PipelineCosts, device: int) -> r
     """Weights x versions, gradients, optimizer state and master weights of the stages on
     ``device``, term by term (:func:`pipesim.memory.rules.static_breakdown`)."""
     return rules.static_breakdown(
-        costs.stages, schedule.stages_on(device), rules.weight_versions(schedule, device)
+        costs.stages,
+        schedule.stages_on(device),
+        rules.weight_versions(schedule, device),
+        schedule.model_stages if schedule.copies > 1 else None,
     )
 
 

@@ -178,6 +178,7 @@ class SimulationResult:
             "microbatches": self.schedule.microbatches,
             "chunks": self.schedule.chunks,
             "stages": self.schedule.stages,
+            **({"copies": self.schedule.copies} if self.schedule.copies > 1 else {}),
             "update_rule": self.schedule.update_rule.value,
             "rematerialize": self.schedule.rematerialize,
             "steps": self.steps,
@@ -268,9 +269,7 @@ def summarize(
         )
         for device in range(schedule.devices)
     )
-    unpipelined = schedule.microbatches * sum(
-        stage.forward_s + stage.backward_s for stage in costs.stages
-    ) + sum(stage.optimizer_step_s for stage in costs.stages)
+    unpipelined = _unpipelined_s(schedule, costs)
     return SimulationResult(
         schedule,
         costs,
@@ -283,6 +282,24 @@ def summarize(
         engine,
         run,
         transfers,
+    )
+
+
+def _unpipelined_s(schedule: Schedule, costs: PipelineCosts) -> float:
+    """One step of the model on one device: every micro-batch's F and B through every stage,
+    and the optimizer step. With copies of the model, a micro-batch runs through its own
+    copy's stages, and one copy is updated."""
+    if schedule.copies == 1:
+        return schedule.microbatches * sum(
+            stage.forward_s + stage.backward_s for stage in costs.stages
+        ) + sum(stage.optimizer_step_s for stage in costs.stages)
+    per_copy = [
+        sum(costs.stages[s].forward_s + costs.stages[s].backward_s for s in stages)
+        for stages in map(schedule.stages_of_copy, range(schedule.copies))
+    ]
+    first = schedule.stages_of_copy(0)
+    return sum(per_copy[copy] for copy in schedule.routes) + sum(
+        costs.stages[s].optimizer_step_s for s in first
     )
 
 

@@ -18,6 +18,7 @@ says which one ran.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,6 +53,7 @@ def simulate(
     steps = checks.positive_int("steps", steps)
     chosen = engine_named(engine)
     _check_compatible(schedule, costs)
+    costs = costs_on_stages(schedule, costs)
     with _collection_paused():
         return _simulate(schedule, costs, steps, chosen)
 
@@ -113,11 +115,28 @@ def engine_named(engine: Engine | str) -> Engine:
     return Engine.FAST if engine is Engine.AUTO else engine
 
 
+def costs_on_stages(schedule: Schedule, costs: PipelineCosts) -> PipelineCosts:
+    """``costs`` with one entry per stage of ``schedule``: as given, or, for a schedule whose
+    stages hold copies of the model (DualPipe) and costs given per model stage, each copy's
+    stage with its model stage's costs (the model is cut into S_model stages, not S)."""
+    if schedule.copies == 1 or len(costs.stages) == schedule.stages:
+        return costs
+    return dataclasses.replace(costs, stages=schedule.on_stages(costs.stages))
+
+
 def _check_compatible(schedule: Schedule, costs: PipelineCosts) -> None:
-    if len(costs.stages) != schedule.stages:
+    if len(costs.stages) != schedule.stages and (
+        schedule.copies == 1 or len(costs.stages) != schedule.model_stages
+    ):
+        copies = (
+            f" ({schedule.copies} copies of a model of {schedule.model_stages} stages: costs "
+            f"per stage of the model, or per stage of every copy)"
+            if schedule.copies > 1
+            else ""
+        )
         raise SpecError(
             f"costs describe {len(costs.stages)} stage(s) but schedule {schedule.name!r} has "
-            f"{schedule.stages} (K={schedule.devices} x v={schedule.chunks})"
+            f"{schedule.stages} (K={schedule.devices} x v={schedule.chunks}){copies}"
         )
     if costs.network.devices != schedule.devices:
         raise SpecError(

@@ -9,6 +9,10 @@ the optimizer step's), with counts fixed by the order: a :class:`MemoryForm` rec
 distinct count vectors once per schedule, and the peak for any partition is the largest of
 those linear forms. Static memory is weights x versions, gradients, optimizer state and master
 weights, as the simulator counts them.
+
+A schedule whose stages hold copies of the model (DualPipe) has a form over its IR stages; its
+stage costs may be given per IR stage or, as the partitioner and the planner have them, per
+model stage (each copy's stage then costs its model stage's).
 """
 
 from __future__ import annotations
@@ -64,22 +68,37 @@ class MemoryForm:
         levels: the distinct levels reached, each as :data:`SLOT` counts per stage in
             ``stages`` order, flattened.
         rematerialize: the schedule re-materializes (a B's transient covers its forward).
+        copies: the copies of the model the schedule's stages hold (1 but for DualPipe).
+        model_stages: the stages of one copy, S_model (None: one copy).
     """
 
     stages: tuple[int, ...]
     versions: int
     levels: tuple[_Counts, ...]
     rematerialize: bool = False
+    copies: int = 1
+    model_stages: int | None = None
+
+    def _per_stage(self, stage_costs: Sequence[StageCosts]) -> Sequence[StageCosts]:
+        """The costs of every IR stage: as given, or, given per model stage (S_model of them),
+        each copy's stage with its model stage's."""
+        per_copy = self.model_stages
+        if self.copies == 1 or per_copy is None or len(stage_costs) != per_copy:
+            return stage_costs
+        return [stage_costs[s % per_copy] for s in range(per_copy * self.copies)]
 
     def static_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
         """Weights x versions, gradients, optimizer state and master weights of the device's
         stages (:func:`pipesim.memory.rules.static_bytes`)."""
-        return rules.static_bytes(stage_costs, self.stages, self.versions)
+        return rules.static_bytes(
+            self._per_stage(stage_costs), self.stages, self.versions, self.model_stages
+        )
 
     def peak_level_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
         """The largest level (activations with the running transient) for these stage sizes
         (0 if none is positive)."""
-        sizes = [stage_sizes(stage_costs[s], self.rematerialize) for s in self.stages]
+        per_stage = self._per_stage(stage_costs)
+        sizes = [stage_sizes(per_stage[s], self.rematerialize) for s in self.stages]
         best = 0.0
         for counts in self.levels:
             level = 0.0
@@ -109,6 +128,8 @@ def memory_forms(schedule: Schedule, steps: int = 1) -> tuple[MemoryForm, ...]:
             rules.weight_versions(schedule, device),
             _maximal(_levels(schedule, device, work)),
             schedule.rematerialize,
+            schedule.copies,
+            schedule.model_stages if schedule.copies > 1 else None,
         )
         for device, work in enumerate(unroll(schedule, steps))
     )

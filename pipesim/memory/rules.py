@@ -9,7 +9,9 @@ per activation level). A change to the model is made here and reaches both.
 Static memory, per stage on a device: weights x versions (1 for flush schedules, 2 for 2BW,
 K-d for PipeDream's weight stashing on device d), the gradient buffer, the optimizer state and
 the fp32 master weights; a device that holds the first stage and a last stage whose output
-layer copies the first stage's (tied) embeddings holds that copy once.
+layer copies the first stage's (tied) embeddings holds that copy once. A schedule whose stages
+hold copies of the model (DualPipe) counts each copy's weights on the device that holds it,
+and the tied copy once only where a device holds the first and last stage of one copy.
 
 Activations, per action (sizes per stage and micro-batch: ``stash`` = activation_bytes,
 ``keep`` = weight_grad_activation_bytes, the part W needs, ``input`` = input_bytes):
@@ -182,29 +184,40 @@ class StaticMemory:
         return self.weights + self.gradients + self.optimizer_state + self.master_weights
 
 
-def shared_copy_share(stage_costs: Sequence[StageCosts], stages: Iterable[int]) -> float:
-    """The fraction of the last stage's static memory a device holds twice: when it holds
-    the first stage and the last (or the one stage of a one-stage pipeline), whose tied output
-    layer copies the first stage's embeddings, the copy's share of the last stage (0
-    otherwise)."""
+def shared_copy_share(
+    stage_costs: Sequence[StageCosts], stages: Iterable[int], model_stages: int | None = None
+) -> tuple[float, int]:
+    """What a device holds twice of a last stage: when it holds the first stage and the last
+    (or the one stage of a one-stage pipeline), whose tied output layer copies the first
+    stage's embeddings, the copy's share of the last stage, and that last stage (0.0 and -1
+    otherwise). ``model_stages``: with copies of the model, the stages of one copy (the first
+    and the last stage of one copy count, not of two)."""
     held = set(stages)
-    last = len(stage_costs) - 1
-    if 0 not in held or last not in held:
-        return 0.0
-    stage = stage_costs[last]
-    if stage.shared_parameter_bytes <= 0 or stage.parameter_bytes <= 0:
-        return 0.0
-    return stage.shared_parameter_bytes / stage.parameter_bytes
+    per_copy = len(stage_costs) if model_stages is None else model_stages
+    for first in range(0, len(stage_costs), per_copy):
+        last = first + per_copy - 1
+        if first not in held or last not in held:
+            continue
+        stage = stage_costs[last]
+        if stage.shared_parameter_bytes <= 0 or stage.parameter_bytes <= 0:
+            return 0.0, -1
+        return stage.shared_parameter_bytes / stage.parameter_bytes, last
+    return 0.0, -1
 
 
 def static_breakdown(
-    stage_costs: Sequence[StageCosts], stages: Iterable[int], versions: int
+    stage_costs: Sequence[StageCosts],
+    stages: Iterable[int],
+    versions: int,
+    model_stages: int | None = None,
 ) -> StaticMemory:
-    """The static memory of a device that holds ``stages``, term by term."""
+    """The static memory of a device that holds ``stages``, term by term; ``model_stages``
+    as for :func:`shared_copy_share` (``stage_costs`` are one per stage held, copies
+    included)."""
     held = tuple(stages)
     chosen = [stage_costs[s] for s in held]
-    duplicate = shared_copy_share(stage_costs, held)
-    last = stage_costs[-1]
+    duplicate, index = shared_copy_share(stage_costs, held, model_stages)
+    last = stage_costs[index]
 
     def term(name: str) -> float:
         total = float(sum(getattr(stage, name) for stage in chosen))
@@ -218,10 +231,15 @@ def static_breakdown(
     )
 
 
-def static_bytes(stage_costs: Sequence[StageCosts], stages: Iterable[int], versions: int) -> float:
+def static_bytes(
+    stage_costs: Sequence[StageCosts],
+    stages: Iterable[int],
+    versions: int,
+    model_stages: int | None = None,
+) -> float:
     """The static memory of a device that holds ``stages`` (its :func:`static_breakdown`'s
     total, so the closed form and the engines add the same terms in the same order)."""
-    return static_breakdown(stage_costs, stages, versions).total
+    return static_breakdown(stage_costs, stages, versions, model_stages).total
 
 
 def optimizer_transient_bytes(stage_costs: Sequence[StageCosts], stages: Iterable[int]) -> float:

@@ -251,7 +251,11 @@ def choose_partition(
         return tuple(len(r) for r in even_partition(model, stages))
     if goal is Objective.BLOCKS:
         return blocks_partition(model, stages)
-    placement = schedule.placement if schedule is not None else looped(cluster.devices, chunks)
+    placement = (  # a schedule with model copies: the first copy's stages are the model's
+        schedule.placement[: schedule.model_stages]
+        if schedule is not None
+        else looped(cluster.devices, chunks)
+    )
     remat = schedule.rematerialize if schedule is not None else False
     problem = model_problem(
         model,

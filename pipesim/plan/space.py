@@ -45,6 +45,9 @@ DEFAULT_SCHEDULES = (
 )
 """The synchronous (flush) schedules the planner searches unless told otherwise."""
 
+MODEL_COPY_SCHEDULES = ("dualpipe",)
+"""Schedules that keep two copies of the model (DualPipe): simulated, not searched yet."""
+
 ASYNC_SCHEDULES = ("pipedream-2bw", "pipedream")
 """Schedules whose weight updates are asynchronous (stale weights): searched only when named."""
 
@@ -240,7 +243,9 @@ def candidates(
     than layers). ``layers`` is the model's layer count, or the :class:`SpaceLimits` of a
     hybrid search."""
     limits = layers if isinstance(layers, SpaceLimits) else SpaceLimits(layers)
-    schedules = [name for name in schedules if name != SYNTH_NAME]  # offered after the search
+    # a synthesised schedule is offered after the search; a schedule with two model copies
+    # (DualPipe) is not searched: the bounds and partitions here hold one copy
+    schedules = [name for name in schedules if name not in (SYNTH_NAME, *MODEL_COPY_SCHEDULES)]
     for name in schedules:
         schedule_info(name)  # unknown names fail before any work
     for tensor, cp in ((t, c) for t in limits.tensor_sizes for c in limits.context_sizes):

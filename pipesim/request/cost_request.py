@@ -7,7 +7,16 @@ A model request holds a run's configuration (:class:`~pipesim.config.run_config.
 resolved and checked once), splits the batch and chooses the partition its objective asks for
 (:mod:`pipesim.partition`) for each shape, and builds the costs with
 :func:`~pipesim.costs.model_on_hardware.model_on_hardware`, the function the planner's finalists
-use too."""
+use too.
+
+A schedule whose stages hold copies of the model (DualPipe) gets costs for the model cut into
+K·v stages, as any other (``chunks`` is v, the model chunks a device holds of each copy), each
+copy's stage then costing its model stage's (:func:`on_copies`): each device holds the weights
+of every copy it has a stage of. The copies' gradients of each model stage are summed across
+the devices that hold them before the optimizer step; a model request costs that all-reduce
+and adds it to the optimizer step of each copy's stage, as the data-parallel reduction is
+(:func:`copy_sync_s`); synthetic costs have no gradient bytes, and their description says the
+all-reduce is not costed."""
 
 from __future__ import annotations
 
@@ -18,13 +27,16 @@ from typing import TYPE_CHECKING
 from pipesim.common.checks import SpecError, non_negative, positive_int, slack
 from pipesim.common.limits import Limit, check
 from pipesim.config.run_config import RunConfig
+from pipesim.costs.data_parallel import add_to_optimizer_step, exposed_sync_s
 from pipesim.costs.model_on_hardware import model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
+from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.parallel.config import Parallelism, Recompute, RecomputeMode
 from pipesim.parallel.groups import TensorGroup
+from pipesim.parallel.ranks import RankLayout
 from pipesim.partition.from_model import choose_partition, objective
 from pipesim.workload import resolve_model
 from pipesim.workload.model import Model
@@ -53,8 +65,9 @@ class SyntheticRequest:
         schedule: Schedule | None = None,
         steps: int = 1,
     ) -> PipelineCosts:
-        """Equal stages for K = ``devices``, v = ``chunks`` (the schedule plays no part)."""
-        return synthetic_costs(
+        """Equal stages for K = ``devices``, v = ``chunks``; the schedule plays no part but
+        for copies of the model, whose every stage gets the same costs (:func:`on_copies`)."""
+        costs = synthetic_costs(
             devices,
             chunks,
             self.forward_s,
@@ -63,6 +76,9 @@ class SyntheticRequest:
             self.comm_s,
             self.activation_bytes,
         )
+        if schedule is None or schedule.copies == 1:
+            return costs
+        return on_copies(costs, schedule, None)
 
 
 @dataclass(frozen=True)
@@ -126,16 +142,72 @@ class ModelRequest:
                 parallelism=parallelism,
                 tensor_group=tensor_group_of(hardware, parallelism, devices),
             )
-        return model_on_hardware(
+        placement = None
+        if schedule is not None:  # with copies, copy 0's: the model's stages in order
+            placement = schedule.placement[: schedule.model_stages]
+        costs = model_on_hardware(
             run,
             devices,
             chunks,
             microbatch_size,
             partition,
             optimizer=self.optimizer,
-            placement=None if schedule is None else schedule.placement,
+            placement=placement,
             sharded=sharded,
         )
+        if schedule is None or schedule.copies == 1:
+            return costs
+        return on_copies(costs, schedule, copy_sync_s(run, costs, schedule))
+
+
+def on_copies(
+    costs: PipelineCosts, schedule: Schedule, sync_s: list[float] | None
+) -> PipelineCosts:
+    """``costs`` of the model's stages (S_model of them) on every stage of ``schedule``, whose
+    stages hold copies of the model: each copy's stage costs its model stage's, and each
+    device holds the weights of every copy it has a stage of. ``sync_s`` is the copies'
+    gradient all-reduce of each model stage (added to the optimizer step of each copy's
+    stage, which waits for it), or None where it is not costed (synthetic costs)."""
+    stages = costs.stages
+    if sync_s is not None:
+        stages = tuple(
+            add_to_optimizer_step(stage, extra) if extra else stage
+            for stage, extra in zip(stages, sync_s, strict=True)
+        )
+    copies = schedule.copies
+    if sync_s is None:
+        note = f"{copies} model copies, their gradient all-reduce not costed"
+    else:
+        note = f"{copies} model copies, their gradient all-reduce before the optimizer step"
+    return dataclasses.replace(
+        costs,
+        stages=schedule.on_stages(stages),
+        description=f"{costs.description}; {note}",
+    )
+
+
+def copy_sync_s(run: RunConfig, costs: PipelineCosts, schedule: Schedule) -> list[float]:
+    """Per model stage, what of the all-reduce that sums its copies' gradients (over the
+    devices holding them, tensor rank by tensor rank, on the job's network: every stage's
+    ``whole_gradient_bytes``) its optimizer step waits for: all of it, or with the recipe's
+    overlapped gradient reduce the part its last backward does not hide. With data
+    parallelism it runs after each copy's reduction over the replicas (a two-level
+    reduction; one all-reduce over all 2D ranks would be cheaper)."""
+    parallelism = run.parallelism
+    tensor, replicas = parallelism.tensor, parallelism.data
+    devices = schedule.devices
+    layout = RankLayout(tensor, devices, replicas)
+    job = run.job_hardware.network(tensor * devices * replicas)
+    out = []
+    for model_stage, stage in enumerate(costs.stages):
+        holders = [
+            schedule.placement[copy * schedule.model_stages + model_stage]
+            for copy in range(schedule.copies)
+        ]
+        group = [layout.rank(0, device) for device in holders]
+        seconds = collective_time_s(job, group, Collective.ALL_REDUCE, stage.whole_gradient_bytes)
+        out.append(exposed_sync_s(stage, seconds, run.recipe.overlap_grad_reduce))
+    return out
 
 
 def resolved_batch(

@@ -16,9 +16,17 @@ gets a form only when it is proven equal to the registered schedule of that name
 * ZB-V (M >= 2K-1, T_F = T_I = T_W): zero for back-to-back steps (§6); (K-1)·T_F for one step.
 * PipeDream, PipeDream-2BW: one step is 1F1B's; back-to-back steps never drain, so with
   M >= K the steady state has no bubble.
+* DualPipe (T_W <= T_I <= T_F <= T_I + T_W): (K/2-1)(T_F+T_I-T_W), i.e. (K/2-1)(F+B-2W) with B
+  the full backward, one step or back to back. The DeepSeek-V3 report (arXiv 2412.19437
+  Table 2) gives (K/2-1)(F&B+B-3W), F&B an overlapped forward-backward pair: with no overlap
+  (F&B = F+B) that is the idle of a pair run as one unit that starts once both its inputs are
+  in (DualPipe's runtime receives both, then computes), exact for T_W <= T_I and T_F <= T_I.
+  The IR runs a pair as two actions, the forward as soon as its activation is in, as the
+  executor does, which hides one T_I per device pair: (K/2-1)(F&B+B-3W) - (K/2-1)T_I.
 
 The conditions were found by checking each form against the engine over K <= 6, M <= 18 and
-costs in {1, 2, 3}: inside them every case agrees exactly (tests/analysis/test_bubble.py).
+costs in {1, 2, 3}: inside them every case agrees exactly (tests/analysis/test_bubble.py);
+DualPipe's over K <= 12, M <= 26 and costs in halves up to 4 (tests/schedules/test_dualpipe.py).
 """
 
 from __future__ import annotations
@@ -96,4 +104,12 @@ def zbv(t: BubbleTerms) -> float | None:
     f, i, w = t.forward_s, t.input_grad_s, t.weight_grad_s
     if t.microbatches >= 2 * t.devices - 1 and f == i == w:
         return (t.devices - 1) * f if t.one_step else 0.0
+    return None
+
+
+def dualpipe(t: BubbleTerms) -> float | None:
+    """DualPipe with T_W <= T_I <= T_F <= T_I + T_W: (K/2-1)(T_F+T_I-T_W)."""
+    f, i, w = t.forward_s, t.input_grad_s, t.weight_grad_s
+    if t.devices % 2 == 0 and w <= i <= f <= i + w:
+        return (t.devices // 2 - 1) * (f + i - w)
     return None

@@ -4,6 +4,13 @@ One line per device; each cell an action string such as ``0F0``; an empty cell i
 and is ignored. The CSV holds only the per-device order: K is the number of lines, the
 placement is where each stage's actions sit, M is one more than the largest micro-batch, and
 the weight-update rule and re-materialization are given by the caller.
+
+Copies of the model (DualPipe's two) need no cell of their own: they are implied by the
+actions. When every micro-batch names every stage there is one copy. When each names one
+contiguous block of S_model stages, the same size for all, starting at a multiple of it (the
+IR's copy-major numbering), the file holds S / S_model copies and each micro-batch runs through
+the copy of its block. Anything else is read as one copy, and the validator names what is
+missing.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ def from_csv(
     _check_implied_size(rows, source)
     placement = _infer_placement(rows, source)
     microbatches = 1 + max(a.microbatch for row in rows for a in row)
+    copies, routes = infer_copies(rows, len(placement), microbatches)
     try:
         return Schedule(
             name,
@@ -72,6 +80,8 @@ def from_csv(
             tuple(tuple(row) for row in rows),
             update_rule,
             rematerialize,
+            copies,
+            routes,
         )
     except ScheduleError as error:  # the first line names the file; the grid stays after it
         raise ScheduleError(f"{source}: {error}") from None
@@ -128,6 +138,27 @@ def _infer_placement(rows: list[list[Action]], source: str) -> tuple[int, ...]:
             f"{stages - 1} does; stages must be numbered 0..S-1"
         )
     return tuple(owner[s] for s in range(stages))
+
+
+def infer_copies(
+    rows: list[list[Action]], stages: int, microbatches: int
+) -> tuple[int, tuple[int, ...] | None]:
+    """The copies of the model the actions imply, and each micro-batch's copy (1 and None:
+    one copy; see the module docstring)."""
+    touched: list[set[int]] = [set() for _ in range(microbatches)]
+    for row in rows:
+        for action in row:
+            touched[action.microbatch].add(action.stage)
+    per_copy = len(touched[0])
+    if per_copy in (0, stages) or stages % per_copy:
+        return 1, None
+    routes = []
+    for named in touched:
+        first = min(named, default=-1)
+        if first % per_copy or named != set(range(first, first + per_copy)):
+            return 1, None
+        routes.append(first // per_copy)
+    return stages // per_copy, tuple(routes)
 
 
 def read_csv(

@@ -37,6 +37,9 @@ class ScheduleView(Protocol):
     @property
     def chunks(self) -> int: ...
 
+    @property
+    def copies(self) -> int: ...
+
     def device_of(self, stage: int) -> int: ...
 
     def dependencies(self, action: Action) -> Sequence[Action]: ...
@@ -64,8 +67,9 @@ def render_schedule(schedule: ScheduleView) -> str:
     """The unit-slot grid of ``schedule`` with a one-line heading."""
     heading = (
         f"{schedule.name}: K={schedule.devices} devices, M={schedule.microbatches} "
-        f"micro-batches, v={schedule.chunks} chunk(s) per device, "
-        f"update={schedule.update_rule.value}"
+        f"micro-batches, v={schedule.chunks} chunk(s) per device"
+        + (f" of each of {schedule.copies} model copies" if schedule.copies > 1 else "")
+        + f", update={schedule.update_rule.value}"
         + (", re-materialization" if schedule.rematerialize else "")
     )
     return heading + "\n" + render_grid(unit_slots(schedule), column_title="slot")

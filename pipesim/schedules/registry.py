@@ -17,7 +17,7 @@ from enum import Enum
 from pipesim.common import checks
 from pipesim.common.limits import Limit, check
 from pipesim.errors import ScheduleError
-from pipesim.schedules import closed_forms, v_shaped
+from pipesim.schedules import closed_forms, dualpipe, v_shaped
 from pipesim.schedules import looped_schedules as looped
 from pipesim.schedules.closed_forms import BubbleTerms, ClosedForm
 from pipesim.schedules.schedule import Schedule
@@ -116,6 +116,22 @@ def _dualpipev_constraint(devices: int, microbatches: int, chunks: int) -> str |
         return (
             f"microbatches must be >= 2 x devices = {2 * devices} (DualPipeV's reference "
             f"implementation fills both arms of the V before its main phase), got {microbatches}"
+        )
+    return None
+
+
+def _dualpipe_constraint(devices: int, microbatches: int, chunks: int) -> str | None:
+    reason = _chunks_exactly(
+        1, "DualPipe holds one model stage of each of its two copies per device"
+    )(devices, microbatches, chunks)
+    if reason:
+        return reason
+    if devices % 2:
+        return f"devices must be even (DualPipe pairs device i with K-1-i), got {devices}"
+    if microbatches % 2 or microbatches < 2 * devices:
+        return (
+            f"microbatches must be even and >= 2 x devices = {2 * devices} (half enter each "
+            f"copy; deepseek-ai/DualPipe asserts both), got {microbatches}"
         )
     return None
 
@@ -249,6 +265,17 @@ _REGISTRY: dict[str, ScheduleInfo] = {
             _dualpipev_constraint,
             False,
             torch_class="ScheduleDualPipeV",
+        ),
+        ScheduleInfo(
+            "dualpipe",
+            dualpipe.dualpipe,
+            "bidirectional: two copies of the model, half the micro-batches down each, forward "
+            "and backward of the two directions paired",
+            "DeepSeek-V3 report, arXiv 2412.19437 §3.2.1; deepseek-ai/DualPipe",
+            1,
+            _dualpipe_constraint,
+            False,
+            closed_form=closed_forms.dualpipe,
         ),
         ScheduleInfo(
             "pipedream-2bw",
@@ -410,6 +437,8 @@ def registered_info(schedule: Schedule) -> ScheduleInfo | None:
         reference = build(info.name, k, m, v, remat=schedule.rematerialize)
         if (
             reference.placement == schedule.placement
+            and reference.copies == schedule.copies
+            and reference.routes == schedule.routes
             and reference.action_arrays.same_as(schedule.action_arrays)
             and reference.update_rule is schedule.update_rule
         ):

@@ -51,6 +51,15 @@ class Schedule:
         generator: the registered generator that built this very schedule, set by
             :func:`~pipesim.schedules.registry.build` only; None for a schedule made by hand or
             loaded from a file, whatever its name (see :attr:`generator`).
+        copies: C, the copies of the model the stages hold (1 but for DualPipe's two). The
+            model is cut into S_model = S / C stages (:attr:`model_stages`); the IR numbers
+            stages copy-major, so copy c's stages are c·S_model .. (c+1)·S_model - 1, in the
+            order its micro-batches flow through them.
+        routes: ``routes[m]`` is the copy micro-batch m runs through (length M). Its actions
+            name the stages of that copy only; dependencies stop at a copy's first and last
+            stage. By default every micro-batch runs through copy 0 when C = 1, and otherwise
+            the micro-batches are cut into C contiguous equal blocks, block c through copy c
+            (DualPipe's split of the mini-batch).
 
     ``device_actions`` may be given as lists of :class:`Action` or as an
     :class:`~pipesim.schedules.encoded.ActionArrays` (what the generators build: a large
@@ -63,6 +72,8 @@ class Schedule:
     placement: tuple[int, ...]
     update_rule: UpdateRule
     rematerialize: bool
+    copies: int
+    routes: tuple[int, ...]
     _rows: tuple[tuple[Action, ...], ...] | None
     _arrays: ActionArrays | None
     _checked: Checked | None
@@ -80,6 +91,8 @@ class Schedule:
         device_actions: Sequence[Sequence[Action]] | ActionArrays,
         update_rule: UpdateRule = UpdateRule.FLUSH,
         rematerialize: bool = False,
+        copies: int = 1,
+        routes: Sequence[int] | None = None,
     ) -> None:
         # Accept any sequences; store tuples so the schedule is immutable.
         fields: dict[str, object] = {
@@ -88,6 +101,10 @@ class Schedule:
             "placement": _as_tuple(placement, "placement"),
             "update_rule": update_rule,
             "rematerialize": rematerialize,
+            "copies": copies,
+            "routes": default_routes(microbatches, copies)
+            if routes is None
+            else _as_tuple(routes, "routes"),
             "_rows": None,
             "_arrays": None,
             "_checked": None,
@@ -119,7 +136,9 @@ class Schedule:
 
     def replace(self, **changes: object) -> Schedule:
         """A new schedule with ``changes`` to its fields (``name``, ``microbatches``,
-        ``placement``, ``device_actions``, ``update_rule``, ``rematerialize``), validated."""
+        ``placement``, ``device_actions``, ``update_rule``, ``rematerialize``, ``copies``,
+        ``routes``), validated. A change of ``microbatches`` or ``copies`` without ``routes``
+        takes the default routes."""
         fields: dict[str, object] = {
             "name": self.name,
             "microbatches": self.microbatches,
@@ -127,10 +146,14 @@ class Schedule:
             "device_actions": self.action_arrays,
             "update_rule": self.update_rule,
             "rematerialize": self.rematerialize,
+            "copies": self.copies,
+            "routes": self.routes,
         }
         unknown = set(changes) - set(fields)
         if unknown:
             raise TypeError(f"Schedule has no field(s) {', '.join(sorted(unknown))}")
+        if ("microbatches" in changes or "copies" in changes) and "routes" not in changes:
+            fields["routes"] = None
         fields.update(changes)
         return Schedule(**fields)  # type: ignore[arg-type]
 
@@ -143,6 +166,8 @@ class Schedule:
             and self.placement == other.placement
             and self.update_rule is other.update_rule
             and self.rematerialize == other.rematerialize
+            and self.copies == other.copies
+            and self.routes == other.routes
             and self.action_arrays.same_as(other.action_arrays)
         )
 
@@ -150,11 +175,12 @@ class Schedule:
         return hash((self.name, self.microbatches, self.placement, self.action_arrays.actions))
 
     def __repr__(self) -> str:
+        copies = f", copies={self.copies}" if self.copies > 1 else ""
         return (
             f"Schedule(name={self.name!r}, devices={self.devices}, "
             f"microbatches={self.microbatches}, chunks={self.chunks}, "
             f"actions={self.action_arrays.actions}, update_rule={self.update_rule.value}, "
-            f"rematerialize={self.rematerialize})"
+            f"rematerialize={self.rematerialize}{copies})"
         )
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -170,6 +196,8 @@ class Schedule:
                 self.update_rule,
                 self.rematerialize,
                 self._generator,
+                self.copies,
+                self.routes if self.copies > 1 else None,
             ),
         )
 
@@ -226,13 +254,53 @@ class Schedule:
 
     @property
     def stages(self) -> int:
-        """S = K·v, the contiguous slices of the model; stage 0 takes the input."""
+        """S = C·K·v, the stages of the IR: the contiguous slices of the model (K·v of them),
+        once per copy; stage 0 takes the input."""
         return len(self.placement)
 
     @property
+    def model_stages(self) -> int:
+        """S_model = S / C = K·v, the stages the model is cut into (each copy holds them all)."""
+        return self.stages // self.copies
+
+    @property
     def chunks(self) -> int:
-        """v, the stages (model chunks) each device holds."""
-        return self.stages // self.devices
+        """v, the model chunks each device holds of each copy (the stages it holds, over C)."""
+        return self.stages // (self.devices * self.copies)
+
+    def model_stage(self, stage: int) -> int:
+        """The slice of the model IR stage ``stage`` holds (``stage`` mod S_model)."""
+        return stage % self.model_stages
+
+    def copy_of_stage(self, stage: int) -> int:
+        """The copy of the model IR stage ``stage`` belongs to."""
+        return stage // self.model_stages
+
+    def first_of_copy(self, stage: int) -> bool:
+        """True when ``stage`` takes its copy's input (the model's first slice)."""
+        return stage % self.model_stages == 0
+
+    def last_of_copy(self, stage: int) -> bool:
+        """True when ``stage`` computes its copy's loss (the model's last slice)."""
+        return stage % self.model_stages == self.model_stages - 1
+
+    def stages_of_copy(self, copy: int) -> range:
+        """The IR stages of ``copy``, in the order its micro-batches flow through them."""
+        return range(copy * self.model_stages, (copy + 1) * self.model_stages)
+
+    def on_stages(self, values: Sequence[_T]) -> tuple[_T, ...]:
+        """Per-stage ``values`` for every IR stage: given per IR stage (S of them) they are
+        kept; given per model stage (S_model of them, one copy's), each copy's stage takes its
+        model stage's value. Anything else is refused."""
+        if len(values) == self.stages:
+            return tuple(values)
+        if len(values) == self.model_stages:
+            return tuple(values[self.model_stage(s)] for s in range(self.stages))
+        per_model = f" or {self.model_stages} (one per model stage)" if self.copies > 1 else ""
+        raise ScheduleError(
+            f"schedule {self.name!r} needs {self.stages} per-stage values{per_model}, got "
+            f"{len(values)}"
+        )
 
     def device_of(self, stage: int) -> int:
         """The device that holds ``stage``."""
@@ -351,6 +419,17 @@ def _as_tuple(value: Sequence[object] | object, what: str) -> tuple:  # type: ig
     return tuple(value)
 
 
+def default_routes(microbatches: object, copies: object) -> tuple[int, ...]:
+    """Every micro-batch through copy 0 for one copy; else the micro-batches in C contiguous
+    equal blocks (as equal as M allows), block c through copy c. Values the validator will
+    refuse give no routes."""
+    if type(microbatches) is not int or microbatches < 1:
+        return ()
+    if type(copies) is not int or copies < 1:
+        return ()
+    return tuple(m * copies // microbatches for m in range(microbatches))
+
+
 def _restore(
     name: str,
     microbatches: int,
@@ -359,9 +438,13 @@ def _restore(
     update_rule: UpdateRule,
     rematerialize: bool,
     generator: str | None,
+    copies: int = 1,
+    routes: tuple[int, ...] | None = None,
 ) -> Schedule:
     """A pickled schedule, rebuilt (and so revalidated) from its arrays."""
-    schedule = Schedule(name, microbatches, placement, arrays, update_rule, rematerialize)
+    schedule = Schedule(
+        name, microbatches, placement, arrays, update_rule, rematerialize, copies, routes
+    )
     if generator is not None:
         schedule._set_generator(generator)
     return schedule

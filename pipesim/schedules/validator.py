@@ -4,9 +4,13 @@ Checks, in order, each failing with a :class:`~pipesim.errors.ScheduleError` tha
 device-by-step grid with the offending actions marked:
 
 1. shape: at least one device and one micro-batch; every stage placed on an existing device;
-   every device holding the same number of stages;
+   every device holding the same number of stages; with copies of the model, C dividing each
+   device's stages and every micro-batch routed through an existing copy, each copy taking at
+   least one;
 2. each action names an existing stage and micro-batch and sits on its stage's device, once;
-3. completeness: each (stage, micro-batch) has one F and either one B, or one I and one W;
+   with copies, on a stage of the micro-batch's own copy;
+3. completeness: each (stage, micro-batch) of the micro-batch's copy has one F and either one
+   B, or one I and one W;
 4. local order: on its device an action comes after the same micro-batch's earlier pieces
    (F before B or I, I before W);
 5. a dependency-driven dry run runs every device's list to the end: no deadlock.
@@ -44,7 +48,8 @@ class ScheduleFields(Protocol):
 
     An object that also has ``action_arrays`` (an :class:`ActionArrays`, as a schedule built
     by a generator has) is checked on those arrays, and its ``device_actions`` are read only
-    to report a fault."""
+    to report a fault. One that has ``copies`` and ``routes`` (the copies of the model and
+    each micro-batch's copy) is checked with them; without, it holds one copy."""
 
     @property
     def name(self) -> str: ...
@@ -81,8 +86,14 @@ def validate(schedule: ScheduleFields) -> Checked:
     """Check ``schedule``; return what was learned, or raise :class:`ScheduleError`."""
     arrays = _arrays_of(schedule)
     _check_shape(schedule, arrays.devices)
+    copies, routes = _check_copies(schedule, arrays.devices)
     encoded = encode_arrays(
-        arrays, schedule.placement, schedule.microbatches, schedule.rematerialize
+        arrays,
+        schedule.placement,
+        schedule.microbatches,
+        schedule.rematerialize,
+        copies=copies,
+        routes=routes,
     )
     if isinstance(encoded, Deadlock):
         raise deadlock_error(schedule, encoded)
@@ -130,15 +141,35 @@ def _arrays_of(schedule: ScheduleFields) -> ActionArrays:
 def encode(schedule: ScheduleFields) -> EncodedSchedule | Deadlock | None:
     """The integer encoding of a valid schedule; None when one of checks 2 to 4 fails; the dry
     run's state when only the dry run fails."""
+    copies, routes = copies_of(schedule)
     return encode_arrays(
-        _arrays_of(schedule), schedule.placement, schedule.microbatches, schedule.rematerialize
+        _arrays_of(schedule),
+        schedule.placement,
+        schedule.microbatches,
+        schedule.rematerialize,
+        copies=copies,
+        routes=routes,
     )
 
 
+def copies_of(schedule: ScheduleFields) -> tuple[int, tuple[int, ...] | None]:
+    """The schedule's copies of the model and each micro-batch's copy (1 and None: one copy)."""
+    copies = getattr(schedule, "copies", 1)
+    routes = getattr(schedule, "routes", None)
+    return copies, None if routes is None else tuple(routes)
+
+
 def encode_arrays(
-    arrays: ActionArrays, placement: Sequence[int], microbatches: int, rematerialize: bool
+    arrays: ActionArrays,
+    placement: Sequence[int],
+    microbatches: int,
+    rematerialize: bool,
+    *,
+    copies: int = 1,
+    routes: Sequence[int] | None = None,
 ) -> EncodedSchedule | Deadlock | None:
-    """:func:`encode` on a schedule's arrays and fields."""
+    """:func:`encode` on a schedule's arrays and fields; ``copies`` of the model, micro-batch
+    m through copy ``routes[m]`` (checked by :func:`validate` beforehand)."""
     devices, stages = arrays.devices, len(placement)
     row_starts, stage, kind, microbatch = (
         arrays.row_starts,
@@ -172,12 +203,25 @@ def encode_arrays(
     present = flat_index >= 0
     full = present[:, :, B] & ~present[:, :, I] & ~present[:, :, W]
     split = ~present[:, :, B] & present[:, :, I] & present[:, :, W]
-    if not present[:, :, F].all() or not (full | split).all():
+    model_stages = None
+    if copies > 1:
+        if routes is None or len(routes) != microbatches:
+            return None
+        model_stages = stages // copies
+        route = np.array(routes, dtype=np.int64)
+        member = (np.arange(stages, dtype=np.int64) // model_stages)[:, None] == route[None, :]
+        if not member[stage, microbatch].all():
+            return None  # an action on a stage of another copy than its micro-batch's
+        if not (present[:, :, F] | ~member).all() or not (full | split | ~member).all():
+            return None
+    elif not present[:, :, F].all() or not (full | split).all():
         return None
     if rematerialize and split.any():
         return None
     backward_kind = np.where(split, I, B).astype(np.int64)
-    dependencies, upstream = dependency_arrays(stage, kind, microbatch, flat_index, backward_kind)
+    dependencies, upstream = dependency_arrays(
+        stage, kind, microbatch, flat_index, backward_kind, model_stages
+    )
     # Local order: F before B or I, I before W, on the same device (so in the same row): a
     # non-F action's first dependency is that earlier piece.
     later = kind != F
@@ -243,10 +287,50 @@ def _check_shape(schedule: ScheduleFields, devices: int) -> None:
         raise ScheduleError(f"rematerialize must be True or False, got {schedule.rematerialize!r}")
 
 
+def _check_copies(schedule: ScheduleFields, devices: int) -> tuple[int, tuple[int, ...] | None]:
+    """The copies of the model and each micro-batch's copy, checked: C >= 1 dividing the
+    stages each device holds, one copy per micro-batch, every copy taking one at least."""
+    copies, routes = copies_of(schedule)
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ScheduleError(f"copies must be an integer >= 1, got {copies!r}")
+    held = len(schedule.placement) // devices
+    if held % copies:
+        raise ScheduleError(
+            f"copies: each device holds {held} stage(s), which {copies} copies of the model "
+            "cannot share equally (each device must hold as many stages of every copy)"
+        )
+    if routes is None:
+        if copies > 1:
+            raise ScheduleError(
+                f"routes: {copies} copies of the model need each micro-batch's copy"
+            )
+        return copies, None
+    m = schedule.microbatches
+    if len(routes) != m:
+        raise ScheduleError(f"routes: one copy per micro-batch, {m}, got {len(routes)}")
+    if copies == 1 and all(type(copy) is int for copy in routes) and not any(routes):
+        return copies, routes  # every micro-batch through the one copy (the common case)
+    for microbatch, copy in enumerate(routes):
+        if isinstance(copy, bool) or not isinstance(copy, int) or not 0 <= copy < copies:
+            raise ScheduleError(
+                f"routes: micro-batch {microbatch} goes through copy {copy!r}, but the "
+                f"schedule has {copies} (0..{copies - 1})"
+            )
+    unused = sorted(set(range(copies)) - set(routes))
+    if unused:
+        raise ScheduleError(
+            f"routes: no micro-batch goes through copy {few(unused)}; every copy of the model "
+            "must take one at least"
+        )
+    return copies, routes
+
+
 def _check_actions(schedule: ScheduleFields) -> dict[Action, tuple[int, int]]:
-    """Range, placement and uniqueness; returns each action's (device, step)."""
+    """Range, placement, copy and uniqueness; returns each action's (device, step)."""
     rows = schedule.device_actions
     stages, microbatches = len(schedule.placement), schedule.microbatches
+    copies, routes = copies_of(schedule)
+    model_stages = stages // copies
     positions: dict[Action, tuple[int, int]] = {}
     for device, row in enumerate(rows):
         for step, action in enumerate(row):
@@ -266,6 +350,18 @@ def _check_actions(schedule: ScheduleFields) -> dict[Action, tuple[int, int]]:
                     rows,
                     [where],
                 )
+            if copies > 1 and routes is not None:
+                own, theirs = routes[action.microbatch], action.stage // model_stages
+                if own != theirs:
+                    start = own * model_stages
+                    raise fail(
+                        f"device {device} step {step}: {action} runs micro-batch "
+                        f"{action.microbatch} on stage {action.stage} of copy {theirs}, but "
+                        f"the micro-batch goes through copy {own} (stages {start}.."
+                        f"{start + model_stages - 1})",
+                        rows,
+                        [where],
+                    )
             owner = schedule.placement[action.stage]
             if owner != device:
                 raise fail(
@@ -294,8 +390,12 @@ def _check_complete(
     for action, where in positions.items():
         present.setdefault((action.stage, action.microbatch), {})[action.kind] = where
     kinds: dict[tuple[int, int], Kind] = {}
+    copies, routes = copies_of(schedule)
+    model_stages = len(schedule.placement) // copies
     for stage in range(len(schedule.placement)):
         for mb in range(schedule.microbatches):
+            if routes is not None and routes[mb] != stage // model_stages:
+                continue  # a stage of another copy than the micro-batch's
             found = present.get((stage, mb), {})
             marks = list(found.values())
             if Kind.F not in found:

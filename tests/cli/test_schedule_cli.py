@@ -132,7 +132,7 @@ def test_show_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
         (
             ["schedule", "show", "--schedule", "nope", "-K", "2", "-M", "2"],
             "pipesim: error: unknown schedule 'nope'; choose one of: gpipe, 1f1b, "
-            "interleaved-1f1b, interleaved-1f1b-flexible, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, "
+            "interleaved-1f1b, interleaved-1f1b-flexible, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, dualpipe, "
             "pipedream-2bw, pipedream",
         ),
         (
@@ -283,3 +283,15 @@ def test_schedule_show_and_export_synthesise_for_the_costs_given(
         )
         assert status == 2 and err.startswith(f"pipesim: error: {option} goes with --schedule ")
         assert err.endswith(f"got {shown}\n")
+
+
+def test_a_schedule_with_model_copies_says_each_microbatchs_copy_in_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(
+        capsys, "schedule", "show", "--schedule", "dualpipe", "-K", "4", "-M", "8", "--json"
+    )
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["copies"] == 2 and document["routes"] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert document["stages"] == 8

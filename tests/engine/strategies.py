@@ -4,6 +4,7 @@ generator makes), per-stage costs with ties and zeros, and networks of every top
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
@@ -32,7 +33,9 @@ def reordered(draw: st.DrawFn, schedule: Schedule) -> Schedule:
             i, j = sorted(rng.sample(range(len(candidate)), 2))
             candidate[i], candidate[j] = candidate[j], candidate[i]
             trial = [*rows[:device], candidate, *rows[device + 1 :]]
-            if reference_runs_to_completion(schedule.stages, schedule.placement, trial):
+            if reference_runs_to_completion(
+                schedule.stages, schedule.placement, trial, schedule.model_stages
+            ):
                 rows = trial
     return Schedule(
         "reordered",
@@ -41,13 +44,22 @@ def reordered(draw: st.DrawFn, schedule: Schedule) -> Schedule:
         tuple(tuple(row) for row in rows),
         schedule.update_rule,
         schedule.rematerialize,
+        schedule.copies,
+        schedule.routes,
     )
 
 
 @st.composite
-def any_schedule(draw: st.DrawFn, max_devices: int = 5, max_microbatches: int = 8) -> Schedule:
+def any_schedule(
+    draw: st.DrawFn,
+    max_devices: int = 5,
+    max_microbatches: int = 8,
+    names: Sequence[str] | None = None,
+) -> Schedule:
     """A generated schedule (sometimes with remat), or a valid reordering of one."""
-    schedule = draw(schedules(max_devices=max_devices, max_microbatches=max_microbatches))
+    schedule = draw(
+        schedules(names=names, max_devices=max_devices, max_microbatches=max_microbatches)
+    )
     if draw(st.booleans()) and schedule.generator is not None:
         name = schedule.generator
         k, m, v = schedule.devices, schedule.microbatches, schedule.chunks
@@ -74,9 +86,13 @@ def networks(draw: st.DrawFn, devices: int) -> Network:
 
 @st.composite
 def costs_for(draw: st.DrawFn, schedule: Schedule) -> PipelineCosts:
-    """Random per-stage costs (zeros and ties included) on a random network."""
+    """Random per-stage costs (zeros and ties included) on a random network; for a schedule
+    whose stages hold copies of the model, per stage of every copy or per model stage (the
+    engines give each copy's stage its model stage's costs)."""
     uniform = draw(st.booleans())
-    count = 1 if uniform else schedule.stages
+    per_model = schedule.copies > 1 and draw(st.booleans())
+    stage_count = schedule.model_stages if per_model else schedule.stages
+    count = 1 if uniform else stage_count
     stages = []
     for _ in range(count):
         stash = draw(_BYTES)
@@ -94,7 +110,7 @@ def costs_for(draw: st.DrawFn, schedule: Schedule) -> PipelineCosts:
             )
         )
     if uniform:
-        stages = stages * schedule.stages
+        stages = stages * stage_count
     return PipelineCosts(
         tuple(stages),
         draw(networks(schedule.devices)),

@@ -27,7 +27,7 @@ def reference_iteration_time(
     schedule: Schedule, durations: dict[Action, float], comm_s: float | Network
 ) -> float:
     """``comm_s``: one latency for every transfer, or a network whose routes' latencies count."""
-    stages = schedule.stages
+    per_copy = schedule.model_stages  # S, or with copies of the model one copy's stages
     backward = {
         (a.stage, a.microbatch): a.kind for a in schedule.actions() if a.kind in (Kind.B, Kind.I)
     }
@@ -35,11 +35,13 @@ def reference_iteration_time(
     def needs(a: Action) -> list[Action]:
         s, m = a.stage, a.microbatch
         if a.kind is Kind.F:
-            return [] if s == 0 else [Action(s - 1, Kind.F, m)]
+            return [] if s % per_copy == 0 else [Action(s - 1, Kind.F, m)]
         if a.kind is Kind.W:
             return [Action(s, Kind.I, m)]
         own = [Action(s, Kind.F, m)]
-        return own if s == stages - 1 else [*own, Action(s + 1, backward[(s + 1, m)], m)]
+        if s % per_copy == per_copy - 1:
+            return own
+        return [*own, Action(s + 1, backward[(s + 1, m)], m)]
 
     def latency(source: int, target: int) -> float:
         if source == target:
@@ -133,11 +135,11 @@ def test_random_valid_reorderings_match_too(schedule: Schedule, rng: random.Rand
         i, j = sorted(rng.sample(range(len(candidate)), 2)) if len(candidate) > 1 else (0, 0)
         candidate[i], candidate[j] = candidate[j], candidate[i]
         trial = [*rows[:device], candidate, *rows[device + 1 :]]
-        if reference_runs_to_completion(schedule.stages, schedule.placement, trial):
+        if reference_runs_to_completion(
+            schedule.stages, schedule.placement, trial, schedule.model_stages
+        ):
             rows = trial
-    shuffled = Schedule(
-        "shuffled", schedule.microbatches, schedule.placement, tuple(tuple(row) for row in rows)
-    )
+    shuffled = schedule.replace(name="shuffled", device_actions=tuple(tuple(r) for r in rows))
     stage_costs = tuple(
         StageCosts(rng.uniform(1, 3), rng.uniform(1, 3), rng.uniform(0, 2))
         for _ in range(schedule.stages)

@@ -55,7 +55,7 @@ def gradient_cases(
     try:
         for index, (name, microbatches, chunks, seed) in enumerate(cases):
             schedule = build(name, world, microbatches, chunks)
-            model = case_model(schedule.stages, seed)
+            model = case_model(schedule.model_stages, seed)
             stages = split_model(model, schedule)
             x, y = case_batch(microbatches, seed)
             result = run_step(

@@ -59,7 +59,7 @@ def check_cases(world: int, cases: list[Case]) -> None:
 def _compare(out: Path, world: int, cases: list[Case]) -> None:
     for index, (name, microbatches, chunks, seed) in enumerate(cases):
         schedule = build(name, world, microbatches, chunks)
-        model = workers.case_model(schedule.stages, seed)
+        model = workers.case_model(schedule.model_stages, seed)
         x, y = workers.case_batch(microbatches, seed)
         loss, expected = reference_step(model, x, y, nn.MSELoss(), microbatches)
         grads: dict[str, torch.Tensor] = {}
@@ -69,16 +69,20 @@ def _compare(out: Path, world: int, cases: list[Case]) -> None:
             assert len(payload["compute"]) == len(schedule.actions())
             assert payload["transfers"] > 0
             grads.update(payload["grads"])
-        layer = 0
-        for s, count in enumerate(_layers_per_stage(schedule.stages)):
-            for local in range(count):
+        # Every stage of every copy (DualPipe's two) holds the whole step's gradient of its
+        # slice of the model: the copies' gradients are summed across the ranks.
+        counts = _layers_per_stage(schedule.model_stages)
+        for s in range(schedule.stages):
+            model_stage = schedule.model_stage(s)
+            layer = sum(counts[:model_stage])
+            for local in range(counts[model_stage]):
                 for param in ("linear.weight", "linear.bias"):
                     assert_close(grads[f"{s}.{local}.{param}"], expected[f"{layer}.{param}"])
                 layer += 1
 
 
 def _layers_per_stage(stages: int) -> list[int]:
-    # split_model spreads stages + 1 layers: the first stage takes the extra one.
+    # split_model spreads stages + 1 layers over the model's stages: the first takes two.
     return [2] + [1] * (stages - 1)
 
 
@@ -91,7 +95,15 @@ def test_every_schedule_at_two_devices() -> None:
 
 
 def test_a_few_schedules_at_four_devices() -> None:
-    check_cases(4, [("1f1b", 4, None, 1), ("interleaved-1f1b", 8, 2, 2), ("zbv", 8, None, 3)])
+    check_cases(
+        4,
+        [
+            ("1f1b", 4, None, 1),
+            ("interleaved-1f1b", 8, 2, 2),
+            ("zbv", 8, None, 3),
+            ("dualpipe", 8, None, 4),
+        ],
+    )
 
 
 def run_failing(mode: str, world: int) -> list[dict[str, Any]]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from executor import run_step, split_model
+from executor import PipelineTrainer, run_step, split_model
 from executor.models import mlp, transformer
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.schedules import Schedule, build
@@ -124,3 +125,49 @@ def test_synthesised_schedules_of_several_stages_per_device_give_unpipelined_gra
     limit = minimum_limit(placement) + extra
     found = synthesize(costs, microbatches, limit, placement=placement, search_evaluations=10)
     check_step(found.schedule, "mlp", 1, 4, seed, 1)
+
+
+@pytest.mark.parametrize(
+    ("devices", "microbatches", "kind"),
+    [(2, 4, "mlp"), (4, 8, "mlp"), (4, 10, "transformer")],
+)
+def test_dualpipe_copies_add_up_to_the_unpipelined_gradients(
+    devices: int, microbatches: int, kind: str
+) -> None:
+    """Two copies of the model initialised equal, half the micro-batches through each: the
+    sum of the copies' gradients of each model stage is the unpipelined gradient of the mean
+    loss; after the all-reduce the executor runs by default each copy holds it, and an
+    optimizer step keeps the copies identical."""
+    schedule = build("dualpipe", devices, microbatches)
+    model = model_for(kind, schedule.model_stages + 1, 4, seed=devices)
+    reference = copy.deepcopy(model)
+    x, y = batch_for(kind, 2 * microbatches, 4, devices)
+    stages = split_model(model, schedule)
+    copy_0, copy_1 = stages[: schedule.model_stages], stages[schedule.model_stages :]
+    names = {id(p): n for n, p in model.named_parameters()}
+    pairs = [
+        (names[id(a)], a, b)
+        for first, second in zip(copy_0, copy_1, strict=True)
+        for a, b in zip(first.parameters(), second.parameters(), strict=True)
+    ]
+    assert len(pairs) == len(names)  # copy 0 is the model itself, copy 1 a copy of it
+    assert all(a is not b and torch.equal(a, b) for _, a, b in pairs)
+    loss, expected = reference_step(reference, x, y, nn.MSELoss(), microbatches)
+
+    result = run_step(schedule, stages, x, y, nn.MSELoss(), check_finite=True, reduce_copies=False)
+    assert abs(result.loss - loss) <= 1e-10 * abs(loss)
+    for name, a, b in pairs:
+        assert a.grad is not None and b.grad is not None, name
+        assert_close(a.grad + b.grad, expected[name], what=name)
+        assert float((b.grad - expected[name]).abs().max()) > 1e-6  # each copy has half
+
+    for stage in stages:
+        stage.zero_grad(set_to_none=True)
+    run_step(schedule, stages, x, y, nn.MSELoss())  # the copies' gradients summed
+    for name, a, b in pairs:
+        assert_close(a.grad, expected[name], what=name)
+        assert torch.equal(a.grad, b.grad)
+
+    trainer = PipelineTrainer(schedule, stages, nn.MSELoss())
+    trainer.step(x, y)
+    assert all(torch.equal(a, b) for _, a, b in pairs)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipesim.costs import StageCosts, synthetic_costs
+from pipesim.costs import PipelineCosts, StageCosts, synthetic_costs
 from pipesim.engine import simulate
 from pipesim.memory import rules
 from pipesim.memory.forms import memory_forms
@@ -136,3 +136,49 @@ def test_the_engine_and_the_closed_form_read_the_same_rules(name: str, remat: bo
     assert [d.peak_memory_bytes for d in result.per_device] == [
         form.peak_bytes(stage_costs) for form in forms
     ]
+
+
+def test_copies_of_the_model_keep_their_own_tied_embeddings() -> None:
+    """Two copies of a two-stage model in a V (DualPipe at K=2): device 0 holds copy 0's
+    first stage and copy 1's last, device 1 the other two. Each device holds the first stage
+    of one copy and the last of the other: no copy is held twice."""
+    first = StageCosts(1, 1, 0, parameter_bytes=8, gradient_bytes=8)
+    last = StageCosts(1, 1, 0, parameter_bytes=10, gradient_bytes=10, shared_parameter_bytes=8)
+    stages = [first, last, first, last]  # copy 0's stages, then copy 1's
+    assert rules.static_bytes(stages, [0, 3], 1, model_stages=2) == 36.0
+    assert rules.static_bytes(stages, [0, 3], 1) == 36.0 - 16.0  # read as one 4-stage model
+    assert rules.static_bytes(stages, [2, 3], 1, model_stages=2) == 36.0 - 16.0  # one copy's ends
+
+
+@pytest.mark.parametrize("per_model_stage", [True, False])
+def test_dualpipe_reads_the_same_rules_in_the_engine_and_the_closed_form(
+    per_model_stage: bool,
+) -> None:
+    """DualPipe's forms over its copies' stages, given the costs per model stage (as the
+    partitioner and the planner have them) or per stage of each copy, against the engine:
+    the same peak on every device, to the byte (with unequal stages, so a copy's stage that
+    took another model stage's costs would show)."""
+    schedule = build("dualpipe", 4, 8)
+    model = [
+        StageCosts(
+            1.0,
+            2.0,
+            1.0,
+            activation_bytes=(s + 1) * A * 1e6,
+            weight_grad_activation_bytes=W_PART * 1e6,
+            input_bytes=X * 1e6,
+            output_bytes=X * 1e6,
+            parameter_bytes=(s + 1) * 1e6,
+            gradient_bytes=1e6,
+        )
+        for s in range(4)
+    ]
+    network = synthetic_costs(4, 1, 1.0, 1.0).network
+    given = model if per_model_stage else [model[s % 4] for s in range(8)]
+    result = simulate(schedule, PipelineCosts(tuple(given), network))
+    forms = memory_forms(schedule)
+    assert [d.peak_memory_bytes for d in result.per_device] == [
+        form.peak_bytes(given) for form in forms
+    ]
+    # device d: model stage d of copy 0 and K-1-d of copy 1, their weights both held
+    assert [d.memory.static.weights for d in result.per_device] == [5e6] * 4

@@ -23,6 +23,12 @@ def schedules(
 ) -> Schedule:
     """Any registered schedule at any (K, M, v) its constraints allow."""
     name = draw(st.sampled_from(list(names or schedule_names())))
+    if name == "dualpipe":  # K and M even, M >= 2K, v = 1: drawn so, not filtered down to
+        assume(max_devices >= 2 and max_microbatches >= 4)
+        devices = 2 * draw(st.integers(1, max_devices // 2))
+        assume(2 * devices <= max_microbatches)
+        microbatches = 2 * draw(st.integers(devices, max_microbatches // 2))
+        return build(name, devices, microbatches, 1)
     devices = draw(st.integers(1, max_devices))
     microbatches = draw(st.integers(1, max_microbatches))
     chunks = draw(st.integers(1, max_chunks))
@@ -31,15 +37,21 @@ def schedules(
 
 
 def reference_runs_to_completion(
-    stages: int, placement: Sequence[int], rows: Sequence[Sequence[Action]]
+    stages: int,
+    placement: Sequence[int],
+    rows: Sequence[Sequence[Action]],
+    model_stages: int | None = None,
 ) -> bool:
     """A deliberately naive dry run, independent of the validator: keep sweeping the devices,
     running each one's next action when the actions it needs are done, until nothing moves.
 
     Needs: F(s,m) <- F(s-1,m); B/I(s,m) <- F(s,m) and the B or I of (s+1,m); W(s,m) <- I(s,m).
+    With copies of the model (``model_stages`` stages each, numbered copy by copy), a copy's
+    first stage needs no F before it and its last no backward after it.
     Also checks that each (stage, micro-batch) has F and B, or F, I and W, each once, and that
     every action sits on its stage's device.
     """
+    per_copy = stages if model_stages is None else model_stages
     seen: dict[tuple[int, int], list[Kind]] = {}
     for device, row in enumerate(rows):
         for a in row:
@@ -54,12 +66,13 @@ def reference_runs_to_completion(
     def ready(a: Action) -> bool:
         s, m = a.stage, a.microbatch
         if a.kind is Kind.F:
-            return s == 0 or (s - 1, "F", m) in done
+            return s % per_copy == 0 or (s - 1, "F", m) in done
         if a.kind is Kind.W:
             return (s, "I", m) in done
         if (s, "F", m) not in done:
             return False
-        return s == stages - 1 or (s + 1, "B", m) in done or (s + 1, "I", m) in done
+        last = s % per_copy == per_copy - 1
+        return last or (s + 1, "B", m) in done or (s + 1, "I", m) in done
 
     heads = [0] * len(rows)
     moved = True

@@ -31,11 +31,15 @@ def test_every_schedule_is_complete_placed_and_deadlock_free(schedule: Schedule)
     for stage in range(schedule.stages):
         for mb in range(schedule.microbatches):
             kinds = {a.kind for a in counts if a.stage == stage and a.microbatch == mb}
-            assert kinds in ({Kind.F, Kind.B}, {Kind.F, Kind.I, Kind.W})
-    assert schedule.stages == schedule.devices * schedule.chunks
-    assert sorted(Counter(schedule.placement).values()) == [schedule.chunks] * schedule.devices
+            if schedule.copy_of_stage(stage) == schedule.routes[mb]:
+                assert kinds in ({Kind.F, Kind.B}, {Kind.F, Kind.I, Kind.W})
+            else:  # a stage of another copy of the model than the micro-batch's
+                assert not kinds
+    held = schedule.chunks * schedule.copies
+    assert schedule.stages == schedule.devices * held
+    assert sorted(Counter(schedule.placement).values()) == [held] * schedule.devices
     assert reference_runs_to_completion(
-        schedule.stages, schedule.placement, schedule.device_actions
+        schedule.stages, schedule.placement, schedule.device_actions, schedule.model_stages
     )
 
 
@@ -97,9 +101,11 @@ def test_a_shuffled_device_list_is_accepted_exactly_when_it_can_run(
     rows = [list(row) for row in schedule.device_actions]
     device = rng.randrange(len(rows))
     rng.shuffle(rows[device])
-    runnable = reference_runs_to_completion(schedule.stages, schedule.placement, rows)
+    runnable = reference_runs_to_completion(
+        schedule.stages, schedule.placement, rows, schedule.model_stages
+    )
     try:
-        Schedule(schedule.name, schedule.microbatches, schedule.placement, tuple(map(tuple, rows)))
+        schedule.replace(device_actions=tuple(map(tuple, rows)))
     except ScheduleError:
         assert not runnable
     else:
@@ -114,7 +120,7 @@ def test_a_truncated_schedule_is_rejected(schedule: Schedule, data: st.DataObjec
     rows = list(schedule.device_actions)
     rows[device] = row[:-cut]
     with pytest.raises(ScheduleError, match=r"is missing|no backward|but no"):
-        Schedule(schedule.name, schedule.microbatches, schedule.placement, tuple(rows))
+        schedule.replace(device_actions=tuple(rows))
 
 
 @given(schedules(max_devices=4, max_microbatches=8))
@@ -122,7 +128,7 @@ def test_a_reversed_device_list_is_rejected(schedule: Schedule) -> None:
     rows = list(schedule.device_actions)
     rows[0] = tuple(reversed(rows[0]))
     with pytest.raises(ScheduleError, match="before"):
-        Schedule(schedule.name, schedule.microbatches, schedule.placement, tuple(rows))
+        schedule.replace(device_actions=tuple(rows))
 
 
 def test_every_schedule_builds_validates_and_exports_over_the_whole_grid() -> None:
@@ -144,6 +150,7 @@ def test_every_schedule_builds_validates_and_exports_over_the_whole_grid() -> No
     assert built["looped-bfs"] == 8 * 32 * 4
     assert built["zbv"] == 8 * 32
     assert built["dualpipev"] == sum(33 - 2 * k for k in range(1, 9))
+    assert built["dualpipe"] == sum(len(range(2 * k, 33, 2)) for k in (2, 4, 6, 8))
     assert built["pipedream-2bw"] == sum(33 - k for k in range(1, 9))
     assert built["interleaved-1f1b"] == built["interleaved-zb"] > 8 * 8 * 3
     assert built["interleaved-1f1b-flexible"] == 8 * 32 * 3

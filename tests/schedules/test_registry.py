@@ -34,7 +34,7 @@ def test_unknown_name_lists_the_valid_ones() -> None:
     assert str(error.value) == (
         "unknown schedule '1F1B'; choose one of: gpipe, 1f1b, interleaved-1f1b, "
         "interleaved-1f1b-flexible, looped-bfs, zb-h1, zb-h2, interleaved-zb, zbv, dualpipev, "
-        "pipedream-2bw, pipedream"
+        "dualpipe, pipedream-2bw, pipedream"
     )
 
 
@@ -78,6 +78,25 @@ def test_chunks_default_to_the_schedules_own() -> None:
             ("dualpipev", 3, 5),
             "dualpipev: microbatches must be >= 2 x devices = 6 (DualPipeV's reference "
             "implementation fills both arms of the V before its main phase), got 5",
+        ),
+        (
+            ("dualpipe", 2, 4, 2),
+            "dualpipe: chunks must be 1 (DualPipe holds one model stage of each of its two "
+            "copies per device), got 2",
+        ),
+        (
+            ("dualpipe", 3, 6),
+            "dualpipe: devices must be even (DualPipe pairs device i with K-1-i), got 3",
+        ),
+        (
+            ("dualpipe", 4, 6),
+            "dualpipe: microbatches must be even and >= 2 x devices = 8 (half enter each copy; "
+            "deepseek-ai/DualPipe asserts both), got 6",
+        ),
+        (
+            ("dualpipe", 4, 9),
+            "dualpipe: microbatches must be even and >= 2 x devices = 8 (half enter each copy; "
+            "deepseek-ai/DualPipe asserts both), got 9",
         ),
         (
             ("interleaved-1f1b", 2, 4, 1),

@@ -29,7 +29,7 @@ def broken(schedule: Schedule, rng: random.Random) -> Any:
     rows = [list(r) for r in schedule.device_actions]
     device = rng.randrange(len(rows))
     row = rows[device]
-    fault = rng.choice(["swap", "drop", "duplicate", "move", "rename", "none"])
+    fault = rng.choice(["swap", "drop", "duplicate", "move", "rename", "recopy", "none"])
     if fault == "swap" and len(row) > 1:
         i, j = rng.sample(range(len(row)), 2)
         row[i], row[j] = row[j], row[i]
@@ -43,12 +43,18 @@ def broken(schedule: Schedule, rng: random.Random) -> Any:
     elif fault == "rename" and row:
         a = row[rng.randrange(len(row))]
         row[row.index(a)] = Action(a.stage, a.kind, a.microbatch + rng.choice([0, 1]))
+    elif fault == "recopy" and row and schedule.copies > 1:  # the other copy's stage
+        a = row[rng.randrange(len(row))]
+        other = (a.stage + schedule.model_stages) % schedule.stages
+        row[row.index(a)] = Action(other, a.kind, a.microbatch)
     return SimpleNamespace(
         name="broken",
         microbatches=schedule.microbatches,
         placement=schedule.placement,
         device_actions=tuple(tuple(r) for r in rows),
         rematerialize=schedule.rematerialize,
+        copies=schedule.copies,
+        routes=schedule.routes,
     )
 
 
