@@ -24,6 +24,7 @@ PAPERS = {
     "interleaved": "arXiv 2104.04473",
     "megatron": "arXiv 2104.04473",
     "published": "arXiv 2201.11990",
+    "deepseek-v3": "arXiv 2412.19437",
 }
 
 
@@ -460,3 +461,21 @@ def test_the_headline_line_counts_out_of_sample_cells_only() -> None:
     assert sample_headline(rows[3:]).startswith("out-of-sample: none; every published value")
     derived = [Row("A", "m", "hw", 2, 1, "q", 1.0, 1.5, sample=Sample.IN, derived=True)]
     assert sample_headline(derived) == ""  # a derived cell is never counted, in or out
+
+
+def test_deepseek_v3_table_2_and_where_dualpipe_differs(tmp_path: Path) -> None:
+    """1F1B's and ZB1P's bubble, and every schedule's parameters and activations, are Table
+    2's exactly; DualPipe's bubble is Table 2's minus (PP/2-1)·I: pipesim runs an overlapped
+    pair as two actions (F&B = F + B), the forward as soon as its input arrives."""
+    from validation.reproduce.deepseek_v3 import BUBBLE
+
+    outcome, _ = reproduce("deepseek-v3", tmp_path / "out")
+    assert len(outcome.rows) == 2 * 9 + 2 * 9
+    for row in outcome.rows:
+        assert row.paper is not None and row.simulated is not None and row.devices is not None
+        if row.table == BUBBLE and row.model == "DualPipe":
+            input_grad = 1.0  # both settings' I
+            expected = row.paper - (row.devices / 2 - 1) * input_grad
+            assert row.simulated == pytest.approx(expected, rel=1e-12), row
+        else:
+            assert row.simulated == pytest.approx(row.paper, rel=1e-12), row

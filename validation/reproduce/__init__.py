@@ -16,6 +16,7 @@ from validation.reproduce.framework import Experiment, Outcome, write_outputs
 
 def _experiments() -> dict[str, Experiment]:
     from validation.reproduce import (
+        deepseek_v3,
         gpipe,
         interleaved,
         megatron,
@@ -56,6 +57,12 @@ def _experiments() -> dict[str, Experiment]:
                 "Megatron-LM's hybrid-parallel GPT runs: throughput and layer times",
                 "Narayanan et al., arXiv 2104.04473; Korthikanti et al., arXiv 2205.05198",
                 megatron.run,
+            ),
+            Experiment(
+                "deepseek-v3",
+                "DeepSeek-V3's comparison of 1F1B, ZB1P and DualPipe (Table 2)",
+                "DeepSeek-AI, arXiv 2412.19437 §3.2.1",
+                deepseek_v3.run,
             ),
             Experiment(
                 "published",
