@@ -70,6 +70,7 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
             context=flags.context,
             expert=flags.expert,
             cp_comm_type=_cp_comm_type(flags.cp_comm_type),
+            offload_optimizer=flags.offload_optimizer,
         )
     changes = dict(flags.recipe_changes)
     if flags.attention is not None:
@@ -104,6 +105,7 @@ class _RunFlags:
     context: int
     expert: int
     cp_comm_type: str
+    offload_optimizer: bool
     data: int | None
     recipe: str | None
     recipe_changes: tuple[tuple[str, object], ...]
@@ -141,6 +143,7 @@ class _RunFlags:
             given("context_parallel", 1) if layout else 1,
             given("expert_parallel", 1) if layout else 1,
             given("cp_comm_type", "p2p") if layout else "p2p",
+            bool(getattr(args, "offload_optimizer", False)) if layout else False,
             data_parallel,
             given("recipe"),
             changes,

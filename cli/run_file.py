@@ -43,6 +43,7 @@ _SIMULATE_FLAGS: dict[str, str] = {
     "context_parallel": "--context-parallel",
     "cp_comm_type": "--context-exchange",
     "expert_parallel": "--expert-parallel",
+    "offload_optimizer": "--offload-optimizer",
     "recompute": "--recompute",
     "tensor_across_nodes": "--tensor-across-nodes",
     "schedule": "--schedule",

@@ -105,6 +105,7 @@ COST_OPTIONS = (
     ("--context-parallel", "context_parallel", None, "model"),
     ("--context-exchange", "cp_comm_type", None, "model"),
     ("--expert-parallel", "expert_parallel", None, "model"),
+    ("--offload-optimizer", "offload_optimizer", False, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
     ("--overlap-grad-reduce", "overlap_grad_reduce", None, "model"),
     ("--attention", "attention", None, "model"),
@@ -350,6 +351,14 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="EP",
         help="expert parallelism: each MoE layer's experts divided over EP of the D x CP ranks, "
         "tokens dispatched and combined by all-to-alls (default 1)",
+    )
+    hybrid.add_argument(
+        "--offload-optimizer",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="optimizer state and master weights in host memory, the optimizer step on the "
+        "host's CPU (ZeRO-Offload, DeepSpeed's offload_optimizer): gradients to the host, the "
+        "host's step, the weights back, after the backward",
     )
     hybrid.add_argument(
         "--microbatch-size",

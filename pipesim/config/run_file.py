@@ -23,6 +23,7 @@ shape and schedule, and the software's recipe::
     context_parallel = 1                # CP: each sample's sequence split CP ways
     cp_comm_type = "p2p"                # or "all-gather" (Llama 3's)
     expert_parallel = 1                 # EP: MoE layers' experts over EP of the D x CP ranks
+    offload_optimizer = false           # optimizer state, master weights and step on the host
     recompute = "none"                  # selective, full, or a number of layers per stage
 
     [pipeline]
@@ -126,6 +127,7 @@ KEYS: tuple[_Key, ...] = (
     _Key("parallelism", "context_parallel", "context_parallel", checks.positive_int),
     _Key("parallelism", "cp_comm_type", "cp_comm_type", string),
     _Key("parallelism", "expert_parallel", "expert_parallel", checks.positive_int),
+    _Key("parallelism", "offload_optimizer", "offload_optimizer", boolean),
     _Key("parallelism", "recompute", "recompute", _recompute),
     _Key("parallelism", "tensor_across_nodes", "tensor_across_nodes", boolean),
     _Key("pipeline", "schedule", "schedule", string),
@@ -171,6 +173,7 @@ class RunFile:
     context_parallel: int | None = None
     cp_comm_type: str | None = None
     expert_parallel: int | None = None
+    offload_optimizer: bool | None = None
     recompute: str | None = None
     tensor_across_nodes: bool | None = None
     schedule: str | None = None

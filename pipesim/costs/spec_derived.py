@@ -10,7 +10,13 @@ kernel by kernel and the accelerator has a matmul efficiency curve; otherwise on
 layer and pass: the slower of FLOPs / (peak x efficiency) and the pass's memory traffic (the
 layer's weights read, and for W its gradient written, plus the activations it reads and
 writes) over the bandwidth, plus the per-kernel overhead. The optimizer step is memory bound: it
-reads and writes weights, gradients, optimizer state and master weights once.
+reads and writes weights, gradients, optimizer state and master weights once. With the
+optimizer offloaded to the host (``Parallelism.offload_optimizer``, ZeRO-Offload arXiv
+2101.06840 §4), the device holds no optimizer state or master weights, and the step is the
+rank's gradient shard copied to the host, the host's step (gradients, master weights and
+optimizer state read and written once at the host memory bandwidth one device gets) and the
+updated weights shard copied back, one after another (ZeRO-Offload's one-step delayed
+update, which hides the host's step under the next step's backward, is not modelled).
 
 Memory of a stage: its layers' parameters on one tensor-parallel rank (weights, gradients,
 optimizer state and master weights, as the ZeRO stage shards them:
@@ -95,6 +101,15 @@ def layer_costs(
     if experts:
         moved += per_parameter * experts / expert_sharding.shards
     optimizer_s = 2 * moved / bandwidth
+    if parallelism.offload_optimizer:
+        # the rank's shard of the dense part and of the experts (1/D under ZeRO >= 1)
+        shard = (layer.parameters - experts) / sharding.shards
+        if experts:
+            shard += experts / expert_sharding.shards
+        optimizer_s = _offloaded_step_s(shard, model, accelerator)
+        held = dataclasses.replace(
+            held, optimizer_bytes=0.0, master_weight_bytes=0.0, optimizer_transient_bytes=0.0
+        )
     output = layer.output_bytes * b
     forward_transient = input_grad_transient = weight_grad_transient = 0.0
     if layer.work is not None:
@@ -129,6 +144,37 @@ def layer_costs(
         unsharded_gradient_bytes=None if held.gradient_bytes == gradients else gradients,
         expert_gradient_bytes=experts * model.gradient_bytes_per_parameter,
     )
+
+
+def _offloaded_step_s(shard: float, model: Model, accelerator: Accelerator) -> float:
+    """The optimizer step of ``shard`` parameters on the host (ZeRO-Offload): their gradients
+    over the host link (device to host), the host's step reading and writing the gradients,
+    master weights and optimizer state once, the updated weights back (host to device), one
+    after another. Refused in one line where the accelerator lacks a host figure."""
+    link = _host_figure(accelerator, "host_link_bandwidth_bytes_per_s")
+    host_memory = _host_figure(accelerator, "host_memory_bandwidth_bytes_per_s")
+    to_host = shard * model.gradient_bytes_per_parameter / link
+    state = (
+        model.gradient_bytes_per_parameter
+        + model.master_weight_bytes_per_parameter
+        + model.optimizer_bytes_per_parameter
+    )
+    host_step = 2 * shard * state / host_memory
+    to_device = shard * model.weight_bytes_per_parameter / link
+    return to_host + host_step + to_device
+
+
+def _host_figure(accelerator: Accelerator, name: str) -> float:
+    """The accelerator's host figure ``name``, or one line naming the hardware and the
+    field."""
+    value: float | None = getattr(accelerator, name)
+    if value is None:
+        raise SpecError(
+            f"{named('offload_optimizer')}: accelerator {accelerator.name!r} gives no "
+            f"accelerator.{name} (the host's figures an optimizer on the host needs); give it "
+            "in a hardware file"
+        )
+    return value
 
 
 def _plus(a: HeldState, b: HeldState) -> HeldState:

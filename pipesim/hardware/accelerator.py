@@ -54,6 +54,12 @@ class Accelerator:
             (weights, gradients, optimizer state, activations and transients) added on top.
         efficiency_given: a user's file gave ``efficiency`` (a run whose every layer is timed
             on the curve warns that nothing reads it); False for the catalogue's entries.
+        host_link_bandwidth_bytes_per_s: the link between the device and its host's memory,
+            per direction (PCIe), for an optimizer offloaded to the host; None: not given, and
+            offloading is refused on this accelerator.
+        host_memory_bandwidth_bytes_per_s: the host memory bandwidth one device's share of
+            its host gets (the server's over its devices), for the host's optimizer step;
+            None: not given, and offloading is refused.
     """
 
     name: str
@@ -71,6 +77,8 @@ class Accelerator:
     reduction_bandwidth_fraction: float = 1.0
     random_bandwidth_fraction: float = 1.0
     efficiency_given: bool = field(default=False, compare=False)
+    host_link_bandwidth_bytes_per_s: float | None = None
+    host_memory_bandwidth_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         checks.name("accelerator.name", self.name)
@@ -107,6 +115,9 @@ class Accelerator:
         checks.fraction("accelerator.random_bandwidth_fraction", self.random_bandwidth_fraction)
         checks.non_negative("accelerator.runtime_reserve_bytes", self.runtime_reserve_bytes)
         checks.slack("accelerator.fragmentation_fraction", self.fragmentation_fraction)
+        for host in ("host_link_bandwidth_bytes_per_s", "host_memory_bandwidth_bytes_per_s"):
+            if getattr(self, host) is not None:
+                checks.rate(f"accelerator.{host}", getattr(self, host))
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         """Pickled as its fields, the peaks a plain dict (a mapping proxy does not pickle): a

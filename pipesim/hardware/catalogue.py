@@ -282,6 +282,25 @@ GPUS_PER_NODE = 8
 _IB_HDR = Link("ib-hdr", 25 * GB, 10e-6, collective_bandwidth_bytes_per_s=24 * GB)
 _IB_NDR = Link("ib-ndr", 50 * GB, 10e-6, collective_bandwidth_bytes_per_s=48 * GB)
 
+# The host side of an optimizer offloaded to CPU memory (ZeRO-Offload, arXiv 2101.06840 §4), all
+# theoretical peaks: each GPU's PCIe link per direction (NVIDIA's datasheets state both
+# directions together: A100 SXM Gen4 64 GB/s, H100 SXM Gen5 128 GB/s), and the host memory
+# bandwidth one GPU of a DGX server shares (DGX A100: 2 x AMD EPYC 7742, 8 channels DDR4-3200
+# = 204.8 GB/s each; DGX H100 and H200: 2 x Intel Xeon Platinum 8480C, 8 channels DDR5-4800 =
+# 307.2 GB/s each; over 8 GPUs).
+# provenance: cited/offload-host.json (CITED: the A100 datasheet's PCIe Gen4 64 GB/s over two
+# directions; a theoretical peak)
+A100_HOST_LINK_BYTES_PER_S = 32 * GB
+# provenance: cited/offload-host.json (CITED: the H100 datasheet's PCIe Gen5 128 GB/s over two
+# directions; a theoretical peak)
+HOPPER_HOST_LINK_BYTES_PER_S = 64 * GB
+# provenance: cited/offload-host.json (DERIVED: 2 CPUs x 204.8 GB/s over 8 GPUs; a theoretical
+# peak)
+DGX_A100_HOST_MEMORY_BYTES_PER_S = 2 * 204.8 * GB / 8
+# provenance: cited/offload-host.json (DERIVED: 2 CPUs x 307.2 GB/s over 8 GPUs; a theoretical
+# peak)
+DGX_H100_HOST_MEMORY_BYTES_PER_S = 2 * 307.2 * GB / 8
+
 # NVIDIA A100 SXM 80 GB: 312 TFLOP/s bf16 dense, 156 tf32, 19.5 fp32, 2.039 TB/s HBM2e; NVLink 3
 # 600 GB/s total (300 per direction) through NVSwitch (NVIDIA A100 datasheet). Point-to-point
 # latency: NCCL send/recv measures 3-4 us on NVLink (NVIDIA/nccl issues 1487, 1984). Servers of
@@ -303,6 +322,8 @@ _A100 = HardwareSpec(
         memory_bandwidth_efficiency=1.70 / 2.039,  # provenance: cited/azure-nd-a100-v4.json
         reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
         random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
+        host_link_bandwidth_bytes_per_s=A100_HOST_LINK_BYTES_PER_S,
+        host_memory_bandwidth_bytes_per_s=DGX_A100_HOST_MEMORY_BYTES_PER_S,
     ),
     Topology.HIERARCHICAL,
     Link(
@@ -343,6 +364,8 @@ _H100 = HardwareSpec(
         memory_bandwidth_efficiency=2.97 / 3.35,  # provenance: cited/azure-nd-h100-v5.json
         reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
         random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
+        host_link_bandwidth_bytes_per_s=HOPPER_HOST_LINK_BYTES_PER_S,
+        host_memory_bandwidth_bytes_per_s=DGX_H100_HOST_MEMORY_BYTES_PER_S,
     ),
     Topology.HIERARCHICAL,
     Link(
@@ -375,6 +398,9 @@ _H200 = HardwareSpec(
         memory_bandwidth_efficiency=4.31 / 4.8,
         reduction_bandwidth_fraction=REDUCTION_BANDWIDTH_FRACTION,
         random_bandwidth_fraction=RANDOM_BANDWIDTH_FRACTION,
+        # the DGX H200's host: the DGX H100's CPUs (cited/offload-host.json)
+        host_link_bandwidth_bytes_per_s=HOPPER_HOST_LINK_BYTES_PER_S,
+        host_memory_bandwidth_bytes_per_s=DGX_H100_HOST_MEMORY_BYTES_PER_S,
     ),
     Topology.HIERARCHICAL,
     Link(

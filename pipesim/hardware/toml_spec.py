@@ -18,6 +18,8 @@ Example::
     random_bandwidth_fraction = 0.7                      # of that, dropout; default 1
     runtime_reserve_bytes = 2e9                          # default 0
     fragmentation_fraction = 0.05                        # default 0
+    host_link_bandwidth_bytes_per_s = 32e9               # optional, per direction (PCIe)
+    host_memory_bandwidth_bytes_per_s = 51.2e9           # optional, the host's per device
 
     [network]
     topology = "all-to-all"           # shared-bus, ring, torus-2d, hierarchical
@@ -100,6 +102,12 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         runtime_reserve_bytes=acc.take("runtime_reserve_bytes", checks.non_negative, 0.0),
         fragmentation_fraction=acc.take("fragmentation_fraction", checks.slack, 0.0),
         efficiency_given=efficiency_given,
+        host_link_bandwidth_bytes_per_s=acc.take(
+            "host_link_bandwidth_bytes_per_s", checks.rate, None
+        ),
+        host_memory_bandwidth_bytes_per_s=acc.take(
+            "host_memory_bandwidth_bytes_per_s", checks.rate, None
+        ),
     )
     acc.done()
     net = root.table("network")
@@ -179,6 +187,11 @@ def hardware_toml(spec: HardwareSpec) -> str:
         f"random_bandwidth_fraction = {number(acc.random_bandwidth_fraction)}",
         f"runtime_reserve_bytes = {number(acc.runtime_reserve_bytes)}",
         f"fragmentation_fraction = {number(acc.fragmentation_fraction)}",
+    ]
+    for host in ("host_link_bandwidth_bytes_per_s", "host_memory_bandwidth_bytes_per_s"):
+        if getattr(acc, host) is not None:
+            lines.append(f"{host} = {number(getattr(acc, host))}")
+    lines += [
         "",
         "[network]",
         f"topology = {json.dumps(spec.topology.value)}",

@@ -31,6 +31,12 @@ the backward is the software's choice, the run's recipe (:mod:`pipesim.config.re
 * ``expert`` (EP): expert parallelism for mixture-of-experts layers (Megatron-Core's
   ``--expert-model-parallel-size``): each MoE layer's routed experts divided over EP ranks
   of the D x CP ranks, tokens dispatched and combined by all-to-alls over them.
+* ``offload_optimizer``: the optimizer state and fp32 master weights live in host memory and
+  the optimizer step runs on the host's CPU (ZeRO-Offload, Ren et al., arXiv 2101.06840 §4;
+  DeepSpeed's ``offload_optimizer: {device: cpu}``, FSDP2's ``CPUOffloadPolicy``): each step
+  copies the rank's gradient shard to the host, steps there and copies the updated weights
+  back (:func:`pipesim.costs.spec_derived.layer_costs`). ZeRO-Offload's one-step delayed
+  update, which overlaps the host's step with the next backward, is not modelled.
 """
 
 from __future__ import annotations
@@ -134,6 +140,8 @@ class Parallelism:
         context: CP, context-parallel ranks per sample (1: none).
         expert: EP, expert-parallel ranks of each MoE layer (1: none).
         cp_comm_type: how the CP ranks exchange keys and values.
+        offload_optimizer: optimizer state and master weights in host memory, the optimizer
+            step on the host's CPU.
     """
 
     tensor: int = 1
@@ -145,6 +153,7 @@ class Parallelism:
     context: int = 1
     expert: int = 1
     cp_comm_type: ContextComm = ContextComm.P2P
+    offload_optimizer: bool = False
 
     def __post_init__(self) -> None:
         checks.positive_int(named("tensor_parallel"), self.tensor)
@@ -174,6 +183,11 @@ class Parallelism:
             raise SpecError(
                 f"sequence_parallel must be true or false, got {self.sequence_parallel!r}"
             )
+        if not isinstance(self.offload_optimizer, bool):
+            raise SpecError(
+                f"{named('offload_optimizer')} must be true or false, got "
+                f"{self.offload_optimizer!r}"
+            )
         if self.sequence_parallel and self.tensor == 1:
             raise SpecError(
                 f"{named('sequence_parallel')} splits the sequence over the tensor-parallel "
@@ -192,6 +206,7 @@ class Parallelism:
             and self.reshard_after_forward is ReshardPolicy.DEFAULT
             and self.context == 1
             and self.expert == 1
+            and not self.offload_optimizer
         )
 
     @property
@@ -215,7 +230,7 @@ class Parallelism:
         return Sharding.of(self.zero, self.replicated_over, self.reshard_after_forward, pipelined)
 
     def label(self) -> str:
-        """A short description: ``T=8 SP recompute=full ZeRO-1 D=4``."""
+        """A short description: ``T=8 SP recompute=full ZeRO-1 optimizer-offload D=4``."""
         words = [f"T={self.tensor}"]
         if self.sequence_parallel:
             words.append("SP")
@@ -232,6 +247,8 @@ class Parallelism:
             )
         if self.expert > 1:
             words.append(f"EP={self.expert}")
+        if self.offload_optimizer:
+            words.append("optimizer-offload")
         words.append(f"D={self.data}")
         return " ".join(words)
 

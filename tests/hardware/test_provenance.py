@@ -207,6 +207,46 @@ def triad_40gb() -> float:
     return float(max(column.values()) / bandwidth)
 
 
+def offload_host(entry: str) -> dict[str, Any]:
+    """The figures of one entry of cited/offload-host.json."""
+    figures: dict[str, Any] = record(OFFLOAD_HOST)["entries"][entry]["figures"]
+    return figures
+
+
+def host_link(entry: str, key: str) -> float:
+    """A GPU's PCIe link to its host per direction: the datasheet's total over two."""
+    return float(offload_host(entry)[key]) / 2 * GB
+
+
+def host_memory_per_gpu(entry: str) -> float:
+    """A DGX server's host memory bandwidth per GPU: its CPUs' theoretical peak (channels x
+    transfer rate x 8 bytes, as the vendor states it per CPU) over its GPUs."""
+    host = offload_host(entry)
+    per_cpu = host["memory_bandwidth_per_cpu_gb_per_s"] * GB
+    return float(host["cpus_per_server"] * per_cpu / host["gpus_per_server"])
+
+
+OFFLOAD_HOST = "cited/offload-host.json"
+
+
+def host_rows(link_entry: str, link_key: str, host_entry: str) -> dict[str, Provenance]:
+    """The host figures of an optimizer offloaded to the CPU (theoretical peaks)."""
+    return {
+        "accelerator.host_link_bandwidth_bytes_per_s": Provenance(
+            OFFLOAD_HOST,
+            "the datasheet's PCIe x16 total over two directions (a theoretical peak)",
+            "CITED",
+            functools.partial(host_link, link_entry, link_key),
+        ),
+        "accelerator.host_memory_bandwidth_bytes_per_s": Provenance(
+            OFFLOAD_HOST,
+            "the DGX server's CPUs x their DRAM peak GB/s, over its 8 GPUs (a theoretical peak)",
+            "DERIVED",
+            functools.partial(host_memory_per_gpu, host_entry),
+        ),
+    }
+
+
 # --- the table ------------------------------------------------------------------------------------
 
 
@@ -429,7 +469,8 @@ def build_table() -> dict[tuple[str, str], Provenance]:
             lambda: busbw("cited/azure-nd-a100-v4.json"),
             "cited/azure-nd-a100-v4.json",
             "hdr",
-        ),
+        )
+        | host_rows("nvidia-a100-sxm-pcie", "pcie_gen4_x16_total_gb_per_s", "dgx-a100-host"),
     )
     # The 40 GB part: the 80 GB part's compute, curve and links; its own memory and triad.
     table["a100-40gb", "accelerator.memory_bytes"] = Provenance(
@@ -484,7 +525,8 @@ def build_table() -> dict[tuple[str, str], Provenance]:
             lambda: busbw("cited/azure-nd-h100-v5.json"),
             "cited/azure-nd-h100-v5.json",
             "ndr",
-        ),
+        )
+        | host_rows("nvidia-h100-sxm-pcie", "pcie_gen5_x16_total_gb_per_s", "dgx-h100-host"),
     )
 
     h200 = datasheet("nvidia-h200")
@@ -514,7 +556,9 @@ def build_table() -> dict[tuple[str, str], Provenance]:
             lambda: busbw("cited/azure-nd-h200-v5.json"),
             "cited/azure-nd-h200-v5.json",
             "ndr",
-        ),
+        )
+        # the DGX H200's host is the DGX H100's (the same CPUs and PCIe Gen5 x16)
+        | host_rows("nvidia-h100-sxm-pcie", "pcie_gen5_x16_total_gb_per_s", "dgx-h100-host"),
     )
 
     pcie = datasheet("nvidia-h100-pcie")

@@ -5,6 +5,7 @@ pipesim's engine on equal stages. See ``deepseek_v3.md``."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from pipesim.costs import synthetic_costs
@@ -36,7 +37,9 @@ SAMPLES = {
 
 # Table 2: (name, pipesim schedule, bubble(K, F, B, W), parameters, activations(K)); F&B (an
 # overlapped forward and backward) is F + B here: pipesim models no overlap inside a pair.
-TABLE_2 = (
+TABLE_2: tuple[
+    tuple[str, str, Callable[[int, float, float, float], float], int, Callable[[int], int]], ...
+] = (
     ("1F1B", "1f1b", lambda k, f, b, w: (k - 1) * (f + b), 1, lambda k: k),
     ("ZB1P", "zb-h1", lambda k, f, b, w: (k - 1) * (f + b - 2 * w), 1, lambda k: k),
     (
