@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pipesim.common.checks import SpecError
 from pipesim.errors import named
@@ -69,9 +69,33 @@ from pipesim.hardware.collectives import Collective
 from pipesim.workload.work import CollectiveCall, GroupKind, Matmul, PassWork, Scaled
 
 if TYPE_CHECKING:
+    from pipesim.parallel.config import Parallelism
     from pipesim.workload.architecture import TransformerArchitecture
     from pipesim.workload.moe import MixtureOfExperts, MultiLatentAttention
-    from pipesim.workload.transformer import _Sizes
+
+
+class _Sizes(Protocol):
+    """What this module reads of a block's per-sample sizes on one rank
+    (:mod:`pipesim.workload.transformer`'s ``_Sizes``, which imports this module)."""
+
+    @property
+    def arch(self) -> TransformerArchitecture: ...
+
+    @property
+    def par(self) -> Parallelism: ...
+
+    @property
+    def moe(self) -> bool: ...
+
+    @property
+    def e(self) -> float: ...
+
+    @property
+    def t(self) -> int: ...
+
+    @property
+    def tokens_local(self) -> float: ...
+
 
 ROUTER_BYTES = 4.0  # the router's scores and probabilities are fp32 (Megatron's router dtype)
 
