@@ -414,6 +414,34 @@ _H200 = HardwareSpec(
     message_overhead_s=P2P_MESSAGE_OVERHEAD_S,
 )
 
+# NVIDIA H800 SXM 80 GB: the H100 SXM's tensor cores and HBM3, NVLink cut to 400 GB/s total
+# (200 per direction; NVIDIA H800 datasheet), the GPU DeepSeek-V3 was trained on; DeepSeek
+# measures 160 GB/s achievable over NVLink and 50 GB/s over InfiniBand (arXiv 2412.19437
+# §3.2.2). Servers of 8, InfiniBand NDR between them, the DGX H100's host.
+_H800 = HardwareSpec(
+    "h800",
+    "NVIDIA H800 SXM 80 GB: H100 compute; servers of 8 on NVSwitch (NVLink cut to 200 GB/s per "
+    "direction), InfiniBand NDR between servers (50 GB/s per GPU)",
+    dataclasses.replace(
+        _H100.accelerator,
+        name="h800",
+        # provenance: cited/datasheets.json (the H800 SXM column: the H100 SXM's peaks)
+        peak_flops_per_s=dict(_H100.accelerator.peak_flops_per_s),
+        source="NVIDIA H800 datasheet; kernel-level figures the H100's (the same GPU)",
+    ),
+    Topology.HIERARCHICAL,
+    Link(
+        "nvlink",
+        bandwidth_bytes_per_s=200 * GB,  # provenance: cited/datasheets.json
+        latency_s=4e-6,  # provenance: cited/nccl-1487.json, cited/nccl-1984.json
+        # provenance: cited/deepseek-v3-2412.19437.json (CITED: achievable, DeepSeek's)
+        collective_bandwidth_bytes_per_s=160 * GB,
+    ),
+    inter_node_link=_IB_NDR,
+    devices_per_node=GPUS_PER_NODE,
+    message_overhead_s=P2P_MESSAGE_OVERHEAD_S,
+)
+
 # NVIDIA A100 SXM 40 GB: the 80 GB part's compute and NVSwitch, 40 GB HBM2 at 1555 GB/s
 # (NVIDIA A100 datasheet, the 40 GB column).
 _A100_40GB = dataclasses.replace(
@@ -547,6 +575,7 @@ CATALOGUE: dict[str, HardwareSpec] = {
         _H100,
         _H100_PCIE,
         _H200,
+        _H800,
         _A100_IB,
         _H100_IB,
         _CPU,

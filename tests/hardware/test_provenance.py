@@ -265,6 +265,7 @@ KINDS = {"MEASURED", "CITED", "DERIVED", "FITTED", "ASSUMED"}
 DATASHEETS = "cited/datasheets.json"
 ASSUMPTIONS = "cited/assumptions.json"
 H200 = "h200-layers.json"
+DEEPSEEK_V3 = "cited/deepseek-v3-2412.19437.json"
 
 TRIAD_DISAGREES = None  # the catalogue now states the record's figure (2026-11-27)
 REDUCTION_DISAGREES = None  # the catalogue now states the record's figure (2026-11-27)
@@ -558,6 +559,49 @@ def build_table() -> dict[tuple[str, str], Provenance]:
             "ndr",
         )
         # the DGX H200's host is the DGX H100's (the same CPUs and PCIe Gen5 x16)
+        | host_rows("nvidia-h100-sxm-pcie", "pcie_gen5_x16_total_gb_per_s", "dgx-h100-host"),
+    )
+
+    h800 = datasheet("nvidia-h800-sxm")
+    h800_rows = server_rows(
+        h800["nvlink_total_gb_per_s"] / 2 * GB,
+        lambda: record(DEEPSEEK_V3)["nvlink_achievable_gb_per_s"] * GB,
+        DEEPSEEK_V3,
+        "ndr",
+    )
+    h800_rows["link.collective_bandwidth_bytes_per_s"] = Provenance(
+        DEEPSEEK_V3,
+        "the NVLink bandwidth DeepSeek achieves on its H800s (§3.2.2)",
+        "CITED",
+        lambda: record(DEEPSEEK_V3)["nvlink_achievable_gb_per_s"] * GB,
+    )
+    add(
+        ("h800",),
+        gpu_basics(
+            {
+                d: functools.partial(hopper_peak, "nvidia-h800-sxm", d)
+                for d in ("bf16", "fp16", "fp8", "tf32", "fp32")
+            },
+            lambda: h800["memory_gb"] * GiB,
+            lambda: h800["memory_bandwidth_tb_per_s"] * 1000 * GB,
+            "hopper_gpu",
+            "ampere_hopper_gpu",
+            "the datasheet's GB read as GiB",
+        )
+        # the same GPU as the H100 SXM: its kernel figures and its DGX host
+        | kernel_rows(
+            h100_curve,
+            lambda: (
+                record("cited/azure-nd-h100-v5.json")["hbm_bandwidth_tb_per_s"]["triad"]
+                / h800["memory_bandwidth_tb_per_s"]
+            ),
+            curve_how="the H100's: its FP8 sweep rescaled to the bf16 MAMF (an estimate)",
+            triad_how="the H100's BabelStream triad over the datasheet's TB/s",
+            curve_record="cited/azure-nd-h100-v5.json, cited/ml-engineering-mamf.json",
+            triad_record="cited/azure-nd-h100-v5.json",
+            curve_kind="DERIVED",
+        )
+        | h800_rows
         | host_rows("nvidia-h100-sxm-pcie", "pcie_gen5_x16_total_gb_per_s", "dgx-h100-host"),
     )
 
