@@ -30,8 +30,14 @@ from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.network import Link
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.workload.architecture import Attention, Mlp, Position, TransformerArchitecture
-from pipesim.workload.catalogue import from_architecture, llama_architecture
+from pipesim.workload.catalogue import (
+    MOE_MODELS,
+    from_architecture,
+    llama_architecture,
+    moe_architecture,
+)
 from pipesim.workload.model import Model
+from pipesim.workload.moe import MixtureOfExperts
 from validation.reproduce.common import simulate_megatron_layout
 from validation.reproduce.framework import Sample
 
@@ -127,6 +133,7 @@ class PublishedRun:
     global_batch: int
     metric: Metric
     context: int = 1
+    expert_parallel: int = 1
     chunks: int | None = None
     interleaved: bool = False
     microbatch_size: int | None = None
@@ -175,8 +182,9 @@ class FilledRun:
         sp = " SP" if self.sequence_parallel else ""
         zero = f" ZeRO-{self.zero}" if self.zero else ""
         cp = f" CP={self.run.context}" if self.run.context > 1 else ""
+        ep = f" EP={self.run.expert_parallel}" if self.run.expert_parallel > 1 else ""
         return (
-            f"T={self.run.tensor}{sp}{cp} P={self.run.pipeline}{v} D={self.run.data} "
+            f"T={self.run.tensor}{sp}{cp}{ep} P={self.run.pipeline}{v} D={self.run.data} "
             f"b={self.microbatch_size} M={self.microbatches}, recompute {self.recompute}{zero}, "
             f"{self.dtype}, {self.run.gpus} GPUs, {self.recipe.name}"
         )
@@ -199,6 +207,7 @@ class FilledRun:
             zero=self.zero,
             data=run.data,
             context=run.context,
+            expert=run.expert_parallel,
         )
         return simulate_megatron_layout(
             self.model,
@@ -212,11 +221,44 @@ class FilledRun:
         )
 
 
+# What a ``family = "catalogue"`` table may restate of its catalogue model (the run's own
+# sequence, depth or tokenizer).
+CATALOGUE_OVERRIDES = ("layers", "seq", "vocab")
+
+
 def _architecture(table: Mapping[str, Any]) -> TransformerArchitecture:
     """The model shape of a ``[run.model]`` table: GPT (learned positions, GELU, LayerNorm,
-    tied embeddings, biases, dropout), BLOOM (GPT's with ALiBi: no position embedding) or
-    Llama (RoPE, SwiGLU, RMSNorm, untied, no biases, no dropout, grouped-query attention)."""
+    tied embeddings, biases, dropout), BLOOM (GPT's with ALiBi: no position embedding), Llama
+    (RoPE, SwiGLU, RMSNorm, untied, no biases, no dropout, grouped-query attention), ``moe``
+    (Llama's block with every MLP a mixture of ``experts`` gated experts of ``expert_ffn``,
+    ``top_k`` per token, and ``capacity_factor`` where the run drops or pads to a capacity:
+    :func:`pipesim.workload.catalogue.moe_architecture`) or ``catalogue`` (a catalogue
+    mixture-of-experts model by ``name``, e.g. ``mixtral-8x7b``, with the run's ``layers``,
+    ``seq`` or ``vocab`` where it states them)."""
     family = table["family"]
+    if family == "catalogue":
+        if table["name"] not in MOE_MODELS:
+            raise ValueError(f"{DATA_FILE}: no catalogue MoE model {table['name']!r}")
+        arch = MOE_MODELS[table["name"]][0]
+        stated = {key: int(table[key]) for key in CATALOGUE_OVERRIDES if key in table}
+        return dataclasses.replace(arch, **stated)
+    if family == "moe":
+        moe = MixtureOfExperts(
+            int(table["experts"]),
+            int(table["top_k"]),
+            int(table["expert_ffn"]),
+            capacity_factor=table.get("capacity_factor"),
+        )
+        return moe_architecture(
+            int(table["layers"]),
+            int(table["hidden"]),
+            int(table["heads"]),
+            int(table["ffn"]),
+            int(table["vocab"]),
+            moe,
+            kv_heads=int(table.get("kv_heads", table["heads"])),
+            seq=int(table["seq"]),
+        )
     shape: dict[str, Any] = {
         key: int(table[key]) for key in ("layers", "hidden", "heads", "ffn", "seq", "vocab")
     }
