@@ -14,6 +14,16 @@ step. For no-flush schedules in steady state only the per-step work
 bound holds: T >= max over d of M * work(d) + optimizer(d). Every term is a time the
 simulator must spend, so the bound never exceeds the simulated time; candidates whose bound is
 already slower than the best plans found are never simulated.
+
+A schedule whose stages hold C copies of the model (DualPipe) sends each micro-batch through
+one copy only: copy c's stages run the M_c micro-batches routed to it (M / 2 each for
+DualPipe), so a device's work is the sum over its stages of M_c times the stage's, not M
+times; each copy's micro-batches enter at its own first stage (copy 1 of DualPipe at device
+K-1), so a device's head is the earliest arrival over the copies that reach it, along each
+copy's own stages; and the one-micro-batch path is taken per copy (through its stages and back,
+then the optimizer step of the device holding its first stage), the longest of them. Read as
+one copy (M micro-batches on every stage, copy 1's stages after copy 0's) the bound would
+count every device's work twice and copy 1's fill after copy 0's whole path, and overshoot.
 """
 
 from __future__ import annotations
@@ -32,31 +42,51 @@ def iteration_lower_bound_s(
     *,
     remat: bool,
     flush: bool,
+    copies: int = 1,
+    routes: Sequence[int] | None = None,
 ) -> float:
-    """The bound above for ``stages`` placed by ``placement`` (optimizer steps included)."""
+    """The bound above for ``stages`` placed by ``placement`` (optimizer steps included).
+    With ``copies`` > 1, ``stages`` and ``placement`` are the IR's (copy-major: copy c's stages
+    are c·S_model .. (c+1)·S_model - 1, in its micro-batches' order) and ``routes[m]`` is the
+    copy micro-batch m runs through (None: the micro-batches in C contiguous equal blocks)."""
     devices = max(placement) + 1
+    per_copy = len(stages) // copies
+    if routes is None:
+        routes = [m * copies // microbatches for m in range(microbatches)]
+    runs = [sum(1 for r in routes if r == copy) for copy in range(copies)]
     work = [0.0] * devices
     optimizer = [0.0] * devices
     for stage, costs in enumerate(stages):
         device = placement[stage]
-        work[device] += costs.forward_s * (2 if remat else 1) + costs.backward_s
+        runs_here = runs[stage // per_copy]
+        work[device] += runs_here * (costs.forward_s * (2 if remat else 1) + costs.backward_s)
         optimizer[device] += costs.optimizer_step_s
     if not flush:
-        return max(microbatches * work[d] + optimizer[d] for d in range(devices))
+        return max(work[d] + optimizer[d] for d in range(devices))
     head = [float("inf")] * devices
-    arrival = 0.0
-    returning = 0.0  # the gradients' transfers back
-    for stage, costs in enumerate(stages):
-        device = placement[stage]
-        head[device] = min(head[device], arrival)
-        arrival += costs.forward_s
-        if stage + 1 < len(stages) and placement[stage + 1] != device:
-            target = placement[stage + 1]
-            arrival += network.route(device, target).transfer_time_s(costs.output_bytes)
-            returning += network.route(target, device).transfer_time_s(costs.output_bytes)
-    path = arrival + returning
-    # the gradient chain needs only the input-gradient part: W may run off the path (I/W split)
-    path += sum(c.input_grad_s + (c.forward_s if remat else 0.0) for c in stages)
-    path += optimizer[placement[0]]
-    per_device = max(head[d] + microbatches * work[d] + optimizer[d] for d in range(devices))
+    path = 0.0
+    for copy in range(copies):
+        if not runs[copy]:
+            continue  # no micro-batch enters this copy: its stages never run
+        own = range(copy * per_copy, (copy + 1) * per_copy)
+        arrival = 0.0
+        returning = 0.0  # the gradients' transfers back
+        for stage in own:
+            costs, device = stages[stage], placement[stage]
+            head[device] = min(head[device], arrival)
+            arrival += costs.forward_s
+            if stage + 1 < own.stop and placement[stage + 1] != device:
+                target = placement[stage + 1]
+                arrival += network.route(device, target).transfer_time_s(costs.output_bytes)
+                returning += network.route(target, device).transfer_time_s(costs.output_bytes)
+        through = arrival + returning
+        # the gradient chain needs only the input-gradient part: W may run off the path (I/W)
+        through += sum(
+            stages[s].input_grad_s + (stages[s].forward_s if remat else 0.0) for s in own
+        )
+        through += optimizer[placement[own.start]]
+        path = max(path, through)
+    per_device = max(
+        head[d] + work[d] + optimizer[d] for d in range(devices) if head[d] < float("inf")
+    )
     return max(per_device, path)

@@ -42,7 +42,7 @@ from pipesim.common.workers import InProcess, Workers, ordered_map
 from pipesim.config.run_config import RunConfig
 from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
 from pipesim.costs.model_on_hardware import layer_costs_on_hardware, model_on_hardware
-from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.engine import simulate
 from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
@@ -73,7 +73,8 @@ from pipesim.plan.space import (
     recompute_layers,
     recomputes_in_full,
 )
-from pipesim.schedules import UpdateRule, build
+from pipesim.request.cost_request import copy_sync_s, on_copies
+from pipesim.schedules import Schedule, UpdateRule, build
 from pipesim.synthesis.synthesis import SYNTH_NAME
 from pipesim.workload.model import Model
 from pipesim.workload.transformer import check_tensor_parallel, is_block
@@ -558,7 +559,8 @@ class PlanContext:
         self.sums: dict[tuple[LayerKey, bool], tuple[float, float, float, float, float]] = {}
         self.syncs: dict[tuple[int, ...], SyncTerms] = {}
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
-        self.rules: dict[str, UpdateRule] = {}
+        self.rules: dict[str, tuple[UpdateRule, int]] = {}
+        self.schedules: dict[tuple[str, int, int, int, bool], Schedule] = {}
         self.extras: dict[LayerKey, tuple[float, float]] = {}
         self.evaluations: dict[Candidate, Evaluated] = {}
         self.blocks = tuple(is_block(layer) for layer in self.model.layers)
@@ -746,12 +748,23 @@ class PlanContext:
             )
         average = (c.microbatches * work + optimizer + sync) / c.devices
         bottleneck = c.microbatches * self.bottleneck(c)
+        rule, copies = self.rule_and_copies(c)
+        if copies > 1:
+            # each micro-batch runs through one copy: the device of the slowest stage runs it
+            # for the micro-batches of that stage's copy only (at least M // C of them)
+            bottleneck = (c.microbatches // copies) * self.bottleneck(c)
+        if rule is not UpdateRule.FLUSH:  # steady state: no one-batch path
+            return float(max(bottleneck, average))
+        fill = self.fill_bound(c) if copies == 1 else 0.0  # the fill assumes one copy's flow
+        return float(max(bottleneck, average, path, fill))
+
+    def rule_and_copies(self, c: Candidate) -> tuple[UpdateRule, int]:
+        """``c``'s schedule's update rule and copies of the model (cached per schedule name:
+        both are the generator's, whatever the shape)."""
         if c.schedule not in self.rules:
             shape = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-            self.rules[c.schedule] = shape.update_rule
-        if self.rules[c.schedule] is not UpdateRule.FLUSH:  # steady state: no one-batch path
-            return float(max(bottleneck, average))
-        return float(max(bottleneck, average, path, self.fill_bound(c)))
+            self.rules[c.schedule] = (shape.update_rule, shape.copies)
+        return self.rules[c.schedule]
 
     def fill_bound(self, c: Candidate) -> float:
         """For one stage per device on a transformer: device d cannot start before micro-batch
@@ -815,15 +828,28 @@ class PlanContext:
             start += count
         return out
 
+    def schedule_of(self, c: Candidate) -> Schedule:
+        """``c``'s schedule (cached per shape)."""
+        key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
+        if key not in self.schedules:
+            self.schedules[key] = build(
+                c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat
+            )
+        return self.schedules[key]
+
     def schedule_shape(self, c: Candidate) -> tuple[tuple[MemoryForm, ...], tuple[int, ...], bool]:
         """``c``'s schedule as the memory check reads it (cached per shape): its memory forms
-        (one step, or NO_FLUSH_STEPS without a flush), its placement, whether it flushes."""
+        (one step, or NO_FLUSH_STEPS without a flush), the placement of the model's K·v
+        stages (with copies of the model, the first copy's: what a partition cuts; the forms
+        take per-model-stage costs and give each copy's stage its model stage's, so a device
+        holds the weights of every copy it has a stage of), whether it flushes."""
         key = (c.schedule, c.devices, c.microbatches, c.chunks, c.remat)
         if key not in self.forms:
-            schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
+            schedule = self.schedule_of(c)
             flush = schedule.update_rule is UpdateRule.FLUSH
             steps = 1 if flush else NO_FLUSH_STEPS
-            self.forms[key] = (memory_forms(schedule, steps), schedule.placement, flush)
+            placement = schedule.placement[: schedule.model_stages]
+            self.forms[key] = (memory_forms(schedule, steps), placement, flush)
         return self.forms[key]
 
     def balanced_partition(self, c: Candidate, problem: PartitionProblem) -> Partition:
@@ -970,6 +996,17 @@ class PlanContext:
                 peaks = stage_peaks(problem, forms, stage_costs)
             except NoPartitionFits as error:
                 oom_reason = str(error)
+            if oom_reason is None and max(peaks) > capacity:
+                # with copies of the model the memory-aware search weighs one copy's stage
+                # per device (pipesim.partition.solver): its partition is checked exactly
+                device = max(range(len(peaks)), key=lambda d: peaks[d])
+                oom_reason = (
+                    f"no partition found that fits memory: the memory-aware one "
+                    f"({','.join(map(str, chosen.counts))}) overflows device {device} by "
+                    f"{format_bytes(peaks[device] - capacity)} (needs "
+                    f"{format_bytes(peaks[device])} of {format_bytes(capacity)}), each device "
+                    "holding a stage of both model copies"
+                )
         sync = sync_times_s(
             stage_costs,
             placement,
@@ -981,17 +1018,35 @@ class PlanContext:
         with_sync = [
             add_to_optimizer_step(s, extra) for s, extra in zip(stage_costs, sync, strict=True)
         ]
+        schedule = self.schedule_of(c)
+        bound_stages, bound_placement = with_sync, schedule.placement
+        if schedule.copies > 1:
+            # as the request layer: each copy's stage costs its model stage's, and its
+            # optimizer step waits for the copies' gradient all-reduce too
+            copy_sync = copy_sync_s(
+                self.run_of(c),
+                PipelineCosts(tuple(with_sync), problem.network),  # type: ignore[arg-type]
+                schedule,
+            )
+            with_sync = [
+                add_to_optimizer_step(s, extra) if extra else s
+                for s, extra in zip(with_sync, copy_sync, strict=True)
+            ]
+            sync = [x + y for x, y in zip(sync, copy_sync, strict=True)]
+            bound_stages = list(schedule.on_stages(with_sync))
         bound = iteration_lower_bound_s(
-            with_sync,
-            placement,
+            bound_stages,
+            bound_placement,
             problem.network,  # type: ignore[arg-type]
             c.microbatches,
             remat=c.remat,
             flush=flush,
+            copies=schedule.copies,
+            routes=schedule.routes,
         )
         per_device = [0.0] * c.devices
-        for stage, extra in enumerate(sync):
-            per_device[placement[stage]] += extra
+        for stage, extra in enumerate(schedule.on_stages(sync)):
+            per_device[schedule.placement[stage]] += extra
         return Evaluated(
             self._labelled(c, chosen.counts),
             chosen.counts,
@@ -1106,6 +1161,8 @@ class PlanContext:
         :func:`model_on_hardware` itself): the plan and its re-simulation agree exactly."""
         c = item.candidate
         schedule = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
+        # with copies of the model, the first copy's placement: the model's stages in order
+        placement = schedule.placement[: schedule.model_stages]
         if recomputes_first(c):
             costs = model_on_hardware(
                 self.run_of(c),
@@ -1113,7 +1170,7 @@ class PlanContext:
                 c.chunks,
                 c.microbatch_size,
                 item.partition,
-                placement=schedule.placement,
+                placement=placement,
             )
         else:
             costs = layer_costs_on_hardware(
@@ -1123,8 +1180,10 @@ class PlanContext:
                 c.microbatch_size,
                 self.layer_costs(c),
                 item.partition,
-                placement=schedule.placement,
+                placement=placement,
             )
+        if schedule.copies > 1:  # as ModelRequest.build: every copy's stage, the copies' sync
+            costs = on_copies(costs, schedule, copy_sync_s(self.run_of(c), costs, schedule))
         result = simulate(schedule, costs, steps=item.steps)
         return dataclasses.replace(
             item,

@@ -46,7 +46,10 @@ DEFAULT_SCHEDULES = (
 """The synchronous (flush) schedules the planner searches unless told otherwise."""
 
 MODEL_COPY_SCHEDULES = ("dualpipe",)
-"""Schedules that keep two copies of the model (DualPipe): simulated, not searched yet."""
+"""Schedules that keep two copies of the model (DualPipe): searched over the model's K stages
+(the first copy's placement), each copy's stage costing its model stage's; searched only when
+named: where the balanced partition overflows, the memory-aware search weighs one copy's stage
+per device, so its partition is checked exactly and may be refused where another would fit."""
 
 ASYNC_SCHEDULES = ("pipedream-2bw", "pipedream")
 """Schedules whose weight updates are asynchronous (stale weights): searched only when named."""
@@ -56,7 +59,7 @@ RECOMPUTE_LAYERS = "layers"
 configuration (the fewest that fit memory)."""
 
 DEFAULT_RECOMPUTE = ("none", "selective", "full", RECOMPUTE_LAYERS)
-SPLIT_BACKWARD = ("zb-h1", "zb-h2", "zbv", "dualpipev")
+SPLIT_BACKWARD = ("zb-h1", "zb-h2", "zbv", "dualpipev", "dualpipe")
 
 
 def recompute_layers(recompute: str) -> int | None:
@@ -243,9 +246,8 @@ def candidates(
     than layers). ``layers`` is the model's layer count, or the :class:`SpaceLimits` of a
     hybrid search."""
     limits = layers if isinstance(layers, SpaceLimits) else SpaceLimits(layers)
-    # a synthesised schedule is offered after the search; a schedule with two model copies
-    # (DualPipe) is not searched: the bounds and partitions here hold one copy
-    schedules = [name for name in schedules if name not in (SYNTH_NAME, *MODEL_COPY_SCHEDULES)]
+    # a synthesised schedule is offered after the search
+    schedules = [name for name in schedules if name != SYNTH_NAME]
     for name in schedules:
         schedule_info(name)  # unknown names fail before any work
     for tensor, cp in ((t, c) for t in limits.tensor_sizes for c in limits.context_sizes):

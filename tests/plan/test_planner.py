@@ -17,12 +17,16 @@ from cli.main import main
 from cli.plan_command import simulate_command
 from pipesim.common.checks import SpecError
 from pipesim.costs.model_on_hardware import model_on_hardware
+from pipesim.engine import simulate
 from pipesim.errors import LimitError
 from pipesim.hardware import resolve_hardware
 from pipesim.plan import DEFAULT_SCHEDULES, PlanSettings, candidates, plan
+from pipesim.plan.bounds import iteration_lower_bound_s
 from pipesim.plan.planner import PlanContext, _shape_key, space_limits
 from pipesim.plan.report import plan_json, report_json, report_table
-from pipesim.schedules import schedule_names
+from pipesim.plan.space import SpaceLimits
+from pipesim.request.cost_request import SyntheticRequest
+from pipesim.schedules import build, schedule_names
 from pipesim.synthesis.synthesis import synthesize
 from pipesim.workload import resolve_model
 from tests.plan.settings import plan_case, plan_settings
@@ -130,7 +134,13 @@ def _never_called(*arguments: object) -> float:
 
 @pytest.mark.parametrize(
     ("bandwidth", "schedules"),
-    [(1e8, DEFAULT_SCHEDULES), (1e10, DEFAULT_SCHEDULES), (1e10, schedule_names())],
+    [
+        (1e8, DEFAULT_SCHEDULES),
+        (1e10, DEFAULT_SCHEDULES),
+        (1e10, schedule_names()),
+        (1e8, ("1f1b", "dualpipe")),
+        (1e10, ("1f1b", "zb-h2", "dualpipe")),
+    ],
 )
 def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
     model_file: Callable[..., str],
@@ -151,12 +161,14 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
     context = _context(settings)
     limits = space_limits(context.model, context.hardware, settings)
     times = []
+    copies = 0  # DualPipe's configurations simulated (two copies of the model)
     for candidate in candidates(4, 8, limits, schedules):
         quick = context.quick_bound(candidate)
         item = context.evaluate(candidate)
         if item.oom:
             continue
         done = context.simulate(item)
+        copies += candidate.schedule == "dualpipe"
         assert done.iteration_time_s is not None
         assert quick <= done.iteration_time_s * (1 + 1e-9), candidate.label()
         assert item.bound_s <= done.iteration_time_s * (1 + 1e-9), candidate.label()
@@ -167,6 +179,7 @@ def test_pruning_finds_the_exhaustive_top_and_bounds_hold(
     found = [e.iteration_time_s for e in report.plans]
     assert found == pytest.approx(sorted(times)[: settings.top], rel=1e-12)
     assert report.simulated < len(times)  # the bounds pruned something
+    assert copies == 2 * ("dualpipe" in schedules)  # K=2 DP=2 M=4, K=4 DP=1 M=8
 
 
 def _assert_simulate_reproduces(
@@ -489,3 +502,76 @@ def test_context_and_expert_sizes_the_model_cannot_take_are_refused() -> None:
         plan(plan_settings("megatron-1.7b", "a100", 8, 8, context_sizes=(3,)), show_progress=False)
     with pytest.raises(SpecError, match=r"expert_parallel 2: model .* has no experts"):
         plan(plan_settings("megatron-1.7b", "a100", 8, 8, expert_sizes=(2,)), show_progress=False)
+
+
+def test_dualpipe_is_searched_when_named_on_the_shapes_it_takes() -> None:
+    """``dualpipe`` joins the space when named (not by default): K even, M even and >= 2K,
+    one model stage of each copy per device; K = 1 stays plain data parallelism."""
+    limits = SpaceLimits(16)
+    assert not any(c.schedule == "dualpipe" for c in candidates(8, 64, limits))
+    space = list(candidates(8, 64, limits, ("1f1b", "dualpipe")))
+    dual = [c for c in space if c.schedule == "dualpipe"]
+    assert {c.devices for c in dual} == {2, 4, 8}
+    for c in dual:
+        assert c.devices % 2 == 0 and c.microbatches % 2 == 0, c.label()
+        assert c.microbatches >= 2 * c.devices and c.chunks == 1, c.label()
+    shapes = {(c.devices, c.microbatches) for c in dual}
+    assert (8, 16) in shapes and (8, 8) not in shapes and (2, 4) in shapes and (2, 2) not in shapes
+    assert all(c.schedule == "1f1b" for c in space if c.devices == 1)
+
+
+def test_copy_aware_bound_holds_where_one_copys_reading_overshoots() -> None:
+    """DualPipe's bound counts each device's work as M/2 micro-batches of each of its two
+    stages and each copy's own fill: below the simulated time on equal stages, where the
+    same stages read as one copy (M micro-batches on every stage) overshoot it."""
+    for devices, microbatches in ((2, 4), (4, 8), (4, 12), (6, 12), (8, 16)):
+        schedule = build("dualpipe", devices, microbatches, 1)
+        costs = SyntheticRequest(1.0, 1.2, 0.8, comm_s=0.05).build(
+            devices, 1, microbatches, schedule
+        )
+        simulated = simulate(schedule, costs).iteration_time_s
+        stages = costs.stages
+        bound = iteration_lower_bound_s(
+            stages,
+            schedule.placement,
+            costs.network,
+            microbatches,
+            remat=False,
+            flush=True,
+            copies=schedule.copies,
+            routes=schedule.routes,
+        )
+        one_copy = iteration_lower_bound_s(
+            stages, schedule.placement, costs.network, microbatches, remat=False, flush=True
+        )
+        assert bound <= simulated * (1 + 1e-9), (devices, microbatches)
+        assert bound >= 0.8 * simulated, (devices, microbatches)  # and not vacuous
+        assert one_copy > simulated, (devices, microbatches)
+
+
+def test_a_dualpipe_plan_resimulates_to_its_own_time(
+    model_file: Callable[..., str],
+    hardware_file: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A DualPipe plan (the model's K stages, both copies' weights on every device, the
+    copies' gradient all-reduce) is what ``pipesim simulate`` gives for its own command, number
+    for number, and its closed-form peak is the simulator's."""
+    settings, args = plan_case(
+        model_file(),
+        hardware_file(memory_bytes=400e6, bandwidth_bytes_per_s=1e10),
+        4,
+        8,
+        schedules=("1f1b", "dualpipe"),
+        top=3,
+    )
+    report = plan(settings, show_progress=False)
+    dual = [e for e in report.plans if e.candidate.schedule == "dualpipe"]
+    assert dual, [e.candidate.label() for e in report.plans]
+    for e in dual:
+        assert len(e.partition) == e.candidate.devices  # the model's stages, not the IR's
+        command = simulate_command(report, e, args)
+        result = _assert_simulate_reproduces(plan_json(e, settings.batch), command, capsys)
+        assert "2 model copies" in result["costs"], command
+        peaks = [d["peak_memory_bytes"] for d in result["per_device"]]
+        assert peaks == pytest.approx(list(e.peak_memory_bytes), rel=1e-9), command
