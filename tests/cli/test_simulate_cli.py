@@ -128,7 +128,7 @@ MEMORY_AWARE = ["--model", "uniform-8", "--hardware", "a100", "--partition", "me
             ["--model", "uniform-8", "--hardware", "tpu-v9"],
             "unknown hardware 'tpu-v9'; choose one of: tpu-v2, tpu-v3, tpu-v4, tpu-v5e, "
             "p100-pcie, v100-nvlink, v100-16gb-nvlink, a100, a100-40gb, h100, h100-pcie, h200, "
-            "a100-ib, h100-ib, cpu (or a .toml file)",
+            "h800, a100-ib, h100-ib, cpu (or a .toml file)",
         ),
         (
             ["--model", "uniform-2", "--hardware", "a100"],
