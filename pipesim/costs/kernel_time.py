@@ -12,7 +12,8 @@
 * Tensor-parallel collectives run on the tensor-parallel group's links
   (:func:`pipesim.hardware.collectives.collective_time_s`), blocking, as Megatron-LM runs them.
 
-The pass's time is the sum. Layers without a kernel description, or an accelerator without a
+The pass's time is the sum; :func:`pass_time_parts_s` also gives the collectives' exposed
+part of it. Layers without a kernel description, or an accelerator without a
 matmul curve, keep the per-pass roofline of :mod:`pipesim.costs.spec_derived`.
 """
 
@@ -65,6 +66,37 @@ def pass_time_s(
     (Transformer Engine's userbuffers split each all-gather and reduce-scatter into chunks
     pipelined with the GEMM that consumes or produces it), so only what exceeds the matmuls'
     time is exposed. The SMs the overlap takes from the GEMMs are not modelled."""
+    return pass_time_parts_s(
+        accelerator,
+        work,
+        microbatch_size,
+        dtype,
+        network,
+        tensor_group,
+        overlap_collectives=overlap_collectives,
+        context_group=context_group,
+        expert_group=expert_group,
+    )[0]
+
+
+def pass_time_parts_s(
+    accelerator: Accelerator,
+    work: PassWork,
+    microbatch_size: float,
+    dtype: str,
+    network: Network | None = None,
+    tensor_group: Sequence[int] = (),
+    *,
+    overlap_collectives: bool = False,
+    context_group: Sequence[int] = (),
+    expert_group: Sequence[int] = (),
+) -> tuple[float, float]:
+    """:func:`pass_time_s` and the exposed communication inside it: the pass's time (the
+    very number :func:`pass_time_s` returns) and the part of it its collectives add, the
+    seconds another pass's computation could hide (DualPipe's overlapped forward-backward
+    pairs, :func:`pipesim.engine.durations.overlap_savings_s`): a collective's time past the
+    matmuls that hide it, the expert-parallel and context-parallel collectives whole, and the
+    tensor-parallel ones whole, or past the matmuls under ``overlap_collectives``."""
     b = microbatch_size
     times = [
         matmul_time_s(accelerator, matmul, b, dtype, work.element_bytes) for matmul in work.matmuls
@@ -81,6 +113,7 @@ def pass_time_s(
         total += moved / _bandwidth(accelerator)
     total += work.kernels * accelerator.kernel_overhead_s
     communication = 0.0
+    exposed = 0.0  # the collectives' part of ``total`` besides ``communication``
     groups = {
         GroupKind.TENSOR: tensor_group,
         GroupKind.CONTEXT: context_group,
@@ -97,11 +130,13 @@ def pass_time_s(
                 beside = sum(
                     t for t, m in zip(times, work.matmuls, strict=True) if m.name in call.hidden_by
                 )
+                exposed += max(0.0, seconds - beside)
                 total += max(0.0, seconds - beside)
             elif call.group is GroupKind.TENSOR:
                 communication += seconds
             else:
+                exposed += seconds
                 total += seconds  # not the tensor-parallel userbuffers' to overlap
     if overlap_collectives:
-        return total + max(matmuls, communication)
-    return total + matmuls + communication
+        return total + max(matmuls, communication), exposed + max(0.0, communication - matmuls)
+    return total + matmuls + communication, exposed + communication

@@ -48,6 +48,12 @@ class StageCosts:
             (:attr:`whole_gradient_bytes`) that is routed experts' under expert parallelism,
             reduced over the expert data group rather than the data group
             (:mod:`pipesim.costs.data_parallel`); 0 without expert parallelism.
+        forward_comm_s, input_grad_comm_s: the exposed communication inside F and inside I
+            (part of ``forward_s`` and ``input_grad_s``, not on top of them): the collectives'
+            seconds of the pass (expert parallelism's dispatch and combine all-to-alls,
+            tensor- and context-parallel collectives) that another pass's computation can
+            hide, as DualPipe's overlapped forward-backward pairs do
+            (:func:`pipesim.engine.durations.overlap_savings_s`); 0 when unknown.
     """
 
     forward_s: float
@@ -71,6 +77,8 @@ class StageCosts:
     unsharded_parameter_bytes: float | None = None
     unsharded_gradient_bytes: float | None = None
     expert_gradient_bytes: float = 0.0
+    forward_comm_s: float = 0.0
+    input_grad_comm_s: float = 0.0
 
     def __post_init__(self) -> None:
         for attribute in self.__dataclass_fields__:
@@ -121,7 +129,8 @@ def merge_layers(
     layers: Sequence[StageCosts], input_bytes: float, speed: float = 1.0
 ) -> StageCosts:
     """One stage from consecutive one-layer stages: sums, its own input, its last output; a
-    pass's transient is its largest layer's (one layer runs at a time)."""
+    pass's transient is its largest layer's (one layer runs at a time). The communication
+    parts are divided by ``speed`` as the times they are part of are."""
     if not layers:
         raise SpecError("a stage needs at least one layer")
     full = [layer.full_backward_s for layer in layers]
@@ -153,6 +162,8 @@ def merge_layers(
         if all(layer.unsharded_gradient_bytes is None for layer in layers)
         else sum(layer.whole_gradient_bytes for layer in layers),
         expert_gradient_bytes=sum(layer.expert_gradient_bytes for layer in layers),
+        forward_comm_s=sum(layer.forward_comm_s for layer in layers) / speed,
+        input_grad_comm_s=sum(layer.input_grad_comm_s for layer in layers) / speed,
     )
 
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
-from pipesim.costs.kernel_time import pass_time_s
+from pipesim.costs.kernel_time import pass_time_parts_s
 from pipesim.costs.pipeline_costs import FlopsAccount, PipelineCosts, StageCosts, merge_layers
 from pipesim.errors import named
 from pipesim.hardware.accelerator import Accelerator
@@ -67,8 +67,9 @@ def layer_costs(
     (:mod:`pipesim.parallel.sharding`)."""
     b = microbatch_size
     kernel_level = layer.work is not None and accelerator.kernel_level
+    forward_comm_s = input_grad_comm_s = 0.0
     if kernel_level and layer.work is not None:
-        forward_s, input_grad_s, weight_grad_s = (
+        (forward_s, forward_comm_s), (input_grad_s, input_grad_comm_s), (weight_grad_s, _) = (
             _pass_s(work, accelerator, b, model.dtype, tensor_group) for work in layer.work.passes()
         )
     else:
@@ -143,6 +144,8 @@ def layer_costs(
         unsharded_parameter_bytes=None if held.parameter_bytes == weights else weights,
         unsharded_gradient_bytes=None if held.gradient_bytes == gradients else gradients,
         expert_gradient_bytes=experts * model.gradient_bytes_per_parameter,
+        forward_comm_s=forward_comm_s,
+        input_grad_comm_s=input_grad_comm_s,
     )
 
 
@@ -204,10 +207,11 @@ def _pass_s(
     b: float,
     dtype: str,
     tensor_group: TensorGroup | None,
-) -> float:
+) -> tuple[float, float]:
+    """The pass's time and the exposed communication inside it."""
     if tensor_group is None:
-        return pass_time_s(accelerator, work, b, dtype)
-    return pass_time_s(
+        return pass_time_parts_s(accelerator, work, b, dtype)
+    return pass_time_parts_s(
         accelerator,
         work,
         b,

@@ -21,6 +21,7 @@ from pipesim.common.jit import numba_available
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.engine.arrays import OPTIMIZER, FloatArray, IntArray, RunArrays
+from pipesim.engine.durations import overlap_savings_s
 from pipesim.engine.kernels import play_by_events, play_in_order
 from pipesim.engine.records import TransferRecord
 from pipesim.engine.run_layout import Items, run_layout
@@ -77,7 +78,7 @@ def run_fast(
     count = len(items.device)
     if compiled is None:
         compiled = should_compile(count)
-    duration = _durations(schedule, costs, stage, kind, items.device)
+    duration = _durations(schedule, costs, stage, kind, items.device, items.flat)
     route, occupancy, transfer, route_starts, route_channels, channel_names, routes = _transfers(
         costs, items, stage, source, consumer
     )
@@ -146,9 +147,15 @@ def run_fast(
 
 
 def _durations(
-    schedule: Schedule, costs: PipelineCosts, stage: IntArray, kind: IntArray, device: IntArray
+    schedule: Schedule,
+    costs: PipelineCosts,
+    stage: IntArray,
+    kind: IntArray,
+    device: IntArray,
+    flat: IntArray,
 ) -> FloatArray:
-    """Per item: F, I, W as given; B = I + W (plus F under remat); the optimizer step."""
+    """Per item: F, I, W as given; B = I + W (plus F under remat); the optimizer step; less
+    what DualPipe's forward-backward overlap hides (:func:`overlap_savings_s`)."""
     table = np.zeros((len(costs.stages) + 1, 4))
     for s, c in enumerate(costs.stages):
         recompute = c.forward_s if schedule.rematerialize else 0.0
@@ -159,7 +166,11 @@ def _durations(
             for d in range(schedule.devices)
         ]
     )
-    return np.where(kind == OPTIMIZER, optimizer[device], table[stage, np.maximum(kind, 0)])
+    duration = np.where(kind == OPTIMIZER, optimizer[device], table[stage, np.maximum(kind, 0)])
+    savings = overlap_savings_s(schedule, costs)
+    if savings.any():
+        duration = duration - np.where(flat >= 0, savings[np.maximum(flat, 0)], 0.0)
+    return duration
 
 
 def _transfers(

@@ -33,7 +33,7 @@ import simpy
 from simpy.events import EventPriority
 
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.engine.durations import action_duration_s
+from pipesim.engine.durations import action_duration_s, overlap_savings_by_action
 from pipesim.engine.kernels import reserve_route
 from pipesim.engine.records import ComputeRecord, TransferRecord
 from pipesim.engine.run_layout import run_layout
@@ -109,6 +109,7 @@ class _Run:
             for device in range(schedule.devices)
         ]
         self.duration_of: dict[tuple[int, Kind], float] = {}  # by (stage, kind), on first use
+        self.overlap_saving = overlap_savings_by_action(schedule, costs)  # DualPipe's F&B
         self.needs, self.feeds = schedule.dependency_map(), schedule.consumer_map()
 
     def _duration(self, action: Action) -> float:
@@ -116,7 +117,8 @@ class _Run:
         duration = self.duration_of.get(key)
         if duration is None:
             duration = self.duration_of[key] = action_duration_s(self.schedule, self.costs, action)
-        return duration
+        saving = self.overlap_saving.get(action)
+        return duration if saving is None else duration - saving
 
     def execute(self) -> None:
         for device, work in enumerate(self.work_lists):

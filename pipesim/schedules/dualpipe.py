@@ -23,8 +23,14 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from pipesim.parallel.placement import v_shape
 from pipesim.schedules.action import Action, Kind
+from pipesim.schedules.encoded import B as B_CODE
+from pipesim.schedules.encoded import F as F_CODE
+from pipesim.schedules.encoded import I as I_CODE
+from pipesim.schedules.encoded import IntArray
 from pipesim.schedules.schedule import Schedule
 
 COPIES = 2
@@ -108,3 +114,35 @@ def dualpipe(devices: int, microbatches: int, chunks: int) -> Schedule:
         rows.append(tuple(d.actions))
     routes = tuple(0 if j < half_chunks else 1 for j in range(m))  # halves, as DualPipe splits
     return Schedule("dualpipe", m, v_shape(k), tuple(rows), copies=COPIES, routes=routes)
+
+
+def overlapped_pairs(schedule: Schedule) -> tuple[IntArray, IntArray]:
+    """The forward-backward pairs DualPipe's runtime overlaps (``_forward_backward_chunk``:
+    the forward of one direction computed beside the backward of the other), as two arrays
+    of positions in the schedule's flat order (device by device, :meth:`Schedule.actions`):
+    the forwards and, at the same index, the backwards they overlap.
+
+    The rule, on each device's list: an F immediately followed by a B or I of another stage
+    that the device holds (the other copy in DualPipe, the other chunk in DualPipeV), except
+    where that backward is the device's first backward. On DualPipe's and DualPipeV's lists
+    this is exactly the pairs deepseek-ai/DualPipe overlaps: phase 4's F0 B1 and F1 B0 and
+    phase 5's F1 B0, less the first pair of phase 4 on the devices with no phase 3 (DualPipe's
+    ``is_middle_rank``, DualPipeV's last rank), which it runs apart ("We don't overlap these
+    two chunks to further reduce bubble size"). Any other schedule gets the pairs its lists
+    have by the same rule. Kept on the schedule (:meth:`Schedule.derived`)."""
+
+    def make() -> tuple[IntArray, IntArray]:
+        arrays = schedule.action_arrays
+        kind, stage, starts = arrays.kind, arrays.stage, arrays.row_starts
+        backward = (kind == B_CODE) | (kind == I_CODE)
+        pair = (kind[:-1] == F_CODE) & backward[1:] & (stage[:-1] != stage[1:])
+        pair[starts[1:-1] - 1] = False  # a device's last action and the next device's first
+        for device in range(schedule.devices):
+            lo, hi = int(starts[device]), int(starts[device + 1])
+            backwards = np.flatnonzero(backward[lo:hi])
+            if len(backwards) and backwards[0] > 0:
+                pair[lo + backwards[0] - 1] = False  # its first backward runs apart
+        forwards = np.flatnonzero(pair).astype(np.int64)
+        return forwards, forwards + 1
+
+    return schedule.derived("dualpipe overlapped pairs", make)

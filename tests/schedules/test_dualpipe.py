@@ -20,15 +20,20 @@ from pipesim.errors import ScheduleError
 from pipesim.hardware import Link, Network, Topology
 from pipesim.parallel.placement import v_shape
 from pipesim.schedules import Action, Kind, Schedule, build, from_csv, parse_action, to_csv
+from pipesim.schedules.dualpipe import overlapped_pairs
 
 # -- deepseek-ai/DualPipe's schedule loop, transcribed --------------------------------------
 
 
-def deepseek_order(num_ranks: int, num_chunks: int) -> list[list[tuple[str, int, int]]]:
+def deepseek_order(
+    num_ranks: int, num_chunks: int, pairs: list[list[int]] | None = None
+) -> list[list[tuple[str, int, int]]]:
     """Per rank, what ``DualPipe.step`` computes: ("F" | "B" | "I" | "W", direction, chunk id
     within the direction). A backward with ``enable_zb`` computes the input gradient only and
     puts its weight gradient in ``WeightGradStore`` (I); ``_weight_chunk`` pops the oldest (W).
-    ``_forward_backward_chunk(p0, p1)`` is the forward of p0 then the full backward of p1."""
+    ``_forward_backward_chunk(p0, p1)`` is the forward of p0 then the full backward of p1;
+    ``pairs``, when given, gets per rank the positions of the forwards it overlaps
+    (``overlapped_forward_backward``: the backward is the next position)."""
     assert num_ranks % 2 == 0
     assert num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2
     orders = []
@@ -41,6 +46,7 @@ def deepseek_order(num_ranks: int, num_chunks: int) -> list[list[tuple[str, int,
         current_b_chunk_id = [0, 0]
         store: deque[tuple[str, int, int]] = deque()
         out: list[tuple[str, int, int]] = []
+        overlapped: list[int] = []
 
         def forward_chunk(phase: int) -> None:
             phase ^= is_in_second_half  # noqa: B023 - the loop's rank, as in DualPipe
@@ -56,6 +62,7 @@ def deepseek_order(num_ranks: int, num_chunks: int) -> list[list[tuple[str, int,
                 store.append(("W", phase, chunk_id))  # noqa: B023
 
         def forward_backward_chunk(phase0: int, phase1: int) -> None:
+            overlapped.append(len(out))  # noqa: B023
             forward_chunk(phase0)  # not overlapped_forward_backward: F, then B
             backward_chunk(phase1)
 
@@ -105,6 +112,8 @@ def deepseek_order(num_ranks: int, num_chunks: int) -> list[list[tuple[str, int,
             weight_chunk()
         assert not store
         orders.append(out)
+        if pairs is not None:
+            pairs.append(overlapped)
     return orders
 
 
@@ -382,3 +391,63 @@ def test_parameters_twice_and_activations_pp_plus_one(devices: int, microbatches
         assert two.memory.static.gradients == 2 * 100.0
         assert two.peak_activation_bytes == (devices + 1) * 10.0
         assert one.peak_activation_bytes == (devices - d) * 10.0
+
+
+# -- the computation-communication overlap of a forward-backward pair ------------------------
+
+
+@pytest.mark.parametrize(
+    ("devices", "microbatches"),
+    [(k, m) for k in (2, 4, 6, 8) for m in range(2 * k, 2 * k + 6, 2)] + [(16, 40)],
+)
+def test_the_overlapped_pairs_are_deepseeks(devices: int, microbatches: int) -> None:
+    """The rule (an F followed by a B or I of the other copy, but a device's first backward)
+    finds exactly the pairs ``DualPipe.step`` hands ``overlapped_forward_backward``."""
+    pairs: list[list[int]] = []
+    deepseek_order(devices, microbatches, pairs)
+    schedule = build("dualpipe", devices, microbatches)
+    starts = schedule.action_arrays.row_starts
+    expected = [int(starts[rank]) + p for rank, ranks in enumerate(pairs) for p in ranks]
+    forwards, backwards = overlapped_pairs(schedule)
+    assert forwards.tolist() == expected
+    assert backwards.tolist() == [p + 1 for p in expected]
+
+
+def test_dualpipev_overlaps_its_main_and_fifth_phases_but_the_last_ranks_first_pair() -> None:
+    """DualPipeV's ``step``: phase 4 (M-2K+d+1 times F0 B1, F1 B0) and phase 5 (K-d-1 times
+    F1 B0), less the last rank's first F0 B1 (``is_last_rank``: run apart)."""
+    k, m = 4, 10
+    schedule = build("dualpipev", k, m)
+    forwards, _ = overlapped_pairs(schedule)
+    starts = schedule.action_arrays.row_starts.tolist()
+    per_device = [sum(starts[d] <= f < starts[d + 1] for f in forwards.tolist()) for d in range(k)]
+    assert per_device == [2 * (m - 2 * k + d + 1) + (k - d - 1) - (d == k - 1) for d in range(k)]
+
+
+def test_table_2_with_forward_backward_overlap() -> None:
+    """Each overlapped pair hides s = min(F's comm, B's compute) + min(B's comm, F's compute).
+    The step falls by (M-K-1)·s, the pairs of the most-paired devices (the two on each side of
+    the middle); their idle stays (K/2-1)(F+B-2W), Table 2 with F&B = F + B less (K/2-1)·I,
+    not Table 2 with F&B = F + B - s; a device with n pairs idles (M-K-1-n)·s less than that
+    (W <= I <= F <= I + W, comm a quarter or a half of each pass)."""
+    checked = 0
+    for f, i, w in itertools.product(HALVES[:6], HALVES[:6], HALVES[:6]):
+        if not w <= i <= f <= i + w:
+            continue
+        for fraction, (k, m) in itertools.product((0.25, 0.5), ((4, 8), (6, 14), (8, 16))):
+            stage = StageCosts(f, i, w, forward_comm_s=fraction * f, input_grad_comm_s=fraction * i)
+            network = Network(k, Topology.ALL_TO_ALL, Link("l", float("inf"), 0.0))
+            costs = PipelineCosts((stage,) * k, network)
+            schedule = build("dualpipe", k, m)
+            result = simulate(schedule, costs)
+            b = i + w
+            saving = fraction * f + fraction * i  # both comm parts fit the other's compute
+            forwards, _ = overlapped_pairs(schedule)
+            starts = schedule.action_arrays.row_starts.tolist()
+            plain = table_2_bubble(k, f, i, w) - (k / 2 - 1) * i
+            assert result.makespan_s == pytest.approx(m * (f + b) + plain - (m - k - 1) * saving)
+            for d, device in enumerate(result.per_device):
+                n = sum(starts[d] <= x < starts[d + 1] for x in forwards.tolist())
+                assert device.idle_time_s == pytest.approx(plain - (m - k - 1 - n) * saving)
+            checked += 1
+    assert checked > 50
