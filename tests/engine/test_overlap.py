@@ -147,3 +147,23 @@ def test_the_overlap_never_lengthens_a_step(run: tuple[Schedule, PipelineCosts, 
     finally:
         durations.OVERLAPPED_SCHEDULES = original
     assert on.makespan_s <= off.makespan_s + 1e-9
+
+
+@given(overlapping_runs())
+@settings(max_examples=30)
+def test_the_speedup_stays_the_pipelines(run: tuple[Schedule, PipelineCosts, int]) -> None:
+    """The one-device baseline runs the same actions one after another, the overlapped pairs'
+    hidden communication hidden there too: the baseline is the sum of every action's duration
+    the engines use (and one copy's optimizer step), so the speedup on ideal links never
+    exceeds K."""
+    schedule, costs, _ = run
+    costs = dataclasses.replace(costs, network=ideal(schedule.devices))
+    result = simulate(schedule, costs, 1)
+    costs = result.costs  # per IR stage (a schedule with copies expands per-model-stage costs)
+    durations_sum = sum(
+        durations.action_duration_s(schedule, costs, a) for a in schedule.actions()
+    ) - float(durations.overlap_savings_s(schedule, costs).sum())
+    first = schedule.stages_of_copy(0)
+    optimizer = sum(costs.stages[s].optimizer_step_s for s in first)
+    assert result.unpipelined_time_s == pytest.approx(durations_sum + optimizer, rel=1e-9)
+    assert (result.speedup or 0.0) <= schedule.devices * (1 + 1e-9)
