@@ -358,7 +358,7 @@ def path_rates(
         costs = synthetic_costs(k, v, 1.0, 2.0, comm_s=0.1)
         layout = run_layout(schedule, 1)
         items = layout.items
-        duration = _durations(schedule, costs, layout.stage, layout.kind, items.device)
+        duration = _durations(schedule, costs, layout.stage, layout.kind, items.device, items.flat)
         route, occupancy, transfer, starts, channels, names, _ = _transfers(
             costs, items, layout.stage, layout.source, layout.consumer
         )
