@@ -154,6 +154,8 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
             "world_size": world,
             "zero": parallelism.zero,
             "recompute": parallelism.recompute.label,
+            "context_parallel": parallelism.context,
+            "expert_parallel": parallelism.expert,
         },
         "pipeline": {
             "schedule": args.schedule,
@@ -193,8 +195,11 @@ def summary_text(summary: dict[str, Any]) -> str:
         ),
         f"layout     T={layout['tensor_parallel']}"
         + (" SP" if layout["sequence_parallel"] else "")
+        + (f" x CP={layout['context_parallel']}" if layout["context_parallel"] > 1 else "")
         + f" x K={layout['pipeline_parallel']} (v={layout['chunks']}) x "
-        f"D={layout['data_parallel']}: {layout['world_size']:,} devices; ZeRO-{layout['zero']}; "
+        f"D={layout['data_parallel']}: {layout['world_size']:,} devices; ZeRO-{layout['zero']}"
+        + (f"; EP={layout['expert_parallel']}" if layout["expert_parallel"] > 1 else "")
+        + "; "
         f"recompute {layout['recompute']}",
         f"schedule   {pipeline['schedule'] or 'none given'}; M="
         f"{pipeline['microbatches'] or 'not given'} micro-batches per replica; batch "

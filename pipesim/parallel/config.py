@@ -164,6 +164,12 @@ class Parallelism:
             raise SpecError(
                 f"{named('cp_comm_type')} must be p2p or all-gather, got {self.cp_comm_type!r}"
             )
+        if self.cp_comm_type is not ContextComm.P2P and self.context == 1:
+            raise SpecError(
+                f"{named('cp_comm_type')} {self.cp_comm_type.value} is how context-parallel "
+                f"ranks exchange keys and values: it needs {named('context_parallel')} 2 or "
+                "more, got 1"
+            )
         if (self.data * self.context) % self.expert:
             raise SpecError(
                 f"{named('expert_parallel')} must divide {named('data_parallel')} x "
@@ -176,6 +182,12 @@ class Parallelism:
             raise SpecError(
                 f"{named('reshard_after_forward')} must be default, always or never, got "
                 f"{self.reshard_after_forward!r}"
+            )
+        if self.reshard_after_forward is not ReshardPolicy.DEFAULT and self.zero != 3:
+            raise SpecError(
+                f"{named('reshard_after_forward')} {self.reshard_after_forward.value} frees "
+                f"gathered weights, which only ZeRO-3 (FSDP) has: it needs {named('zero')} 3, "
+                f"got {self.zero}"
             )
         if not isinstance(self.recompute, Recompute):
             raise SpecError(f"recompute must be a Recompute, got {self.recompute!r}")

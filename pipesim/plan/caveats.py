@@ -63,7 +63,9 @@ def tie(report: PlanReport) -> Tie | None:
     if last == 1:
         return None
     tied = [e.candidate.settings() for e in report.plans[:last]]
-    differ = tuple(key for key in tied[0] if len({s[key] for s in tied}) > 1)
+    # CP and EP are stated only where they are not 1: an absent one reads as 1
+    keys = list(dict.fromkeys(key for s in tied for key in s))
+    differ = tuple(key for key in keys if len({s.get(key, "1") for s in tied}) > 1)
     return Tie(last, times[last - 1] / times[0] - 1, differ)
 
 

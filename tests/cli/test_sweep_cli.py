@@ -367,3 +367,21 @@ def test_a_resumed_row_whose_count_is_true_or_a_nested_file_is_refused(
     out.write_text("[" * 100_000 + "]" * 100_000)
     status, _, err = run(capsys, "sweep", *grid, "--out", str(out), "--resume")
     assert status == 2 and err.count("\n") == 1 and "is not a sweep's JSON" in err
+
+
+def test_resume_refuses_a_file_of_another_layout_at_the_same_times(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """ZeRO-3 inside a pipeline costs what ZeRO-1 does: the rows' times agree, their layouts
+    do not, and a JSON file written under one is refused under the other."""
+    out = tmp_path / "s.json"
+    grid = (
+        *("--schedules", "1f1b", "-K", "2", "-M", "4", "--model", "megatron-1.7b"),
+        *("--hardware", "a100", "--microbatch-size", "1", "--data-parallel", "2"),
+    )
+    status, _, err = run(capsys, "sweep", *grid, "--zero", "1", "--out", str(out))
+    assert status == 0, err
+    status, _, err = run(capsys, "sweep", *grid, "--zero", "3", "--out", str(out), "--resume")
+    assert status == 2 and "was written by another sweep" in err and "layout" in err, err
+    status, _, err = run(capsys, "sweep", *grid, "--zero", "1", "--out", str(out), "--resume")
+    assert status == 0, err

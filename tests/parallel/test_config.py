@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipesim.common.checks import SpecError
-from pipesim.parallel import Parallelism, RankLayout, Recompute, RecomputeMode
+from pipesim.parallel import Parallelism, RankLayout, Recompute, RecomputeMode, ReshardPolicy
+from pipesim.parallel.config import ContextComm
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,14 @@ def test_a_bad_recompute_is_named(text: str) -> None:
         ({"zero": 4}, "zero must be 0, 1, 2 or 3, got 4"),
         ({"zero": True}, "zero must be 0, 1, 2 or 3, got True"),
         ({"reshard_after_forward": "never"}, "reshard_after_forward must be default, always"),
+        (
+            {"reshard_after_forward": ReshardPolicy.NEVER, "zero": 1},
+            "reshard_after_forward never frees gathered weights, which only ZeRO-3",
+        ),
+        (
+            {"cp_comm_type": ContextComm.ALL_GATHER},
+            "cp_comm_type all-gather is how context-parallel ranks exchange",
+        ),
         ({"sequence_parallel": True}, "sequence_parallel splits the sequence"),
         ({"data": -4}, "data_parallel must be an integer >= 1, got -4"),
     ],

@@ -87,3 +87,18 @@ def test_a_flat_fabric_is_said(report: PlanReport) -> None:
     flat = plan(plan_settings("uniform-8", "cpu", 4, 16, top=1), show_progress=False)
     assert any("is a flat fabric" in line for line in assumptions(flat))
     assert not any("flat fabric" in line for line in assumptions(report))
+
+
+def test_a_tie_across_expert_parallel_sizes_names_ep(report: PlanReport) -> None:
+    """Plan 1 with EP = 4 tied with plans at EP = 1 (which state no EP at all): EP is what
+    separates them, in either order."""
+    times = [1.0, 1.01, 1.02, 1.5, 1.6]
+    plans = list(_timed(report, times).plans)
+    plans[0] = dataclasses.replace(
+        plans[0], candidate=dataclasses.replace(plans[0].candidate, expert=4)
+    )
+    found = tie(dataclasses.replace(report, plans=plans))
+    assert found is not None and "EP" in found.differ
+    plans[0], plans[1] = plans[1], plans[0]
+    found = tie(dataclasses.replace(report, plans=plans))
+    assert found is not None and "EP" in found.differ
