@@ -383,14 +383,14 @@ def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -
         tuple(dict.fromkeys(settings.sequence_parallel)) if arch is not None else (False,),
         tuple(t for t in sizes if arch is not None and arch.seq % t == 0),
         blocks,
-        _context_sizes(settings.context_sizes, model),
+        _context_sizes(settings.context_sizes, model, settings.devices),
         _expert_sizes(settings.expert_sizes, model),
     )
 
 
-def _context_sizes(sizes: tuple[int, ...], model: Model) -> tuple[int, ...]:
-    """The context-parallel sizes asked for, each checked against the model: a transformer
-    whose sequence splits into 2 x CP chunks."""
+def _context_sizes(sizes: tuple[int, ...], model: Model, devices: int) -> tuple[int, ...]:
+    """The context-parallel sizes asked for, each checked against the model (a transformer
+    whose sequence splits into 2 x CP chunks) and the devices (CP must divide them)."""
     out = tuple(sorted(set(sizes)))
     arch = model.architecture
     for cp in out:
@@ -407,6 +407,8 @@ def _context_sizes(sizes: tuple[int, ...], model: Model) -> tuple[int, ...]:
                 f"{named('context_parallel')} {cp}: the sequence ({arch.seq:,} tokens) must "
                 f"split into {2 * cp} equal chunks"
             )
+        if devices % cp:
+            raise SpecError(f"{named('context_parallel')} {cp} must divide the {devices:,} devices")
     return out
 
 

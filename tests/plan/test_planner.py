@@ -500,6 +500,8 @@ def test_context_parallel_sizes_join_the_search_and_pruning_still_finds_the_exha
 def test_context_and_expert_sizes_the_model_cannot_take_are_refused() -> None:
     with pytest.raises(SpecError, match=r"context_parallel 3: the sequence \(2,048 tokens\)"):
         plan(plan_settings("megatron-1.7b", "a100", 8, 8, context_sizes=(3,)), show_progress=False)
+    with pytest.raises(SpecError, match=r"^context_parallel 16 must divide the 8 devices$"):
+        plan(plan_settings("megatron-1.7b", "a100", 8, 8, context_sizes=(16,)), show_progress=False)
     with pytest.raises(SpecError, match=r"expert_parallel 2: model .* has no experts"):
         plan(plan_settings("megatron-1.7b", "a100", 8, 8, expert_sizes=(2,)), show_progress=False)
 
