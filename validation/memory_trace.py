@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,7 @@ from torch.utils.checkpoint import checkpoint
 
 from pipesim.costs.spec_derived import costs_from_model
 from pipesim.engine import simulate
+from pipesim.engine.memory_over_time import DeviceMemory
 from pipesim.hardware import resolve_hardware
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.schedules import Kind, build
@@ -284,16 +285,18 @@ def traced_model(case: TraceCase) -> Model:
     )
 
 
-def predict(case: TraceCase) -> MemoryTerms:
-    """pipesim's peak of the traced device: the same stages on K devices, 1F1B, the same M and
-    b, term by term."""
-    model = traced_model(case)
+def simulated_memory(
+    case: TraceCase, parallelism: Parallelism, model: Model | None = None
+) -> DeviceMemory:
+    """pipesim's memory of the traced device under ``parallelism``: the same stages on K
+    devices (the embedding with the first blocks, the output layer with the last), 1F1B, the
+    same M and b. ``model``: the traced one unless given (the sharded trace's has its own
+    precision). Every trace of this package predicts through here."""
     partition = [case.blocks] * case.devices
     partition[0] += 1  # the embedding
     partition[-1] += 1  # the output layer
-    parallelism = Parallelism(recompute=Recompute.parse(case.recompute))
     costs = costs_from_model(
-        model,
+        traced_model(case) if model is None else model,
         resolve_hardware("a100").cluster(case.devices),  # memory does not depend on it
         case.devices,
         case.microbatch_size,
@@ -301,7 +304,12 @@ def predict(case: TraceCase) -> MemoryTerms:
         parallelism=parallelism,
     )
     result = simulate(build("1f1b", case.devices, case.microbatches), costs)
-    memory = result.per_device[case.device].memory
+    return result.per_device[case.device].memory
+
+
+def predicted_terms(memory: DeviceMemory) -> MemoryTerms:
+    """A simulated device's peak as :class:`MemoryTerms`: master weights with the optimizer
+    state, the transient with the activations."""
     terms = memory.breakdown()
     return MemoryTerms(
         weights=terms["weights"],
@@ -310,6 +318,47 @@ def predict(case: TraceCase) -> MemoryTerms:
         activations=terms["activations"] + terms["transient"],
         peak=memory.peak_bytes,
     )
+
+
+def predict(case: TraceCase) -> MemoryTerms:
+    """pipesim's peak of the traced device (:func:`simulated_memory`), term by term."""
+    parallelism = Parallelism(recompute=Recompute.parse(case.recompute))
+    return predicted_terms(simulated_memory(case, parallelism))
+
+
+class _Peaked(Protocol):
+    @property
+    def peak(self) -> float: ...
+
+
+def error(traced: _Peaked, predicted: _Peaked) -> float:
+    """pipesim's peak error relative to the traced peak."""
+    return predicted.peak / traced.peak - 1
+
+
+_TERMS = ("weights", "gradients", "optimizer", "activations")
+_HEADS = ("weights", "gradients", "optimizer", "activations+transients")
+
+
+def terms_table(rows: Sequence[tuple[str, MemoryTerms, MemoryTerms]]) -> str:
+    """Markdown: per case (by name) the traced and pipesim's peak (MiB), the error, each term
+    traced / pipesim (MiB)."""
+    mib = 2.0**20
+    head = ["case", "traced peak", "pipesim peak", "error"]
+    head += [f"{name} traced / pipesim" for name in _HEADS]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for name, traced, predicted in rows:
+        cells = [
+            name,
+            f"{traced.peak / mib:.3f}",
+            f"{predicted.peak / mib:.3f}",
+            f"{error(traced, predicted):+.1%}",
+        ]
+        cells += [
+            f"{getattr(traced, t) / mib:.3f} / {getattr(predicted, t) / mib:.3f}" for t in _TERMS
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def compare(case: TraceCase) -> tuple[MemoryTerms, MemoryTerms]:

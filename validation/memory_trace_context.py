@@ -50,9 +50,6 @@ import torch
 from torch import nn
 from torch.autograd import Variable
 
-from pipesim.costs.spec_derived import costs_from_model
-from pipesim.engine import simulate
-from pipesim.hardware import resolve_hardware
 from pipesim.parallel.config import ContextComm, Parallelism, Recompute
 from pipesim.schedules import Kind, build
 from pipesim.workload.architecture import Attention, TransformerArchitecture
@@ -64,8 +61,11 @@ from validation.memory_trace import (
     _Call,
     _snapshot,
     _Stage,
+    error,
+    predicted_terms,
+    simulated_memory,
     stage_name,
-    traced_model,
+    terms_table,
 )
 from validation.memory_trace_sharded import fake_process_group
 
@@ -266,41 +266,15 @@ def predict_context(case: TraceCase, cp: int, comm: ContextComm) -> MemoryTerms:
     """pipesim's peak of ``case``'s device on one rank of ``Parallelism(context=cp,
     cp_comm_type=comm)``: the same stages on K devices, 1F1B, the same M and b (the model's
     sequence is the whole one; pipesim gives each rank 1/CP of it), term by term."""
-    model = traced_model(case)
-    partition = [case.blocks] * case.devices
-    partition[0] += 1  # the embedding
-    partition[-1] += 1  # the output layer
     parallelism = Parallelism(
         recompute=Recompute.parse(case.recompute), context=cp, cp_comm_type=comm
     )
-    costs = costs_from_model(
-        model,
-        resolve_hardware("a100").cluster(case.devices),  # memory does not depend on it
-        case.devices,
-        case.microbatch_size,
-        partition,
-        parallelism=parallelism,
-    )
-    result = simulate(build("1f1b", case.devices, case.microbatches), costs)
-    memory = result.per_device[case.device].memory
-    terms = memory.breakdown()
-    return MemoryTerms(
-        weights=terms["weights"],
-        gradients=terms["gradients"],
-        optimizer=terms["optimizer_state"] + terms["master_weights"],
-        activations=terms["activations"] + terms["transient"],
-        peak=memory.peak_bytes,
-    )
+    return predicted_terms(simulated_memory(case, parallelism))
 
 
 def compare(case: ContextCase) -> tuple[MemoryTerms, MemoryTerms]:
     """(traced, predicted)."""
     return trace(case), predict_context(case.stage, case.context, case.comm)
-
-
-def error(traced: MemoryTerms, predicted: MemoryTerms) -> float:
-    """pipesim's peak error relative to the traced peak."""
-    return predicted.peak / traced.peak - 1
 
 
 # -- the cases and the table -------------------------------------------------------------------
@@ -335,31 +309,6 @@ def cases(
                     yield ContextCase(name, stage, cp, comm)
 
 
-TERMS = ("weights", "gradients", "optimizer", "activations")
-_HEADS = ("weights", "gradients", "optimizer", "activations+transients")
-
-
-def table(rows: list[tuple[ContextCase, MemoryTerms, MemoryTerms]]) -> str:
-    """Markdown: per case the traced and pipesim's peak (MiB), the error, each term traced /
-    pipesim (MiB)."""
-    mib = 2.0**20
-    head = ["case", "traced peak", "pipesim peak", "error"]
-    head += [f"{name} traced / pipesim" for name in _HEADS]
-    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
-    for case, traced, predicted in rows:
-        cells = [
-            case.name,
-            f"{traced.peak / mib:.3f}",
-            f"{predicted.peak / mib:.3f}",
-            f"{error(traced, predicted):+.1%}",
-        ]
-        cells += [
-            f"{getattr(traced, t) / mib:.3f} / {getattr(predicted, t) / mib:.3f}" for t in TERMS
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Trace every case (``--recompute selective|full`` for another mode) and print the
     table with the largest error."""
@@ -370,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         traced, predicted = compare(case)
         rows.append((case, traced, predicted))
     sys.stdout.write("MiB per CP rank, terms at the traced and at pipesim's peak\n\n")
-    sys.stdout.write(table(rows) + "\n\n")
+    sys.stdout.write(terms_table([(c.name, t, p) for c, t, p in rows]) + "\n\n")
     worst = max(abs(error(t, p)) for _, t, p in rows)
     sys.stdout.write(f"largest |error|: {worst:.1%}\n")
     return 0 if not math.isnan(worst) else 1

@@ -54,9 +54,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import Variable
 
-from pipesim.costs.spec_derived import costs_from_model
-from pipesim.engine import simulate
-from pipesim.hardware import resolve_hardware
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.schedules import Kind, build
 from pipesim.workload.architecture import Attention, Mlp, TransformerArchitecture
@@ -69,8 +66,11 @@ from validation.memory_trace import (
     _Call,
     _snapshot,
     _Stage,
+    error,
+    predicted_terms,
+    simulated_memory,
     stage_name,
-    traced_model,
+    terms_table,
 )
 from validation.memory_trace_sharded import fake_process_group
 
@@ -359,41 +359,15 @@ def predict_moe(case: MoECase) -> MemoryTerms:
     """pipesim's peak of ``case``'s device on one rank of ``Parallelism(expert=EP,
     data=EP)``: the same stages on K devices, 1F1B, the same M and b, term by term."""
     tc = case.stage
-    model = traced_model(tc)
-    partition = [tc.blocks] * tc.devices
-    partition[0] += 1  # the embedding
-    partition[-1] += 1  # the output layer
     parallelism = Parallelism(
         recompute=Recompute.parse(tc.recompute), expert=case.expert, data=case.expert
     )
-    costs = costs_from_model(
-        model,
-        resolve_hardware("a100").cluster(tc.devices),  # memory does not depend on it
-        tc.devices,
-        tc.microbatch_size,
-        partition,
-        parallelism=parallelism,
-    )
-    result = simulate(build("1f1b", tc.devices, tc.microbatches), costs)
-    memory = result.per_device[tc.device].memory
-    terms = memory.breakdown()
-    return MemoryTerms(
-        weights=terms["weights"],
-        gradients=terms["gradients"],
-        optimizer=terms["optimizer_state"] + terms["master_weights"],
-        activations=terms["activations"] + terms["transient"],
-        peak=memory.peak_bytes,
-    )
+    return predicted_terms(simulated_memory(tc, parallelism))
 
 
 def compare(case: MoECase) -> tuple[MemoryTerms, MemoryTerms]:
     """(traced, predicted)."""
     return trace(case), predict_moe(case)
-
-
-def error(traced: MemoryTerms, predicted: MemoryTerms) -> float:
-    """pipesim's peak error relative to the traced peak."""
-    return predicted.peak / traced.peak - 1
 
 
 # -- the cases and the table -------------------------------------------------------------------
@@ -444,31 +418,6 @@ def cases(
                 yield MoECase(name, stage, ep)
 
 
-TERMS = ("weights", "gradients", "optimizer", "activations")
-_HEADS = ("weights", "gradients", "optimizer", "activations+transients")
-
-
-def table(rows: list[tuple[MoECase, MemoryTerms, MemoryTerms]]) -> str:
-    """Markdown: per case the traced and pipesim's peak (MiB), the error, each term traced /
-    pipesim (MiB)."""
-    mib = 2.0**20
-    head = ["case", "traced peak", "pipesim peak", "error"]
-    head += [f"{name} traced / pipesim" for name in _HEADS]
-    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
-    for case, traced, predicted in rows:
-        cells = [
-            case.name,
-            f"{traced.peak / mib:.3f}",
-            f"{predicted.peak / mib:.3f}",
-            f"{error(traced, predicted):+.1%}",
-        ]
-        cells += [
-            f"{getattr(traced, t) / mib:.3f} / {getattr(predicted, t) / mib:.3f}" for t in TERMS
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Trace every case (``--recompute selective|full`` for another mode) and print the
     table with the largest error."""
@@ -479,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         traced, predicted = compare(case)
         rows.append((case, traced, predicted))
     sys.stdout.write("MiB per EP rank, terms at the traced and at pipesim's peak\n\n")
-    sys.stdout.write(table(rows) + "\n\n")
+    sys.stdout.write(terms_table([(c.name, t, p) for c, t, p in rows]) + "\n\n")
     worst = max(abs(error(t, p)) for _, t, p in rows)
     sys.stdout.write(f"largest |error|: {worst:.1%}\n")
     return 0 if not math.isnan(worst) else 1

@@ -67,15 +67,21 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import Variable
 
-from pipesim.costs.spec_derived import costs_from_model
-from pipesim.engine import simulate
-from pipesim.hardware import resolve_hardware
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.schedules import Kind, build
 from pipesim.workload.architecture import Attention, TransformerArchitecture
 from pipesim.workload.catalogue import from_architecture
 from pipesim.workload.model import Model
-from validation.memory_trace import DTYPE, MemoryTerms, TraceCase, _Call, _Stage, stage_name
+from validation.memory_trace import (
+    DTYPE,
+    MemoryTerms,
+    TraceCase,
+    _Call,
+    _Stage,
+    error,
+    simulated_memory,
+    stage_name,
+)
 
 MASTER_DTYPE = torch.float32
 MASTER_BYTES = 4  # the sharded fp32 parameters
@@ -671,23 +677,10 @@ def predict_sharded(case: TraceCase, regime: Regime, data: int) -> Comparable:
     if regime not in ZERO:
         raise ValueError(f"regime: pipesim does not model {regime.value}")
     sharded = ShardedCase(case.name, case, data, regime)
-    model = sharded_model(sharded)
-    partition = [case.blocks] * case.devices
-    partition[0] += 1  # the embedding
-    partition[-1] += 1  # the output layer
     parallelism = Parallelism(
         recompute=Recompute.parse(case.recompute), zero=ZERO[regime], data=data
     )
-    costs = costs_from_model(
-        model,
-        resolve_hardware("a100").cluster(case.devices),  # memory does not depend on it
-        case.devices,
-        case.microbatch_size,
-        partition,
-        parallelism=parallelism,
-    )
-    result = simulate(build("1f1b", case.devices, case.microbatches), costs)
-    memory = result.per_device[case.device].memory
+    memory = simulated_memory(case, parallelism, sharded_model(sharded))
     terms = memory.breakdown()
     return Comparable(
         weights=terms["weights"] + terms["master_weights"],
@@ -708,11 +701,6 @@ def traced_comparable(traced: Traced) -> Comparable:
         activations=t.activations + t.all_gather + t.reduce_scatter,
         peak=t.peak,
     )
-
-
-def error(traced: Comparable, predicted: Comparable) -> float:
-    """pipesim's peak error, relative to the traced peak."""
-    return predicted.peak / traced.peak - 1
 
 
 COMPARED = ("weights", "gradients", "optimizer", "activations")

@@ -240,7 +240,9 @@ def _architecture(table: Mapping[str, Any]) -> TransformerArchitecture:
         if table["name"] not in MOE_MODELS:
             raise ValueError(f"{DATA_FILE}: no catalogue MoE model {table['name']!r}")
         arch = MOE_MODELS[table["name"]][0]
-        stated = {key: int(table[key]) for key in CATALOGUE_OVERRIDES if key in table}
+        stated: dict[str, Any] = {
+            key: int(table[key]) for key in CATALOGUE_OVERRIDES if key in table
+        }
         return dataclasses.replace(arch, **stated)
     if family == "moe":
         moe = MixtureOfExperts(
