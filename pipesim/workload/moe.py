@@ -26,6 +26,10 @@ layer_frequency        --moe-layer-freq N        moe_layer_freq (DeepSeek),   ev
 gated                  --swiglu                  hidden_act silu              SwiGLU experts
 capacity_factor        --moe-expert-capacity-    (none: dropless)             tokens an expert
                        factor                                                 takes, x k·s/E
+pad_to_capacity        --moe-pad-expert-input-   (none)                       every expert
+                       to-capacity                                            computes its capacity
+max_expert_load        (the run's tokens per     (none)                       the busiest expert's
+                       expert, as logged)                                     tokens, x k·s/E
 load_balancing         --moe-router-load-        router_aux_loss_coef,        the auxiliary loss
                        balancing-type            seq_aux, aux_loss_alpha
 expert_bias            --moe-router-enable-      topk_method noaux_tc         DeepSeek-V3's
@@ -36,9 +40,13 @@ Block i (from 0) is an MoE block when ``i >= first_dense_layers`` and
 ``i % layer_frequency == 0`` (Megatron-Core's integer ``--moe-layer-freq`` and DeepSeek's
 ``moe_layer_freq``); the others keep the architecture's dense MLP of width ``ffn``.
 
-The capacity factor and the load balancing are the run's routing, stated here for the cost
-model: the layers pipesim builds route k·s tokens per sequence, spread evenly over the experts
-(dropless and balanced), whatever these two say; the auxiliary losses cost no matmul.
+The capacity factor, the padding, the busiest expert's load and the load balancing are the
+run's routing, stated here for the cost model (the auxiliary losses cost no matmul). Each
+sequence routes k·s tokens; ``max_expert_load`` L says how uneven they land: the busiest
+expert receives L·k·s/E of them (1: balanced, the default), capped at the capacity c·k·s/E
+where a capacity drops the rest, and with ``pad_to_capacity`` every expert computes exactly
+c·k·s/E rows. What a rank computes is set by the experts it holds
+(:meth:`MixtureOfExperts.busiest_rank_load`).
 
 :class:`MultiLatentAttention` is DeepSeek-V2/V3's attention (arXiv 2405.04434 §2.1): queries
 through a low-rank latent of ``q_lora_rank`` (DeepSeek-V2-Lite: none, a plain projection),
@@ -91,6 +99,11 @@ class MixtureOfExperts:
         capacity_factor: the tokens an expert takes, as a multiple of its even share k·s/E;
             None: dropless (every routed token is computed). Stated for the cost model; the
             layers route every token.
+        pad_to_capacity: every expert's input is padded to its capacity (Megatron-Core's
+            ``--moe-pad-expert-input-to-capacity``; needs ``capacity_factor``).
+        max_expert_load: the busiest expert's routed tokens over its even share k·s/E (1:
+            balanced; at most E/k: every token on it); the run's router
+            statistics, e.g. Megatron-Core's tokens-per-expert logging, stated not derived.
         load_balancing: the router's auxiliary loss (stated, no matmul).
         expert_bias: the router has a bias per expert for aux-loss-free balancing (DeepSeek-V3's
             ``e_score_correction_bias``): E parameters per MoE block, updated by a rule, not by
@@ -106,6 +119,8 @@ class MixtureOfExperts:
     layer_frequency: int = 1
     gated: bool = True
     capacity_factor: float | None = None
+    pad_to_capacity: bool = False
+    max_expert_load: float = 1.0
     load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
     expert_bias: bool = False
 
@@ -123,11 +138,23 @@ class MixtureOfExperts:
             checks.positive_int(f"{MOE}.shared_expert_ffn", self.shared_expert_ffn)
         checks.non_negative_int(f"{MOE}.first_dense_layers", self.first_dense_layers)
         checks.positive_int(f"{MOE}.layer_frequency", self.layer_frequency)
-        for name in ("gated", "expert_bias"):
+        for name in ("gated", "expert_bias", "pad_to_capacity"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"{MOE}.{name} must be true or false, got {getattr(self, name)!r}")
         if self.capacity_factor is not None:
             checks.positive(f"{MOE}.capacity_factor", self.capacity_factor)
+        elif self.pad_to_capacity:
+            raise SpecError(
+                f"{MOE}.pad_to_capacity needs {MOE}.capacity_factor (the capacity padded to; "
+                "Megatron-Core asserts the same)"
+            )
+        checks.positive(f"{MOE}.max_expert_load", self.max_expert_load)
+        if not 1 <= self.max_expert_load <= self.experts / self.top_k:
+            raise SpecError(
+                f"{MOE}.max_expert_load must be between 1 (balanced) and experts / top_k = "
+                f"{self.experts / self.top_k:g} (an expert can take at most every token once), "
+                f"got {self.max_expert_load!r}"
+            )
         if not isinstance(self.load_balancing, LoadBalancing):
             choices = ", ".join(kind.value for kind in LoadBalancing)
             raise SpecError(
@@ -145,6 +172,24 @@ class MixtureOfExperts:
         this width, its ``--moe-shared-expert-intermediate-size``): 0 without them."""
         each = self.expert_ffn if self.shared_expert_ffn is None else self.shared_expert_ffn
         return self.shared_experts * each
+
+    def busiest_rank_load(self, expert_parallel: int) -> float:
+        """The routed rows the busiest of ``expert_parallel`` ranks computes, over its even
+        share k·s/EP: the busiest expert at L = min(max_expert_load, capacity_factor) times
+        its share with the other experts sharing the rest evenly, so a rank holding it and
+        n = E/EP - 1 others computes (L + n·(E - L)/(E - 1)) / (n + 1) shares (1 without
+        expert parallelism, where one rank computes every routed token; L with one expert
+        per rank); padded to the capacity, every rank computes c shares."""
+        if self.pad_to_capacity and self.capacity_factor is not None:
+            return self.capacity_factor
+        load = self.max_expert_load
+        if self.capacity_factor is not None:
+            load = min(load, self.capacity_factor)
+        if self.experts == 1:
+            return 1.0
+        local = self.experts / expert_parallel
+        others = (local - 1) * (self.experts - load) / (self.experts - 1)
+        return (load + others) / local
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether block ``index`` (from 0) is an MoE block."""
@@ -178,6 +223,8 @@ class MixtureOfExperts:
             "layer_frequency": self.layer_frequency,
             "gated": self.gated,
             "capacity_factor": self.capacity_factor,
+            "pad_to_capacity": self.pad_to_capacity,
+            "max_expert_load": self.max_expert_load,
             "load_balancing": self.load_balancing.value,
             "expert_bias": self.expert_bias,
         }

@@ -41,8 +41,17 @@ stash above is unchanged. What EP adds besides: the all-to-all's receive buffer 
 transient of F and I) and the sort of the received tokens by local expert and its inverse
 (Megatron-Core's ``sort_chunks_by_idxs``, with more than one local expert: k·s·h read and
 written each, in F and in I). The routing probabilities' all-to-all beside the tokens (4 bytes
-per routed token, 2/h of the tokens' bytes) is left out. Routing stays balanced and dropless:
-load imbalance, capacity factors and dropped tokens are not modelled.
+per routed token, 2/h of the tokens' bytes) is left out. Routing is balanced and dropless
+unless the model says otherwise (below); which tokens a capacity drops is not modelled.
+
+Uneven routing (the model's ``max_expert_load`` L, its capacity c, its padding): the busiest
+expert-parallel rank computes r = :meth:`~pipesim.workload.moe.MixtureOfExperts.busiest_rank_load`
+times the balanced rows, and every rank waits for it at the combine; pipesim costs that rank:
+its experts' matmuls, activations and stash ("routed tokens", "expert activations") and its
+all-to-all receive buffer scale by r, and the all-to-alls carry r times the bytes (the busiest
+rank receives them). Its own tokens (the permutation, the expert outputs combined back, the
+router) do not. Without expert parallelism r = 1 (one rank computes every routed token,
+however uneven) unless padded.
 
 Latent attention (Megatron-Core's MLASelfAttention): the down-projections of the query and of
 the key/value latent are whole on every rank (``duplicated``) and run on the rank's tokens
@@ -131,9 +140,17 @@ def _mla(z: _Sizes) -> MultiLatentAttention:
 
 
 def routed_tokens(z: _Sizes) -> float:
-    """Tokens the experts compute per sequence: k·s (every rank gathers the whole sequence;
-    with expert parallelism, balanced, its E/p experts get k·s of the p ranks' k·s·p)."""
+    """The routed copies of one sequence's tokens: k·s (every rank gathers the whole
+    sequence), what a rank permutes, sends and gets back."""
     return float(_moe(z).top_k * z.arch.seq)
+
+
+def expert_tokens(z: _Sizes) -> float:
+    """The rows this rank's experts compute per sequence, on the busiest rank: k·s balanced
+    (with expert parallelism its E/p experts get k·s of the p ranks' k·s·p), times
+    :meth:`~pipesim.workload.moe.MixtureOfExperts.busiest_rank_load` where the routing is
+    uneven or padded to a capacity."""
+    return routed_tokens(z) * _moe(z).busiest_rank_load(z.par.expert)
 
 
 # --- expert parallelism ---------------------------------------------------------------------
@@ -162,13 +179,15 @@ def local_experts(z: _Sizes) -> float:
 
 
 def expert_rows(z: _Sizes) -> float:
-    """Each local expert's rows per sequence, balanced: k·s·p/E (k·s/E without EP)."""
-    return routed_tokens(z) / local_experts(z)
+    """Each local expert's rows per sequence, balanced: k·s·p/E (k·s/E without EP); the
+    busiest rank's mean where the routing is uneven."""
+    return expert_tokens(z) / local_experts(z)
 
 
 def dispatch_bytes(z: _Sizes) -> float:
-    """One rank's all-to-all buffer per sample, dispatch or combine: e·k·s·h/t."""
-    return z.e * routed_tokens(z) * z.arch.hidden / z.t
+    """One rank's all-to-all buffer per sample, dispatch or combine, on the busiest rank:
+    e·k·s·h/t balanced (what it receives sets its time and its receive buffer)."""
+    return z.e * expert_tokens(z) * z.arch.hidden / z.t
 
 
 def _sorts_local_experts(z: _Sizes) -> bool:
@@ -200,7 +219,7 @@ def _expert_parallel_extras(z: _Sizes) -> tuple[float, int, float]:
     local expert and back (k·s·h read and written each), the all-to-all's receive buffer."""
     if not z.moe or z.par.expert == 1:
         return 0.0, 0, 0.0
-    sort = 2 * 2 * z.e * routed_tokens(z) * z.arch.hidden if _sorts_local_experts(z) else 0.0
+    sort = 2 * 2 * z.e * expert_tokens(z) * z.arch.hidden if _sorts_local_experts(z) else 0.0
     return sort, 2 if sort else 0, dispatch_bytes(z)
 
 
@@ -220,12 +239,12 @@ def moe_stash_terms(z: _Sizes) -> dict[str, float]:
     """What the MoE MLP stashes beyond its norm's and its router's input (bytes per
     sample)."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
-    routed = routed_tokens(z)
+    rows = expert_tokens(z)
     terms = {
         "router probabilities": ROUTER_BYTES * z.tokens_local * moe.experts,
-        "routed tokens": e * routed * h,
-        "expert activations": moe.matrices * e * routed * moe.expert_ffn / z.t,
-        "expert outputs": e * routed * h,
+        "routed tokens": e * rows * h,
+        "expert activations": moe.matrices * e * rows * moe.expert_ffn / z.t,
+        "expert outputs": e * routed_tokens(z) * h,  # combined back: the rank's own tokens
     }
     if moe.shared_width:
         terms["shared expert activations"] = moe.matrices * e * s * moe.shared_width / z.t
@@ -236,8 +255,8 @@ def moe_weight_grad_inputs(z: _Sizes) -> float:
     """What the experts' weight gradients read besides the router's and shared experts'
     input: the routed tokens and the inputs of the experts' second matmuls."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
-    routed = routed_tokens(z)
-    return e * routed * h + e * routed * moe.expert_ffn / z.t + e * s * moe.shared_width / z.t
+    rows = expert_tokens(z)
+    return e * rows * h + e * rows * moe.expert_ffn / z.t + e * s * moe.shared_width / z.t
 
 
 def _shared_matmuls(z: _Sizes, kind: str) -> tuple[Matmul, ...]:
@@ -268,10 +287,11 @@ def moe_forward(z: _Sizes) -> Part:
         Matmul("expert fc2", rows, h, moe.expert_ffn / z.t, local),
         *_shared_matmuls(z, "F"),
     )
-    activation = moe.matrices * e * (routed * moe.expert_ffn + s * moe.shared_width) / z.t
+    computed = expert_tokens(z)
+    activation = moe.matrices * e * (computed * moe.expert_ffn + s * moe.shared_width) / z.t
     permutation = 2 * e * h * (s + routed)  # permute: read s·h, write k·s·h; unpermute back
     sort, sorts, received = _expert_parallel_extras(z)
-    transient = e * (routed * expert_fc1_width(z) + s * shared_fc1_width(z))
+    transient = e * (computed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
         matmuls,
         memory_bytes=activation + permutation + sort,
@@ -295,10 +315,11 @@ def moe_input_grad(z: _Sizes) -> Part:
         Matmul("router dgrad", z.tokens_local, h, experts),
     )
     backward = 5 if moe.gated else 3
-    activation = backward * e * (routed * moe.expert_ffn + s * moe.shared_width) / z.t
+    computed = expert_tokens(z)
+    activation = backward * e * (computed * moe.expert_ffn + s * moe.shared_width) / z.t
     permutation = 2 * e * h * (s + routed) + e * routed * h
     sort, sorts, received = _expert_parallel_extras(z)
-    transient = e * (routed * expert_fc1_width(z) + s * shared_fc1_width(z))
+    transient = e * (computed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
         matmuls,
         memory_bytes=activation + permutation + sort,

@@ -43,6 +43,8 @@ Either a transformer stack::
     layer_frequency = 1                 # every N-th block an MoE block
     gated = true                        # SwiGLU experts
     capacity_factor = 1.25              # absent: dropless
+    pad_to_capacity = false             # every expert computes its capacity (needs one)
+    max_expert_load = 1.0               # the busiest expert's tokens over its even share
     load_balancing = "aux_loss"         # or "seq_aux_loss", "sinkhorn", "none"
     expert_bias = false                 # DeepSeek-V3's aux-loss-free bias per expert
 
@@ -289,6 +291,8 @@ def _moe(spec: Fields) -> MixtureOfExperts:
         layer_frequency=spec.take("layer_frequency", checks.positive_int, 1),
         gated=spec.take("gated", boolean, True),
         capacity_factor=spec.take("capacity_factor", checks.positive, None),
+        pad_to_capacity=spec.take("pad_to_capacity", boolean, False),
+        max_expert_load=spec.take("max_expert_load", checks.positive, 1.0),
         load_balancing=spec.take("load_balancing", _choice(LoadBalancing), LoadBalancing.AUX_LOSS),
         expert_bias=spec.take("expert_bias", boolean, False),
     )

@@ -1093,6 +1093,10 @@ def test_experts_and_their_parallelism_are_read() -> None:
         (["--moe-expert-capacity-factor", "1.25"], {"capacity_factor": 1.25}),
         (["--moe-expert-capacity-factor", "-1"], {}),
         (
+            ["--moe-expert-capacity-factor", "1.5", "--moe-pad-expert-input-to-capacity"],
+            {"capacity_factor": 1.5, "pad_to_capacity": True},
+        ),
+        (
             ["--moe-router-load-balancing-type", "seq_aux_loss", "seq_aux_loss"],
             {"load_balancing": LoadBalancing.SEQ_AUX_LOSS},
         ),
@@ -1113,6 +1117,13 @@ def test_each_experts_option_is_the_architecture_s(
         assert (moe.shared_experts, moe.shared_expert_ffn) == (1, 100)
         return
     assert moe == dataclasses.replace(expected, **fields_of_moe)  # type: ignore[arg-type]
+
+
+def test_padding_to_capacity_needs_a_capacity() -> None:
+    """Megatron-Core raises the same (transformer_config.py)."""
+    for extra in ([], ["--moe-expert-capacity-factor", "-1"]):
+        with pytest.raises(SpecError, match="--moe-pad-expert-input-to-capacity without a"):
+            read_line(*MOE, *extra, "--moe-pad-expert-input-to-capacity")
 
 
 def test_latent_attention_and_head_widths_are_the_architecture_s() -> None:

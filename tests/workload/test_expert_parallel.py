@@ -260,3 +260,72 @@ def _llama() -> TransformerArchitecture:
     arch = model("llama3-8b").architecture
     assert arch is not None
     return arch
+
+
+# --- uneven routing: the busiest rank ---------------------------------------------------------
+
+
+def _uneven(ep: int, **routing: object) -> Layer:
+    moe = dataclasses.replace(SMALL.moe, **routing)  # type: ignore[arg-type]
+    arch = dataclasses.replace(SMALL, moe=moe)
+    return transformer_block("b", arch, Parallelism(expert=ep, data=ep), moe=True)
+
+
+@pytest.mark.parametrize(
+    ("routing", "ep", "load"),
+    [
+        ({}, 2, 1.0),  # balanced
+        ({"max_expert_load": 1.6}, 1, 1.0),  # one rank computes every routed token
+        ({"max_expert_load": 1.6}, 4, 1.6),  # one expert per rank: the busiest expert's load
+        # 2 experts per rank: 1.6 beside one of the other three sharing 4 - 1.6 = 2.4 evenly
+        ({"max_expert_load": 1.6}, 2, (1.6 + 0.8) / 2),
+        ({"max_expert_load": 1.6, "capacity_factor": 1.25}, 4, 1.25),  # dropped at capacity
+        ({"max_expert_load": 1.1, "capacity_factor": 1.25}, 4, 1.1),
+        # padded: every expert computes its capacity, with or without expert parallelism
+        ({"capacity_factor": 1.5, "pad_to_capacity": True}, 1, 1.5),
+        ({"capacity_factor": 1.5, "pad_to_capacity": True, "max_expert_load": 2.0}, 4, 1.5),
+    ],
+)
+def test_the_busiest_rank_computes_its_experts_load(
+    routing: dict[str, object], ep: int, load: float
+) -> None:
+    """E = 4, k = 2 (max_expert_load at most E/k = 2): the busiest rank's rows over its even
+    share, by hand."""
+    moe = dataclasses.replace(SMALL.moe, **routing)  # type: ignore[arg-type]
+    assert moe.busiest_rank_load(ep) == pytest.approx(load)
+
+
+def test_uneven_routing_scales_the_busiest_ranks_experts_and_all_to_alls_only() -> None:
+    """EP = 4, L = 1.5: the rank's expert rows (32 balanced), its all-to-alls and their
+    receive buffer, its routed-token and expert-activation stash by 1.5; the attention, the
+    router, the shared expert and the expert outputs combined back as balanced."""
+    balanced, uneven = _block(4), _uneven(4, max_expert_load=1.5)
+    assert balanced.work is not None and uneven.work is not None
+    for even, loaded in zip(balanced.work.passes(), uneven.work.passes(), strict=True):
+        for a, b in zip(even.matmuls, loaded.matmuls, strict=True):
+            scale = 1.5 if a.name.startswith("expert ") else 1.0
+            assert _rows(b) == pytest.approx(scale * _rows(a)), a.name
+        for a, b in zip(_all_to_alls(even), _all_to_alls(loaded), strict=True):
+            assert b.bytes_per_sample == pytest.approx(1.5 * a.bytes_per_sample)
+    # the stash grows by half the routed tokens (e·k·s·h = 4096 B) and half the experts'
+    # SwiGLU activations (3·e·k·s·f_e = 6144 B), nothing else
+    assert uneven.activation_bytes - balanced.activation_bytes == pytest.approx(0.5 * 10240)
+    # and the weight gradient keeps half the routed tokens and fc2's inputs (e·k·s·f_e) more
+    extra = 0.5 * (4096 + 2 * K * S * F_E)
+    grads = uneven.weight_grad_activation_bytes - balanced.weight_grad_activation_bytes
+    assert grads == pytest.approx(extra)
+
+
+@pytest.mark.parametrize(
+    ("routing", "message"),
+    [
+        ({"max_expert_load": 0.9}, "transformer.moe.max_expert_load must be between 1"),
+        ({"max_expert_load": 2.5}, "experts / top_k = 2"),
+        ({"max_expert_load": float("nan")}, "transformer.moe.max_expert_load must be a number"),
+        ({"pad_to_capacity": True}, "transformer.moe.pad_to_capacity needs"),
+        ({"pad_to_capacity": 1}, "transformer.moe.pad_to_capacity must be true or false"),
+    ],
+)
+def test_routing_refusals_name_the_field(routing: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        dataclasses.replace(SMALL.moe, **routing)  # type: ignore[arg-type]

@@ -374,6 +374,7 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
             ),
         ),
         "--moe-expert-capacity-factor": Mapped(_N, "moe.capacity_factor (negative: dropless)"),
+        "--moe-pad-expert-input-to-capacity": Mapped(_F, "moe.pad_to_capacity"),
         "--moe-token-dispatcher-type": Mapped(
             _W,
             "checked: alltoall (EP's all-to-alls); allgather without EP",
@@ -407,10 +408,6 @@ REFUSED: Mapping[str, Refused] = MappingProxyType(
         ),
         "--moe-shared-expert-overlap": Refused(
             "the shared experts overlapped with the token dispatch: pipesim runs them in turn"
-        ),
-        "--moe-pad-expert-input-to-capacity": Refused(
-            "experts' inputs padded to their capacity: pipesim computes the routed tokens "
-            "alone (balanced, dropless)"
         ),
         "--moe-layer-recompute": Refused(
             "recomputing the mixture-of-experts layers alone is not modelled"
@@ -1513,6 +1510,7 @@ _MOE_OPTIONS = (
     "--moe-layer-freq",
     "--moe-router-load-balancing-type",
     "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity",
     "--moe-token-dispatcher-type",
     "--moe-router-enable-expert-bias",
     "--moe-router-score-function",
@@ -1554,6 +1552,13 @@ def _experts(
     first_dense, frequency = _moe_layers(args, layers)
     balancing = _load_balancing(args)
     capacity = _capacity(args, balancing)
+    pad = args.has("--moe-pad-expert-input-to-capacity")
+    if pad and capacity is None:
+        raise SpecError(
+            "--moe-pad-expert-input-to-capacity without a --moe-expert-capacity-factor >= 0: "
+            "'moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity' "
+            "(Megatron-Core raises it)"
+        )
     bias = args.has("--moe-router-enable-expert-bias")
     score = args.word("--moe-router-score-function", "softmax")
     if bias and score not in ("sigmoid", "sqrtsoftplus"):
@@ -1572,6 +1577,7 @@ def _experts(
         layer_frequency=frequency,
         gated=swiglu,
         capacity_factor=capacity,
+        pad_to_capacity=pad,
         load_balancing=balancing,
         expert_bias=bias,
     )
@@ -2480,6 +2486,8 @@ class _Writer:
                 self.emit(
                     "moe capacity", "--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"
                 )
+                if moe.pad_to_capacity:
+                    self.emit("moe capacity", "--moe-pad-expert-input-to-capacity")
         if moe.expert_bias:
             self.emit("moe expert bias", "--moe-router-score-function", "sigmoid")
             self.emit("moe expert bias", "--moe-router-enable-expert-bias")
