@@ -36,6 +36,7 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "microbatch_size": "--microbatch-size",
         "microbatches": "-M",
         "model": "--model",
+        "offload_activations": "--offload-activations",
         "offload_optimizer": "--offload-optimizer",
         "optimizer": "--optimizer",
         "overlap_grad_reduce": "--overlap-grad-reduce",

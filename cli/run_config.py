@@ -71,6 +71,7 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
             expert=flags.expert,
             cp_comm_type=_cp_comm_type(flags.cp_comm_type),
             offload_optimizer=flags.offload_optimizer,
+            offload_activations=flags.offload_activations,
         )
     changes = dict(flags.recipe_changes)
     if flags.attention is not None:
@@ -106,6 +107,7 @@ class _RunFlags:
     expert: int
     cp_comm_type: str
     offload_optimizer: bool
+    offload_activations: int
     data: int | None
     recipe: str | None
     recipe_changes: tuple[tuple[str, object], ...]
@@ -144,6 +146,7 @@ class _RunFlags:
             given("expert_parallel", 1) if layout else 1,
             given("cp_comm_type", "p2p") if layout else "p2p",
             bool(getattr(args, "offload_optimizer", False)) if layout else False,
+            given("offload_activations", 0) if layout else 0,
             data_parallel,
             given("recipe"),
             changes,

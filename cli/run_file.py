@@ -44,6 +44,7 @@ _SIMULATE_FLAGS: dict[str, str] = {
     "cp_comm_type": "--context-exchange",
     "expert_parallel": "--expert-parallel",
     "offload_optimizer": "--offload-optimizer",
+    "offload_activations": "--offload-activations",
     "recompute": "--recompute",
     "tensor_across_nodes": "--tensor-across-nodes",
     "schedule": "--schedule",

@@ -106,6 +106,7 @@ COST_OPTIONS = (
     ("--context-exchange", "cp_comm_type", None, "model"),
     ("--expert-parallel", "expert_parallel", None, "model"),
     ("--offload-optimizer", "offload_optimizer", False, "model"),
+    ("--offload-activations", "offload_activations", None, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
     ("--overlap-grad-reduce", "overlap_grad_reduce", None, "model"),
     ("--attention", "attention", None, "model"),
@@ -359,6 +360,14 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         help="optimizer state and master weights in host memory, the optimizer step on the "
         "host's CPU (ZeRO-Offload, DeepSpeed's offload_optimizer): gradients to the host, the "
         "host's step, the weights back, after the backward",
+    )
+    hybrid.add_argument(
+        "--offload-activations",
+        type=int,
+        metavar="N",
+        help="the model's first N transformer blocks keep their stash in host memory between "
+        "forward and backward (Megatron-Core's --cpu-offloading-num-layers): copies under the "
+        "neighbouring blocks' compute over the host link (default 0)",
     )
     hybrid.add_argument(
         "--microbatch-size",

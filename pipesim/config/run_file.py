@@ -24,6 +24,7 @@ shape and schedule, and the software's recipe::
     cp_comm_type = "p2p"                # or "all-gather" (Llama 3's)
     expert_parallel = 1                 # EP: MoE layers' experts over EP of the D x CP ranks
     offload_optimizer = false           # optimizer state, master weights and step on the host
+    offload_activations = 0             # the first N blocks' stash in host memory
     recompute = "none"                  # selective, full, or a number of layers per stage
 
     [pipeline]
@@ -128,6 +129,7 @@ KEYS: tuple[_Key, ...] = (
     _Key("parallelism", "cp_comm_type", "cp_comm_type", string),
     _Key("parallelism", "expert_parallel", "expert_parallel", checks.positive_int),
     _Key("parallelism", "offload_optimizer", "offload_optimizer", boolean),
+    _Key("parallelism", "offload_activations", "offload_activations", _count),
     _Key("parallelism", "recompute", "recompute", _recompute),
     _Key("parallelism", "tensor_across_nodes", "tensor_across_nodes", boolean),
     _Key("pipeline", "schedule", "schedule", string),
@@ -174,6 +176,7 @@ class RunFile:
     cp_comm_type: str | None = None
     expert_parallel: int | None = None
     offload_optimizer: bool | None = None
+    offload_activations: int | None = None
     recompute: str | None = None
     tensor_across_nodes: bool | None = None
     schedule: str | None = None

@@ -141,6 +141,8 @@ def _on_the_job(
     }
     if parallelism.offload_optimizer:  # stated where on, as the results before it read
         layout["offload_optimizer"] = True
+    if parallelism.offload_activations:
+        layout["offload_activations"] = parallelism.offload_activations
     return dataclasses.replace(
         costs,
         description=f"{costs.description}, recipe {recipe.name}",

@@ -18,6 +18,18 @@ optimizer state read and written once at the host memory bandwidth one device ge
 updated weights shard copied back, one after another (ZeRO-Offload's one-step delayed
 update, which hides the host's step under the next step's backward, is not modelled).
 
+With a block's activations offloaded (``Parallelism.offload_activations``: the model's first N
+blocks; Megatron-Core's ``--cpu-offloading``, Transformer Engine's double-buffered CPU offload
+on a side stream) its stash leaves the device after its forward and comes back before its
+backward: the device holds none of it between the two. The copy to the host runs under the
+next block's forward and the copy back under the backward of the block after it, so each pass
+takes the longer of its own time and one copy (stash / the host link's bandwidth per direction;
+the neighbouring block is taken to be as long as this one, as a transformer's are); the forward
+holds the stash in flight beside its temporaries, the input-gradient pass the reloaded stash
+and the next one's prefetch (two). A split backward's weight-gradient pass counts the inputs it
+reads as its transient (reloaded with the input gradient's, not held between the two). The
+host's memory is not checked.
+
 Memory of a stage: its layers' parameters on one tensor-parallel rank (weights, gradients,
 optimizer state and master weights, as the ZeRO stage shards them:
 :mod:`pipesim.parallel.sharding`), their stashes,
@@ -58,13 +70,15 @@ def layer_costs(
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
     pipelined: bool = True,
+    offloaded: bool = False,
 ) -> StageCosts:
     """One layer as a one-layer stage: its passes' times, stash, sizes and transients.
 
     ``input_bytes`` is what the layer receives per micro-batch (the model's input for the
     first, the previous layer's output otherwise); ``pipelined``: the layer sits in a
     pipeline of more than one stage, which decides when ZeRO-2/3 gather and reduce
-    (:mod:`pipesim.parallel.sharding`)."""
+    (:mod:`pipesim.parallel.sharding`); ``offloaded``: its stash waits in host memory
+    (the module's docstring)."""
     b = microbatch_size
     kernel_level = layer.work is not None and accelerator.kernel_level
     forward_comm_s = input_grad_comm_s = 0.0
@@ -121,12 +135,22 @@ def layer_costs(
     forward_transient += held.forward_gather_bytes
     input_grad_transient += held.backward_gather_bytes
     weight_grad_transient += held.backward_gather_bytes
+    stash = layer.activation_bytes * b
+    weight_grad_stash = layer.weight_grad_activation_bytes * b
+    if offloaded and stash:
+        link = _host_figure(accelerator, "host_link_bandwidth_bytes_per_s", "offload_activations")
+        copy_s = stash / link
+        forward_s, input_grad_s = max(forward_s, copy_s), max(input_grad_s, copy_s)
+        forward_transient += stash
+        input_grad_transient += 2 * stash
+        weight_grad_transient += weight_grad_stash  # reloaded for it, not held from I on
+        stash = weight_grad_stash = 0.0
     return StageCosts(
         forward_s=forward_s,
         input_grad_s=input_grad_s,
         weight_grad_s=weight_grad_s,
-        activation_bytes=layer.activation_bytes * b,
-        weight_grad_activation_bytes=layer.weight_grad_activation_bytes * b,
+        activation_bytes=stash,
+        weight_grad_activation_bytes=weight_grad_stash,
         input_bytes=input_bytes,
         output_bytes=output,
         parameter_bytes=held.parameter_bytes,
@@ -167,15 +191,14 @@ def _offloaded_step_s(shard: float, model: Model, accelerator: Accelerator) -> f
     return to_host + host_step + to_device
 
 
-def _host_figure(accelerator: Accelerator, name: str) -> float:
-    """The accelerator's host figure ``name``, or one line naming the hardware and the
-    field."""
+def _host_figure(accelerator: Accelerator, name: str, why: str = "offload_optimizer") -> float:
+    """The accelerator's host figure ``name``, or one line naming the hardware, the field and
+    what needs it (``why``: the offload asked for)."""
     value: float | None = getattr(accelerator, name)
     if value is None:
         raise SpecError(
-            f"{named('offload_optimizer')}: accelerator {accelerator.name!r} gives no "
-            f"accelerator.{name} (the host's figures an optimizer on the host needs); give it "
-            "in a hardware file"
+            f"{named(why)}: accelerator {accelerator.name!r} gives no accelerator.{name} (the "
+            "host's figures an offload to the host needs); give it in a hardware file"
         )
     return value
 
@@ -247,6 +270,7 @@ def costs_from_model(
     if sharded is None:
         sharded = sharded_layers(model, parallelism)
     ranges = _stage_ranges(model, sharded, stages, partition)
+    offloaded = sharded.offloaded(parallelism.offload_activations)
     per_stage = []
     for layer_range in ranges:
         layers = sharded.for_stage(layer_range)
@@ -262,6 +286,7 @@ def costs_from_model(
                 parallelism=parallelism,
                 tensor_group=tensor_group,
                 pipelined=stages > 1,
+                offloaded=offloaded[layer_range.start : layer_range.stop],
             )
         )
     return _pipeline_costs(model, cluster, sharded, ranges, per_stage, b, parallelism)
@@ -278,17 +303,20 @@ def costs_of_layers(
     parallelism: Parallelism = IDENTITY,
     tensor_group: TensorGroup | None = None,
     pipelined: bool = True,
+    offloaded: Sequence[bool] = (),
 ) -> list[StageCosts]:
     """:func:`layer_costs` of each of ``layers`` in a row, the first receiving
-    ``first_input_bytes`` per micro-batch and each later one its predecessor's output. A
-    transformer's blocks are one layer repeated: each distinct (layer, input) is costed once
-    (layers that differ in their name only cost the same)."""
+    ``first_input_bytes`` per micro-batch and each later one its predecessor's output
+    (``offloaded``: whether each keeps its stash on the host; empty: none does). A
+    transformer's blocks are one layer repeated: each distinct (layer, input, offload) is
+    costed once (layers that differ in their name only cost the same)."""
     b = microbatch_size
     inputs = [first_input_bytes] + [layer.output_bytes * b for layer in layers[:-1]]
-    costed: dict[tuple[int, float], StageCosts] = {}
+    flags = tuple(offloaded) or (False,) * len(layers)
+    costed: dict[tuple[int, float, bool], StageCosts] = {}
     out = []
-    for layer, received in zip(layers, inputs, strict=True):
-        key = (_identity(layer), received)
+    for layer, received, offload in zip(layers, inputs, flags, strict=True):
+        key = (_identity(layer), received, offload)
         if key not in costed:
             costed[key] = layer_costs(
                 layer,
@@ -300,6 +328,7 @@ def costs_of_layers(
                 parallelism=parallelism,
                 tensor_group=tensor_group,
                 pipelined=pipelined,
+                offloaded=offload,
             )
         out.append(costed[key])
     return out

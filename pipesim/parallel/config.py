@@ -37,6 +37,11 @@ the backward is the software's choice, the run's recipe (:mod:`pipesim.config.re
   copies the rank's gradient shard to the host, steps there and copies the updated weights
   back (:func:`pipesim.costs.spec_derived.layer_costs`). ZeRO-Offload's one-step delayed
   update, which overlaps the host's step with the next backward, is not modelled.
+* ``offload_activations`` N: the stash of the model's first N transformer blocks is copied to
+  host memory after each block's forward and back before its backward (Megatron-Core's
+  ``--cpu-offloading --cpu-offloading-num-layers N``, Transformer Engine's CPU offload
+  context, double-buffered on a side stream; DeepSpeed's ``cpu_checkpointing`` for
+  checkpointed blocks): :func:`pipesim.costs.spec_derived.layer_costs`.
 """
 
 from __future__ import annotations
@@ -142,6 +147,8 @@ class Parallelism:
         cp_comm_type: how the CP ranks exchange keys and values.
         offload_optimizer: optimizer state and master weights in host memory, the optimizer
             step on the host's CPU.
+        offload_activations: the model's first N transformer blocks keep their stash in host
+            memory between the forward and the backward (0: none).
     """
 
     tensor: int = 1
@@ -154,6 +161,7 @@ class Parallelism:
     expert: int = 1
     cp_comm_type: ContextComm = ContextComm.P2P
     offload_optimizer: bool = False
+    offload_activations: int = 0
 
     def __post_init__(self) -> None:
         checks.positive_int(named("tensor_parallel"), self.tensor)
@@ -200,6 +208,7 @@ class Parallelism:
                 f"{named('offload_optimizer')} must be true or false, got "
                 f"{self.offload_optimizer!r}"
             )
+        checks.non_negative_int(named("offload_activations"), self.offload_activations)
         if self.sequence_parallel and self.tensor == 1:
             raise SpecError(
                 f"{named('sequence_parallel')} splits the sequence over the tensor-parallel "
@@ -219,6 +228,7 @@ class Parallelism:
             and self.context == 1
             and self.expert == 1
             and not self.offload_optimizer
+            and not self.offload_activations
         )
 
     @property
@@ -261,6 +271,8 @@ class Parallelism:
             words.append(f"EP={self.expert}")
         if self.offload_optimizer:
             words.append("optimizer-offload")
+        if self.offload_activations:
+            words.append(f"activation-offload={self.offload_activations}")
         words.append(f"D={self.data}")
         return " ".join(words)
 

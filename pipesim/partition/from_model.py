@@ -82,6 +82,7 @@ def layer_costs(
             parallelism=parallelism,
             tensor_group=tensor_group,
             pipelined=pipelined,
+            offloaded=sharded.offloaded(parallelism.offload_activations),
         )
     )
 
@@ -114,6 +115,7 @@ def recompute_first(
         parallelism=parallelism,
         tensor_group=tensor_group,
         pipelined=pipelined,
+        offloaded=sharded.offloaded(parallelism.offload_activations),
     )
     return RecomputeFirst(
         layers_per_stage, tuple(twins), tuple(is_block(layer) for layer in sharded.layers)

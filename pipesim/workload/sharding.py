@@ -49,6 +49,29 @@ class ShardedLayers:
                 left -= 1
         return layers
 
+    def offloaded(self, count: int) -> tuple[bool, ...]:
+        """Which of the layers keep their stash on the host under ``offload_activations``
+        ``count``: the model's first ``count`` transformer blocks, wherever the pipeline puts
+        them (Megatron-Core's ``--cpu-offloading-num-layers``, which it runs without a
+        pipeline: its first N layers). Refused in one line unless fewer than the model's
+        blocks: the last block's backward follows its forward at once, nothing would hide
+        its reload (Megatron-Core refuses N >= its layers likewise)."""
+        if not count:
+            return (False,) * len(self.layers)
+        blocks = sum(1 for layer in self.layers if is_block(layer))
+        if count >= blocks:
+            raise SpecError(
+                f"{named('offload_activations')} {count} must be fewer than the model's "
+                f"{blocks:,} transformer blocks (the last block's stash is used as soon as "
+                "it is made; a model given as layers has no blocks to offload)"
+            )
+        flags, left = [], count
+        for layer in self.layers:
+            chosen = left > 0 and is_block(layer)
+            flags.append(chosen)
+            left -= chosen
+        return tuple(flags)
+
 
 def needs_rebuild(parallelism: Parallelism) -> bool:
     """True when the configuration changes what a layer computes or stashes."""

@@ -1384,3 +1384,51 @@ def test_the_catalogue_moe_model_reads_as_resolved() -> None:
     assert resolve_model("deepseek-v2-lite").architecture == catalogue_architecture(
         "deepseek-v2-lite"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation offloading
+
+
+def test_cpu_offloading_of_n_layers_is_activation_offloading_and_written_back() -> None:
+    """--cpu-offloading-num-layers 2 (3106714, 2025-10-21): the first 2 blocks' stash on the
+    host; 0 is none; written back as it was read."""
+    run = read_line("--cpu-offloading-num-layers", "2")
+    assert run.offload_activations == 2
+    assert read_line("--cpu-offloading-num-layers", "0").offload_activations is None
+    written, model = base_run(offload_activations=3, pipeline_parallel=1, partition="10")
+    words, unexpressed = megatron_args(written, model)  # type: ignore[arg-type]
+    assert unexpressed == ()
+    assert words[words.index("--cpu-offloading-num-layers") + 1] == "3"
+    back, ignored = run_from_megatron_args(words, hardware="a100", world_size=4)
+    assert (back, ignored) == (written, ())
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--cpu-offloading-num-layers", "4"], "'CPU offloading can be done only for layers less"),
+        (
+            ["--cpu-offloading-num-layers", "1", "--pipeline-model-parallel-size", "2"],
+            "'Currently there is no support for Pipeline parallelism with CPU offloading'",
+        ),
+        (
+            ["--cpu-offloading-num-layers", "1", "--recompute-granularity", "selective"],
+            "'CPU offloading does not work when activation recomputation is enabled'",
+        ),
+    ],
+)
+def test_cpu_offloading_is_refused_where_megatron_refuses_it(extra: list[str], said: str) -> None:
+    with pytest.raises(SpecError) as error:
+        read_line(*extra)
+    assert said in str(error.value) and "(Megatron-Core raises it)" in str(error.value)
+
+
+def test_activation_offloading_megatron_cannot_run_is_said_not_written() -> None:
+    run, model = base_run(offload_activations=2)  # a pipeline of 4 stages
+    words, unexpressed = megatron_args(run, model)  # type: ignore[arg-type]
+    assert "--cpu-offloading-num-layers" not in words
+    assert any(
+        line.startswith("offload_activations 2") and "with a pipeline" in line
+        for line in unexpressed
+    ), unexpressed

@@ -375,6 +375,7 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         ),
         "--moe-expert-capacity-factor": Mapped(_N, "moe.capacity_factor (negative: dropless)"),
         "--moe-pad-expert-input-to-capacity": Mapped(_F, "moe.pad_to_capacity"),
+        "--cpu-offloading-num-layers": Mapped(_I, "offload_activations"),
         "--moe-token-dispatcher-type": Mapped(
             _W,
             "checked: alltoall (EP's all-to-alls); allgather without EP",
@@ -716,6 +717,7 @@ SINCE: Mapping[str, tuple[str, str]] = MappingProxyType(
         "--data-parallel-sharding-strategy": ("2025-02-26", "892c4c8"),
         "--torch-fsdp2-no-reshard-after-forward": ("2025-04-22", "1cb506c"),
         "--use-megatron-fsdp": ("2025-08-21", "4dd2f2b"),
+        "--cpu-offloading-num-layers": ("2025-10-21", "3106714"),
         "--step-batch-size-schedule": ("2026-04-21", "532ad92"),
     }
 )
@@ -1024,6 +1026,32 @@ def parse_options_noting(
     return options, notes
 
 
+def _offload_activations(args: _Args, arch: TransformerArchitecture, pipeline: int) -> int | None:
+    """``--cpu-offloading-num-layers N`` (Megatron-Core's CPU offloading of the first N
+    layers' activations, on when N > 0), with Megatron-Core's refusals (transformer_config.py):
+    N below the layers, no pipeline, no recomputation."""
+    option = "--cpu-offloading-num-layers"
+    layers = args.integer(option, 0) or 0
+    if layers == 0:
+        return None
+    if not 0 < layers < arch.layers:
+        raise SpecError(
+            f"{option} {layers}: 'CPU offloading can be done only for layers less than "
+            f"{arch.layers}' (Megatron-Core raises it)"
+        )
+    if pipeline > 1:
+        raise SpecError(
+            f"{option} {layers} with a pipeline of {pipeline} stages: 'Currently there is no "
+            "support for Pipeline parallelism with CPU offloading' (Megatron-Core raises it)"
+        )
+    if args.has("--recompute-granularity"):
+        raise SpecError(
+            f"{option} {layers} with --recompute-granularity: 'CPU offloading does not work "
+            "when activation recomputation is enabled' (Megatron-Core raises it)"
+        )
+    return layers
+
+
 def _translate(
     words: Sequence[str],
     hardware: str,
@@ -1066,6 +1094,7 @@ def _translate(
         context_parallel=context if context > 1 else None,
         cp_comm_type=comm,
         expert_parallel=expert if expert > 1 else None,
+        offload_activations=_offload_activations(args, arch, layout.pipeline),
         recompute=_recompute(args, recipe.name).label,
         schedule="interleaved-1f1b" if layout.chunks > 1 else "1f1b",
         chunks=layout.chunks,
@@ -2616,6 +2645,7 @@ class _Writer:
         if run.sequence_parallel:
             self.emit("sequence_parallel", "--sequence-parallel")
         self.sharding(pipeline)
+        self.offload(arch, pipeline)
         self.communication(chunks)
 
     def context(self, arch: TransformerArchitecture) -> None:
@@ -2656,6 +2686,22 @@ class _Writer:
         if (data * (self.run.context_parallel or 1)) % expert:
             self.cannot(what, "Megatron's expert groups need it to divide D x CP")
         self.emit(what, "--expert-model-parallel-size", expert)
+
+    def offload(self, arch: TransformerArchitecture, pipeline: int) -> None:
+        """Activation offloading of the first N layers (``--cpu-offloading-num-layers``), with
+        Megatron-Core's refusals: no pipeline, no recomputation, N below the layers."""
+        layers = self.run.offload_activations or 0
+        if not layers:
+            return
+        what = f"offload_activations {layers}"
+        if pipeline > 1:
+            self.cannot(what, "Megatron-Core has no CPU offloading with a pipeline")
+        elif (self.run.recompute or "none") != "none":
+            self.cannot(what, "Megatron-Core has no CPU offloading with recomputation")
+        elif layers >= arch.layers:
+            self.cannot(what, f"Megatron-Core offloads fewer than its {arch.layers} layers")
+        else:
+            self.emit(what, "--cpu-offloading-num-layers", layers)
 
     def sharding(self, pipeline: int) -> None:
         """ZeRO-1 as the distributed optimizer; ZeRO-2 and -3 as Megatron-FSDP (optim_grads,
