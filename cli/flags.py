@@ -26,6 +26,7 @@ FLAGS: MappingProxyType[str, str] = MappingProxyType(
         "devices": "--devices",
         "dtype": "--dtype",
         "expert_parallel": "--expert-parallel",
+        "expert_tensor_parallel": "--expert-tensor-parallel",
         "fragmentation": "--fragmentation",
         "hardware": "--hardware",
         "master_weights": "--master-weights",

@@ -156,6 +156,11 @@ def run_summary(words: list[str]) -> tuple[dict[str, Any], Any, tuple[str, ...]]
             "recompute": parallelism.recompute.label,
             "context_parallel": parallelism.context,
             "expert_parallel": parallelism.expert,
+            **(
+                {"expert_tensor_parallel": parallelism.expert_tensor_size}
+                if parallelism.folded
+                else {}
+            ),
         },
         "pipeline": {
             "schedule": args.schedule,
@@ -199,6 +204,7 @@ def summary_text(summary: dict[str, Any]) -> str:
         + f" x K={layout['pipeline_parallel']} (v={layout['chunks']}) x "
         f"D={layout['data_parallel']}: {layout['world_size']:,} devices; ZeRO-{layout['zero']}"
         + (f"; EP={layout['expert_parallel']}" if layout["expert_parallel"] > 1 else "")
+        + (f" ETP={layout['expert_tensor_parallel']}" if "expert_tensor_parallel" in layout else "")
         + "; "
         f"recompute {layout['recompute']}",
         f"schedule   {pipeline['schedule'] or 'none given'}; M="

@@ -69,6 +69,7 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
             reshard_after_forward=_reshard_policy(flags.reshard_after_forward),
             context=flags.context,
             expert=flags.expert,
+            expert_tensor=flags.expert_tensor,
             cp_comm_type=_cp_comm_type(flags.cp_comm_type),
             offload_optimizer=flags.offload_optimizer,
             offload_activations=flags.offload_activations,
@@ -105,6 +106,7 @@ class _RunFlags:
     reshard_after_forward: str
     context: int
     expert: int
+    expert_tensor: int | None
     cp_comm_type: str
     offload_optimizer: bool
     offload_activations: int
@@ -144,6 +146,7 @@ class _RunFlags:
             given("reshard_after_forward", "default") if layout else "default",
             given("context_parallel", 1) if layout else 1,
             given("expert_parallel", 1) if layout else 1,
+            given("expert_tensor_parallel") if layout else None,
             given("cp_comm_type", "p2p") if layout else "p2p",
             bool(getattr(args, "offload_optimizer", False)) if layout else False,
             given("offload_activations", 0) if layout else 0,

@@ -43,6 +43,7 @@ _SIMULATE_FLAGS: dict[str, str] = {
     "context_parallel": "--context-parallel",
     "cp_comm_type": "--context-exchange",
     "expert_parallel": "--expert-parallel",
+    "expert_tensor_parallel": "--expert-tensor-parallel",
     "offload_optimizer": "--offload-optimizer",
     "offload_activations": "--offload-activations",
     "recompute": "--recompute",

@@ -105,6 +105,7 @@ COST_OPTIONS = (
     ("--context-parallel", "context_parallel", None, "model"),
     ("--context-exchange", "cp_comm_type", None, "model"),
     ("--expert-parallel", "expert_parallel", None, "model"),
+    ("--expert-tensor-parallel", "expert_tensor_parallel", None, "model"),
     ("--offload-optimizer", "offload_optimizer", False, "model"),
     ("--offload-activations", "offload_activations", None, "model"),
     ("--microbatch-size", "microbatch_size", None, "model"),
@@ -352,6 +353,14 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="EP",
         help="expert parallelism: each MoE layer's experts divided over EP of the D x CP ranks, "
         "tokens dispatched and combined by all-to-alls (default 1)",
+    )
+    hybrid.add_argument(
+        "--expert-tensor-parallel",
+        type=int,
+        metavar="ETP",
+        help="expert tensor parallelism (Megatron-Core's --expert-tensor-parallel-size, "
+        "parallel folding): each routed expert split ETP ways, the MoE layers laid out as "
+        "ETP x EP x EDP over the T x CP x D ranks (default: T)",
     )
     hybrid.add_argument(
         "--offload-optimizer",

@@ -23,6 +23,7 @@ shape and schedule, and the software's recipe::
     context_parallel = 1                # CP: each sample's sequence split CP ways
     cp_comm_type = "p2p"                # or "all-gather" (Llama 3's)
     expert_parallel = 1                 # EP: MoE layers' experts over EP of the D x CP ranks
+    expert_tensor_parallel = 1          # optional ETP: each expert split ETP ways (default T)
     offload_optimizer = false           # optimizer state, master weights and step on the host
     offload_activations = 0             # the first N blocks' stash in host memory
     recompute = "none"                  # selective, full, or a number of layers per stage
@@ -128,6 +129,7 @@ KEYS: tuple[_Key, ...] = (
     _Key("parallelism", "context_parallel", "context_parallel", checks.positive_int),
     _Key("parallelism", "cp_comm_type", "cp_comm_type", string),
     _Key("parallelism", "expert_parallel", "expert_parallel", checks.positive_int),
+    _Key("parallelism", "expert_tensor_parallel", "expert_tensor_parallel", checks.positive_int),
     _Key("parallelism", "offload_optimizer", "offload_optimizer", boolean),
     _Key("parallelism", "offload_activations", "offload_activations", _count),
     _Key("parallelism", "recompute", "recompute", _recompute),
@@ -175,6 +177,7 @@ class RunFile:
     context_parallel: int | None = None
     cp_comm_type: str | None = None
     expert_parallel: int | None = None
+    expert_tensor_parallel: int | None = None
     offload_optimizer: bool | None = None
     offload_activations: int | None = None
     recompute: str | None = None

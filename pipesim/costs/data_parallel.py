@@ -27,7 +27,9 @@ the D x CP / EP ranks of its expert data group
 and under ZeRO its weights gathered, over that group, after the dense part's collectives over
 the data group (Megatron-Core's expert gradient buffers, and its distributed optimizer's expert
 shards, live on the expert data-parallel group); ZeRO shards it over the same group
-(:func:`expert_sharding`).
+(:func:`expert_sharding`). With a tensor-parallel size of the experts' own (ETP != T,
+Megatron-Core's parallel folding) that group has T x CP x D / (ETP x EP) ranks and may exist
+without replicas (T = 4, ETP = 1, EP = 2: each expert whole on 2 of the 4 tensor ranks).
 
 Each collective costs :func:`pipesim.hardware.collectives.collective_time_s` on the job's
 network; the K x T groups run at once on disjoint ranks, each with its own path (one NIC per
@@ -76,7 +78,8 @@ def expert_sharding(
     parallelism: Parallelism, expert_group: Sequence[int], pipelined: bool
 ) -> Sharding:
     """The ZeRO regime of the routed experts' state: ``parallelism``'s stage over the ranks of
-    ``expert_group`` (the expert data group, D x CP / EP ranks)."""
+    ``expert_group`` (the expert data group, D x CP / EP ranks; T x CP x D / (ETP x EP)
+    folded)."""
     return Sharding.of(
         parallelism.zero, len(expert_group), parallelism.reshard_after_forward, pipelined
     )
@@ -244,7 +247,7 @@ def sync_times_s(
     (:func:`tied_embedding_sync_s`); with expert parallelism the routed experts' gradients
     over the expert data group."""
     out = tied_embedding_sync_s(stages, placement, job_network, layout)
-    if layout.data * layout.context == 1:
+    if not _replicated(layout):
         return out
     pipelined = len(stages) > 1
     sharding = parallelism.sharding(pipelined)
@@ -256,12 +259,19 @@ def sync_times_s(
     return out
 
 
+def _replicated(layout: RankLayout) -> bool:
+    """Some weights are held by more than one rank of a pipeline device: the dense layers'
+    (D x CP > 1) or, folded (ETP != T), the routed experts' (EDP > 1 with D x CP = 1, e.g.
+    T = 4, ETP = 1, EP = 2: each expert whole on 2 of the 4 tensor ranks)."""
+    return layout.data * layout.context > 1 or (layout.experts_apart and layout.expert_data > 1)
+
+
 def _expert_reduction(
     layout: RankLayout, parallelism: Parallelism, device: int, pipelined: bool
 ) -> tuple[list[int], Sharding | None]:
     """Pipeline device ``device``'s expert data group and the experts' ZeRO regime over it;
     ([], None) without expert parallelism."""
-    if layout.expert == 1:
+    if not layout.experts_apart:
         return [], None
     group = layout.expert_data_group(device)
     return group, expert_sharding(parallelism, group, pipelined)
@@ -281,7 +291,7 @@ def with_sync(
     extra = sync_times_s(stages, placement, job_network, layout, parallelism, overlap_grad_reduce)
     out = [add_to_optimizer_step(s, e) if e else s for s, e in zip(stages, extra, strict=True)]
     sharding = parallelism.sharding(pipelined=len(stages) > 1)
-    if layout.data * layout.context == 1 or not (
+    if not _replicated(layout) or not (
         sharding.reshard_after_forward or sharding.syncs_every_microbatch
     ):
         return out

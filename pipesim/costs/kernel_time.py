@@ -58,6 +58,7 @@ def pass_time_s(
     overlap_collectives: bool = False,
     context_group: Sequence[int] = (),
     expert_group: Sequence[int] = (),
+    expert_tensor_group: Sequence[int] = (),
 ) -> float:
     """One pass (:class:`~pipesim.workload.work.PassWork`) on one device: its matmuls, its
     memory-bound bytes and kernels, its collectives over ``tensor_group`` of ``network``.
@@ -76,6 +77,7 @@ def pass_time_s(
         overlap_collectives=overlap_collectives,
         context_group=context_group,
         expert_group=expert_group,
+        expert_tensor_group=expert_tensor_group,
     )[0]
 
 
@@ -90,13 +92,17 @@ def pass_time_parts_s(
     overlap_collectives: bool = False,
     context_group: Sequence[int] = (),
     expert_group: Sequence[int] = (),
+    expert_tensor_group: Sequence[int] = (),
 ) -> tuple[float, float]:
     """:func:`pass_time_s` and the exposed communication inside it: the pass's time (the
     very number :func:`pass_time_s` returns) and the part of it its collectives add, the
     seconds another pass's computation could hide (DualPipe's overlapped forward-backward
     pairs, :func:`pipesim.engine.durations.overlap_savings_s`): a collective's time past the
     matmuls that hide it, the expert-parallel and context-parallel collectives whole, and the
-    tensor-parallel ones whole, or past the matmuls under ``overlap_collectives``."""
+    tensor-parallel ones whole, or past the matmuls under ``overlap_collectives``. The
+    expert-tensor-parallel collectives (``expert_tensor_group``: the dispatched tokens'
+    gather and reduce-scatter over the ETP ranks of a folded MoE layer) are exposed whole, as
+    the all-to-alls beside them."""
     b = microbatch_size
     times = [
         matmul_time_s(accelerator, matmul, b, dtype, work.element_bytes) for matmul in work.matmuls
@@ -118,6 +124,7 @@ def pass_time_parts_s(
         GroupKind.TENSOR: tensor_group,
         GroupKind.CONTEXT: context_group,
         GroupKind.EXPERT: expert_group,
+        GroupKind.EXPERT_TENSOR: expert_tensor_group,
     }
     if network is not None:
         for call in work.collectives:

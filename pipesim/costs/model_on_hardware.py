@@ -139,6 +139,8 @@ def _on_the_job(
         "cp_comm_type": parallelism.cp_comm_type.value,
         "expert_parallel": parallelism.expert,
     }
+    if parallelism.folded:  # stated where set, as the results before it read
+        layout["expert_tensor_parallel"] = parallelism.expert_tensor_size
     if parallelism.offload_optimizer:  # stated where on, as the results before it read
         layout["offload_optimizer"] = True
     if parallelism.offload_activations:

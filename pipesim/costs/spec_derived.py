@@ -92,12 +92,12 @@ def layer_costs(
         weight_grad_s = _weight_grad_s(layer, model, accelerator, b)
     sharding = parallelism.sharding(pipelined)
     per = _bytes_per_parameter(model)
-    # expert parallelism: the routed experts' state is sharded over the expert data group
-    # (D x CP / EP ranks), the rest over the data group
-    experts = layer.expert_parameters if parallelism.expert > 1 else 0.0
+    # expert parallelism or a folded layout: the routed experts' state is sharded over the
+    # expert data group (T x CP x D / (ETP x EP) ranks), the rest over the data group
+    experts = layer.expert_parameters if parallelism.experts_apart else 0.0
     expert_sharding = Sharding.of(
         parallelism.zero,
-        parallelism.replicated_over // parallelism.expert,
+        parallelism.expert_data,
         parallelism.reshard_after_forward,
         pipelined,
     )
@@ -244,6 +244,7 @@ def _pass_s(
         overlap_collectives=tensor_group.overlap_collectives,
         context_group=tensor_group.context_ranks,
         expert_group=tensor_group.expert_ranks,
+        expert_tensor_group=tensor_group.expert_tensor_ranks,
     )
 
 

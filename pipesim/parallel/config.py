@@ -31,6 +31,11 @@ the backward is the software's choice, the run's recipe (:mod:`pipesim.config.re
 * ``expert`` (EP): expert parallelism for mixture-of-experts layers (Megatron-Core's
   ``--expert-model-parallel-size``): each MoE layer's routed experts divided over EP ranks
   of the D x CP ranks, tokens dispatched and combined by all-to-alls over them.
+* ``expert_tensor`` (ETP): expert tensor parallelism (Megatron-Core's
+  ``--expert-tensor-parallel-size``, "parallel folding", arXiv 2504.14960): each routed
+  expert's FFN split ETP ways (None: T, Megatron's default). The MoE layers then have a layout
+  of their own over the same T x CP x D ranks of a pipeline stage, ETP x EP x EDP with
+  EDP = T x CP x D / (ETP x EP) the expert data group (:mod:`pipesim.parallel.ranks`).
 * ``offload_optimizer``: the optimizer state and fp32 master weights live in host memory and
   the optimizer step runs on the host's CPU (ZeRO-Offload, Ren et al., arXiv 2101.06840 §4;
   DeepSpeed's ``offload_optimizer: {device: cpu}``, FSDP2's ``CPUOffloadPolicy``): each step
@@ -149,6 +154,9 @@ class Parallelism:
             step on the host's CPU.
         offload_activations: the model's first N transformer blocks keep their stash in host
             memory between the forward and the backward (0: none).
+        expert_tensor: ETP, the ranks each routed expert's FFN is split over; None: T
+            (Megatron-Core's default). A value equal to T is stored as None, so the two
+            spellings of one layout are one value.
     """
 
     tensor: int = 1
@@ -162,12 +170,17 @@ class Parallelism:
     cp_comm_type: ContextComm = ContextComm.P2P
     offload_optimizer: bool = False
     offload_activations: int = 0
+    expert_tensor: int | None = None
 
     def __post_init__(self) -> None:
         checks.positive_int(named("tensor_parallel"), self.tensor)
         checks.positive_int(named("data_parallel"), self.data)
         checks.positive_int(named("context_parallel"), self.context)
         checks.positive_int(named("expert_parallel"), self.expert)
+        if self.expert_tensor is not None:
+            checks.positive_int(named("expert_tensor_parallel"), self.expert_tensor)
+            if self.expert_tensor == self.tensor:
+                object.__setattr__(self, "expert_tensor", None)
         if not isinstance(self.cp_comm_type, ContextComm):
             raise SpecError(
                 f"{named('cp_comm_type')} must be p2p or all-gather, got {self.cp_comm_type!r}"
@@ -178,12 +191,7 @@ class Parallelism:
                 f"ranks exchange keys and values: it needs {named('context_parallel')} 2 or "
                 "more, got 1"
             )
-        if (self.data * self.context) % self.expert:
-            raise SpecError(
-                f"{named('expert_parallel')} must divide {named('data_parallel')} x "
-                f"{named('context_parallel')} = {self.data * self.context} (the experts are "
-                f"divided over those ranks), got {self.expert}"
-            )
+        self._check_expert_layout()
         if self.zero not in ZERO_STAGES or isinstance(self.zero, bool):
             raise SpecError(f"{named('zero')} must be 0, 1, 2 or 3, got {self.zero!r}")
         if not isinstance(self.reshard_after_forward, ReshardPolicy):
@@ -214,6 +222,64 @@ class Parallelism:
                 f"{named('sequence_parallel')} splits the sequence over the tensor-parallel "
                 f"group: it needs {named('tensor_parallel')} of 2 or more, got 1"
             )
+        if self.folded and self.tensor > 1 and not self.sequence_parallel:
+            raise SpecError(
+                f"{named('expert_tensor_parallel')} {self.expert_tensor} with "
+                f"{named('tensor_parallel')} {self.tensor} needs {named('sequence_parallel')}: "
+                "Megatron-Core's MoELayer raises 'performance may degrade if MoE and tensor "
+                "parallelism are enabled without also enabling sequence parallelism' in "
+                "training (28c8dd7, 2024-05-30); pipesim models that case at the default "
+                "ETP = T only"
+            )
+
+    def _check_expert_layout(self) -> None:
+        """The MoE layers' ETP x EP x EDP must fill each pipeline stage's T x CP x D ranks:
+        Megatron-Core's parallel_state raises 'world_size (...) is not divisible by
+        expert_tensor_model_pipeline_parallel size' unless ETP x EP x PP divides the world
+        (T x CP x PP x D). At ETP = T that is EP dividing D x CP."""
+        if not self.folded:
+            if (self.data * self.context) % self.expert:
+                raise SpecError(
+                    f"{named('expert_parallel')} must divide {named('data_parallel')} x "
+                    f"{named('context_parallel')} = {self.data * self.context} (the experts "
+                    f"are divided over those ranks), got {self.expert}"
+                )
+            return
+        ranks = self.tensor * self.context * self.data
+        if ranks % (self.expert * self.expert_tensor_size):
+            raise SpecError(
+                f"{named('expert_tensor_parallel')} {self.expert_tensor_size} x "
+                f"{named('expert_parallel')} {self.expert} = "
+                f"{self.expert * self.expert_tensor_size} must divide "
+                f"{named('tensor_parallel')} x {named('context_parallel')} x "
+                f"{named('data_parallel')} = {ranks} (Megatron-Core's parallel_state: 'world_size "
+                "is not divisible by expert_tensor_model_pipeline_parallel size')"
+            )
+
+    @property
+    def expert_tensor_size(self) -> int:
+        """ETP: the ranks each routed expert is split over (T unless set)."""
+        return self.tensor if self.expert_tensor is None else self.expert_tensor
+
+    @property
+    def folded(self) -> bool:
+        """The MoE layers have a tensor-parallel size of their own (ETP != T): Megatron-
+        Core's parallel folding."""
+        return self.expert_tensor is not None
+
+    @property
+    def expert_data(self) -> int:
+        """EDP: the ranks holding the same routed experts, T x CP x D / (ETP x EP) (D x CP /
+        EP at ETP = T): what the experts' gradients are reduced, and ZeRO shards them, over."""
+        ranks = self.tensor * self.context * self.data
+        return ranks // (self.expert_tensor_size * self.expert)
+
+    @property
+    def experts_apart(self) -> bool:
+        """The routed experts are reduced and sharded over a group of their own (the expert
+        data group), not the dense layers' data group: with expert parallelism or a folded
+        layout."""
+        return self.expert > 1 or self.folded
 
     @property
     def is_identity(self) -> bool:
@@ -227,6 +293,7 @@ class Parallelism:
             and self.reshard_after_forward is ReshardPolicy.DEFAULT
             and self.context == 1
             and self.expert == 1
+            and not self.folded
             and not self.offload_optimizer
             and not self.offload_activations
         )
@@ -239,7 +306,9 @@ class Parallelism:
 
     def layout(self, devices: int) -> RankLayout:
         """The job's ranks with ``devices`` pipeline devices: T x CP x K x D."""
-        return RankLayout(self.tensor, devices, self.data, self.context, self.expert)
+        return RankLayout(
+            self.tensor, devices, self.data, self.context, self.expert, self.expert_tensor
+        )
 
     @property
     def ranks_per_device(self) -> int:
@@ -252,7 +321,8 @@ class Parallelism:
         return Sharding.of(self.zero, self.replicated_over, self.reshard_after_forward, pipelined)
 
     def label(self) -> str:
-        """A short description: ``T=8 SP recompute=full ZeRO-1 optimizer-offload D=4``."""
+        """A short description: ``T=8 SP recompute=full ZeRO-1 optimizer-offload D=4``
+        (``EP=8 ETP=1`` for a folded MoE layout)."""
         words = [f"T={self.tensor}"]
         if self.sequence_parallel:
             words.append("SP")
@@ -269,6 +339,8 @@ class Parallelism:
             )
         if self.expert > 1:
             words.append(f"EP={self.expert}")
+        if self.folded:
+            words.append(f"ETP={self.expert_tensor_size}")
         if self.offload_optimizer:
             words.append("optimizer-offload")
         if self.offload_activations:

@@ -44,6 +44,25 @@ written each, in F and in I). The routing probabilities' all-to-all beside the t
 per routed token, 2/h of the tokens' bytes) is left out. Routing is balanced and dropless
 unless the model says otherwise (below); which tokens a capacity drops is not modelled.
 
+Expert tensor parallelism of its own (ETP = u != t, Megatron-Core's
+``--expert-tensor-parallel-size``, "parallel folding", arXiv 2504.14960; with t > 1 it needs
+sequence parallelism, as Megatron-Core's MoELayer does in training): the MoE layer's ranks are
+folded as u x p x EDP over the stage's t x CP x D (:mod:`pipesim.parallel.ranks`), each expert
+split u ways, and the block is costed as Megatron-Core's ``MoEAlltoAllTokenDispatcher`` runs
+it (its steps: permute, A2A(EP), AG(ETP), sort; sort, RS(ETP), A2A(EP), unpermute). Each rank
+routes its own s/t sequence-parallel tokens (s at t = 1): it permutes k·s/t copies
+(2·e·h·(s/t + k·s/t) moved each way) and stashes their combined outputs (e·k·s·h/t); the
+dispatch and combine all-to-alls carry e·k·s·h/t per rank (with p > 1); with u > 1 the
+expert-tensor group all-gathers the dispatched tokens before the experts and reduce-scatters
+their outputs after them, e·u·k·s·h/t each (``GroupKind.EXPERT_TENSOR``), and the experts
+compute u·k·s/t rows at width f_e/u: 2·m·h·f_e·k·s/t FLOPs per rank, as at u = t. The block's
+tensor-parallel gather and reduce-scatter of the MLP sub-block go with the shared experts
+(Megatron's SharedExpertMLP is a tensor-parallel MLP over the attention's group): without
+shared experts the MoE block keeps only the attention's pair. At u = t the block is costed as
+above, unchanged: there the block's gather of the sequence's tokens (e·s·h) stands for the
+dispatcher's gather of the routed copies (e·k·s·h), which is what the ``allgather`` dispatcher
+moves without EP but k times less than the ``alltoall`` dispatcher does with EP.
+
 Uneven routing (the model's ``max_expert_load`` L, its capacity c, its padding): the busiest
 expert-parallel rank computes r = :meth:`~pipesim.workload.moe.MixtureOfExperts.busiest_rank_load`
 times the balanced rows, and every rank waits for it at the combine; pipesim costs that rank:
@@ -139,26 +158,49 @@ def _mla(z: _Sizes) -> MultiLatentAttention:
 # --- the mixture-of-experts MLP -------------------------------------------------------------
 
 
+def expert_tensor(z: _Sizes) -> int:
+    """u = ETP: the ranks each routed expert is split over (t unless folded)."""
+    return z.par.expert_tensor_size
+
+
+def own_tokens(z: _Sizes) -> float:
+    """The tokens of a sequence a rank routes: s at ETP = t (the tensor-parallel group's
+    tokens gathered before the experts, the block's gather), folded its own s/t
+    sequence-parallel tokens (s at t = 1), as Megatron-Core's alltoall dispatcher permutes
+    them."""
+    return z.tokens_local if z.par.folded else float(z.arch.seq)
+
+
 def routed_tokens(z: _Sizes) -> float:
-    """The routed copies of one sequence's tokens: k·s (every rank gathers the whole
-    sequence), what a rank permutes, sends and gets back."""
-    return float(_moe(z).top_k * z.arch.seq)
+    """The routed copies of the rank's tokens: k·s at ETP = t, k·s/t folded; what a rank
+    permutes and gets back."""
+    return _moe(z).top_k * own_tokens(z)
 
 
 def expert_tokens(z: _Sizes) -> float:
-    """The rows this rank's experts compute per sequence, on the busiest rank: k·s balanced
-    (with expert parallelism its E/p experts get k·s of the p ranks' k·s·p), times
+    """The rows this rank's experts compute per sequence, on the busiest rank: u·k·s/t
+    balanced (k·s at u = t: with expert parallelism its E/p experts get k·s/t of each of the
+    p ranks' k·s/t·p, then the expert-tensor group's u ranks' gathered), times
     :meth:`~pipesim.workload.moe.MixtureOfExperts.busiest_rank_load` where the routing is
     uneven or padded to a capacity."""
-    return routed_tokens(z) * _moe(z).busiest_rank_load(z.par.expert)
+    moe = _moe(z)
+    balanced = expert_tensor(z) * moe.top_k * z.arch.seq / z.t
+    return balanced * moe.busiest_rank_load(z.par.expert)
 
 
 # --- expert parallelism ---------------------------------------------------------------------
 
 
-def check_expert_parallel(arch: TransformerArchitecture, expert: int) -> None:
+def check_expert_parallel(
+    arch: TransformerArchitecture, expert: int, expert_tensor: int | None = None
+) -> None:
     """Refuse an expert-parallel size for a model without experts, or one that does not
-    divide the routed experts (Megatron-Core requires num_experts % EP == 0)."""
+    divide the routed experts (Megatron-Core requires num_experts % EP == 0); and an expert
+    tensor-parallel size of its own (``expert_tensor``, None: T) for a model without experts,
+    or one that does not divide an expert's width (Megatron's ``divide``: the expert linears'
+    output size must be divisible by the expert-tensor group's size)."""
+    if expert_tensor is not None:
+        _check_expert_tensor(arch, expert_tensor)
     if expert == 1:
         return
     if arch.moe is None:
@@ -170,6 +212,21 @@ def check_expert_parallel(arch: TransformerArchitecture, expert: int) -> None:
         raise SpecError(
             f"{named('expert_parallel')} {expert} must divide the model's moe.experts "
             f"({arch.moe.experts:,}): each expert-parallel rank holds an equal share of them"
+        )
+
+
+def _check_expert_tensor(arch: TransformerArchitecture, expert_tensor: int) -> None:
+    """:func:`check_expert_parallel`'s part for ETP."""
+    if arch.moe is None:
+        raise SpecError(
+            f"{named('expert_tensor_parallel')} {expert_tensor}: the model has no experts to "
+            "split (a dense model); expert tensor parallelism needs a mixture-of-experts model"
+        )
+    if arch.moe.expert_ffn % expert_tensor:
+        raise SpecError(
+            f"{named('expert_tensor_parallel')} {expert_tensor} must divide the model's "
+            f"moe.expert_ffn ({arch.moe.expert_ffn:,}): each expert-tensor rank holds an equal "
+            "share of every expert"
         )
 
 
@@ -186,28 +243,58 @@ def expert_rows(z: _Sizes) -> float:
 
 def dispatch_bytes(z: _Sizes) -> float:
     """One rank's all-to-all buffer per sample, dispatch or combine, on the busiest rank:
-    e·k·s·h/t balanced (what it receives sets its time and its receive buffer)."""
-    return z.e * expert_tokens(z) * z.arch.hidden / z.t
+    e·k·s·h/t balanced (what it receives sets its time and its receive buffer; folded, its
+    1/u of the rows the expert-tensor group then gathers)."""
+    return z.e * expert_tokens(z) * z.arch.hidden / expert_tensor(z)
+
+
+def gathered_bytes(z: _Sizes) -> float:
+    """Folded with u > 1: the dispatched tokens the expert-tensor group all-gathers before
+    the experts and reduce-scatters after them, e·u·k·s·h/t per sample (the experts' input,
+    the busiest rank's)."""
+    return z.e * expert_tokens(z) * z.arch.hidden
+
+
+def _exchanges_tokens(z: _Sizes) -> bool:
+    """The MoE block's experts get tokens from other ranks through the dispatcher: expert
+    parallelism, or folded with u > 1 (at ETP = t without EP the block's tensor-parallel
+    gather hands them the sequence)."""
+    if not z.moe:
+        return False
+    return z.par.expert > 1 or (z.par.folded and expert_tensor(z) > 1)
 
 
 def _sorts_local_experts(z: _Sizes) -> bool:
-    """Expert parallelism with more than one local expert: the received tokens are sorted by
-    expert after the dispatch and back before the combine."""
-    return z.moe and z.par.expert > 1 and local_experts(z) > 1
+    """Tokens from other ranks and more than one local expert: the received tokens are
+    sorted by expert after the dispatch and back before the combine."""
+    return _exchanges_tokens(z) and local_experts(z) > 1
 
 
 def expert_all_to_alls(z: _Sizes) -> tuple[CollectiveCall, ...]:
-    """The dispatch and the combine all-to-alls of an MoE block's F (or their backwards in
-    I) over the expert-parallel group; none without expert parallelism."""
-    if not z.moe or z.par.expert == 1:
+    """The dispatcher's collectives of an MoE block's F (or their backwards in I, the same
+    sizes): the dispatch all-to-all over the expert-parallel group, folded with u > 1 the
+    all-gather of the dispatched tokens over the expert-tensor group and their
+    reduce-scatter after the experts, the combine all-to-all (Megatron-Core's
+    MoEAlltoAllTokenDispatcher: A2A(EP), AG(ETP); RS(ETP), A2A(EP)); none without EP and
+    with the experts split t ways."""
+    if not z.moe:
         return ()
-    call = CollectiveCall(Collective.ALL_TO_ALL, dispatch_bytes(z), group=GroupKind.EXPERT)
-    return (call, call)
+    exchange: tuple[CollectiveCall, ...] = ()
+    if z.par.expert > 1:
+        exchange = (
+            CollectiveCall(Collective.ALL_TO_ALL, dispatch_bytes(z), group=GroupKind.EXPERT),
+        )
+    if not (z.par.folded and expert_tensor(z) > 1):
+        return exchange + exchange
+    gathered = gathered_bytes(z)
+    gather = CollectiveCall(Collective.ALL_GATHER, gathered, group=GroupKind.EXPERT_TENSOR)
+    scatter = CollectiveCall(Collective.REDUCE_SCATTER, gathered, group=GroupKind.EXPERT_TENSOR)
+    return (*exchange, gather, scatter, *exchange)
 
 
 def with_all_to_alls(work: PassWork, z: _Sizes) -> PassWork:
-    """``work`` (an MoE block's F or I) waiting for its two all-to-alls (the same ``work``
-    without expert parallelism)."""
+    """``work`` (an MoE block's F or I) waiting for its dispatcher's collectives (the same
+    ``work`` without expert parallelism and with the experts split t ways)."""
     calls = expert_all_to_alls(z)
     if not calls:
         return work
@@ -215,18 +302,30 @@ def with_all_to_alls(work: PassWork, z: _Sizes) -> PassWork:
 
 
 def _expert_parallel_extras(z: _Sizes) -> tuple[float, int, float]:
-    """(memory bytes, kernels, transient) expert parallelism adds to F and to I: the sort by
-    local expert and back (k·s·h read and written each), the all-to-all's receive buffer."""
-    if not z.moe or z.par.expert == 1:
+    """(memory bytes, kernels, transient) the dispatcher adds to F and to I: the sort by
+    local expert and back (the expert rows read and written each), the all-to-all's receive
+    buffer (with EP; folded, the gathered tokens are the experts' stashed input)."""
+    if not _exchanges_tokens(z):
         return 0.0, 0, 0.0
     sort = 2 * 2 * z.e * expert_tokens(z) * z.arch.hidden if _sorts_local_experts(z) else 0.0
-    return sort, 2 if sort else 0, dispatch_bytes(z)
+    received = dispatch_bytes(z) if z.par.expert > 1 else 0.0
+    return sort, 2 if sort else 0, received
+
+
+def expert_width(z: _Sizes) -> float:
+    """An expert's inner width on this rank: f_e/u."""
+    return _moe(z).expert_ffn / expert_tensor(z)
+
+
+def _ffn_over_t(z: _Sizes) -> float:
+    """f_e·t/u: an expert's width in the block's per-t byte formulas (x/t of it is the
+    rank's f_e/u share; exactly f_e at u = t, so those formulas keep their numbers)."""
+    return _moe(z).expert_ffn * z.t / expert_tensor(z)
 
 
 def expert_fc1_width(z: _Sizes) -> float:
-    """An expert's first matmul's output on this rank: (m - 1)·f_e/t."""
-    moe = _moe(z)
-    return (moe.matrices - 1) * moe.expert_ffn / z.t
+    """An expert's first matmul's output on this rank: (m - 1)·f_e/u."""
+    return (_moe(z).matrices - 1) * expert_width(z)
 
 
 def shared_fc1_width(z: _Sizes) -> float:
@@ -243,7 +342,7 @@ def moe_stash_terms(z: _Sizes) -> dict[str, float]:
     terms = {
         "router probabilities": ROUTER_BYTES * z.tokens_local * moe.experts,
         "routed tokens": e * rows * h,
-        "expert activations": moe.matrices * e * rows * moe.expert_ffn / z.t,
+        "expert activations": moe.matrices * e * rows * _ffn_over_t(z) / z.t,
         "expert outputs": e * routed_tokens(z) * h,  # combined back: the rank's own tokens
     }
     if moe.shared_width:
@@ -256,7 +355,7 @@ def moe_weight_grad_inputs(z: _Sizes) -> float:
     input: the routed tokens and the inputs of the experts' second matmuls."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
     rows = expert_tokens(z)
-    return e * rows * h + e * rows * moe.expert_ffn / z.t + e * s * moe.shared_width / z.t
+    return e * rows * h + e * rows * _ffn_over_t(z) / z.t + e * s * moe.shared_width / z.t
 
 
 def _shared_matmuls(z: _Sizes, kind: str) -> tuple[Matmul, ...]:
@@ -284,12 +383,13 @@ def moe_forward(z: _Sizes) -> Part:
     matmuls = (
         Matmul("router", z.tokens_local, experts, h),
         Matmul("expert fc1", rows, expert_fc1_width(z), h, local),
-        Matmul("expert fc2", rows, h, moe.expert_ffn / z.t, local),
+        Matmul("expert fc2", rows, h, expert_width(z), local),
         *_shared_matmuls(z, "F"),
     )
     computed = expert_tokens(z)
-    activation = moe.matrices * e * (computed * moe.expert_ffn + s * moe.shared_width) / z.t
-    permutation = 2 * e * h * (s + routed)  # permute: read s·h, write k·s·h; unpermute back
+    activation = moe.matrices * e * (computed * _ffn_over_t(z) + s * moe.shared_width) / z.t
+    own = own_tokens(z)
+    permutation = 2 * e * h * (own + routed)  # permute: read s·h, write k·s·h; unpermute back
     sort, sorts, received = _expert_parallel_extras(z)
     transient = e * (computed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
@@ -310,14 +410,14 @@ def moe_input_grad(z: _Sizes) -> Part:
     rows, local = expert_rows(z), local_experts(z)
     matmuls = (
         *_shared_matmuls(z, "I"),
-        Matmul("expert fc2 dgrad", rows, moe.expert_ffn / z.t, h, local),
+        Matmul("expert fc2 dgrad", rows, expert_width(z), h, local),
         Matmul("expert fc1 dgrad", rows, h, expert_fc1_width(z), local),
         Matmul("router dgrad", z.tokens_local, h, experts),
     )
     backward = 5 if moe.gated else 3
     computed = expert_tokens(z)
-    activation = backward * e * (computed * moe.expert_ffn + s * moe.shared_width) / z.t
-    permutation = 2 * e * h * (s + routed) + e * routed * h
+    activation = backward * e * (computed * _ffn_over_t(z) + s * moe.shared_width) / z.t
+    permutation = 2 * e * h * (own_tokens(z) + routed) + e * routed * h
     sort, sorts, received = _expert_parallel_extras(z)
     transient = e * (computed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
@@ -337,7 +437,7 @@ def moe_weight_grad(z: _Sizes) -> Part:
     rows, local = expert_rows(z), local_experts(z)
     matmuls = (
         Matmul("expert fc1 wgrad", h, expert_fc1_width(z), rows, local, Scaled.K),
-        Matmul("expert fc2 wgrad", moe.expert_ffn / z.t, h, rows, local, Scaled.K),
+        Matmul("expert fc2 wgrad", expert_width(z), h, rows, local, Scaled.K),
         Matmul("router wgrad", h, experts, z.tokens_local, 1.0, Scaled.K),
         *_shared_matmuls(z, "W"),
     )

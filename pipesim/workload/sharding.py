@@ -81,6 +81,7 @@ def needs_rebuild(parallelism: Parallelism) -> bool:
         or parallelism.recompute.mode is not RecomputeMode.NONE
         or parallelism.context > 1
         or parallelism.expert > 1
+        or parallelism.folded
     )
 
 

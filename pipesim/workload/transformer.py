@@ -91,19 +91,22 @@ BACKWARD_CORE = (
 LOSS_STATISTICS = 3  # fp32 per token: the vocabulary-parallel loss all-reduces max, sum and target
 
 
-def check_tensor_parallel(arch: TransformerArchitecture, tensor: int) -> None:
+def check_tensor_parallel(arch: TransformerArchitecture, tensor: int, folded: bool = False) -> None:
     """Refuse a tensor-parallel size that does not split the heads, the key/value heads, the
     MLP or the vocabulary evenly (Megatron requires each; the vocabulary is padded to a
     multiple of 128·t in a run, so a catalogue model's vocabulary is already padded); with
-    mixture-of-experts blocks the experts' widths too (each expert is split t ways), the dense
-    MLP's only where some block has one."""
+    mixture-of-experts blocks the experts' widths too (each expert is split t ways, unless
+    ``folded``: split by an expert tensor-parallel size of their own, which
+    :func:`pipesim.workload.moe_block.check_expert_parallel` checks), the dense MLP's only
+    where some block has one."""
     fields: list[tuple[str, int]] = [("heads", arch.heads)]
     if arch.mla is None:
         fields.append(("kv_heads", arch.key_value_heads))
     if arch.dense_layers:
         fields.append(("ffn", arch.ffn))
     if arch.moe is not None:
-        fields.append(("moe.expert_ffn", arch.moe.expert_ffn))
+        if not folded:
+            fields.append(("moe.expert_ffn", arch.moe.expert_ffn))
         if arch.moe.shared_width:
             fields.append(("shared experts' width", arch.moe.shared_width))
     fields.append(("vocab", arch.vocab))
@@ -114,6 +117,11 @@ def check_tensor_parallel(arch: TransformerArchitecture, tensor: int) -> None:
                 f"({value:,}): "
                 "tensor parallelism gives each rank an equal share"
             )
+
+
+def _has_shared_experts(arch: TransformerArchitecture) -> bool:
+    """The architecture's MoE blocks have shared experts."""
+    return arch.moe is not None and arch.moe.shared_width > 0
 
 
 @dataclass(frozen=True)
@@ -285,8 +293,19 @@ class _Sizes:
             return self.e * self.arch.seq * self.arch.hidden
         return self.e * self.arch.seq * moe_block.mla_gathered_width(self)
 
+    @property
+    def mlp_gathers(self) -> bool:
+        """The MLP sub-block gathers its input over the tensor-parallel group and
+        reduce-scatters its output: a dense MLP; an MoE block with its experts split t ways
+        (the gather stands for the experts' over the same ranks); folded (ETP != t), only its
+        shared experts (Megatron-Core's SharedExpertMLP is a tensor-parallel MLP over the
+        attention's group), the routed experts taking the rank's own sequence-parallel tokens
+        through the dispatcher (:mod:`pipesim.workload.moe_block`)."""
+        return not (self.moe and self.par.folded) or _has_shared_experts(self.arch)
+
     def block_collectives(self) -> tuple[CollectiveCall, ...]:
-        """The two collectives of each sub-block (all-reduce, or all-gather + reduce-scatter)."""
+        """The two collectives of each sub-block (all-reduce, or all-gather + reduce-scatter);
+        the attention's alone where the MLP sub-block gathers nothing (:attr:`mlp_gathers`)."""
         if self.t == 1:
             return ()
         size = self.e * self.arch.seq * self.arch.hidden
@@ -296,6 +315,8 @@ class _Sizes:
             first = gather
             if self.arch.mla is not None:
                 first = CollectiveCall(Collective.ALL_GATHER, self.attention_input_bytes)
+            if not self.mlp_gathers:
+                return (first, scatter)
             return (first, scatter, gather, scatter)
         reduce = CollectiveCall(Collective.ALL_REDUCE, size)
         return (reduce, reduce)
@@ -500,6 +521,8 @@ def _block_input_grad(z: _Sizes, recomputed: float = 0.0, core: float = 0.0) -> 
                 CollectiveCall(Collective.ALL_GATHER, size),
                 CollectiveCall(Collective.REDUCE_SCATTER, latent),
             )
+            if not z.mlp_gathers:  # the MLP sub-block's pair comes first in the backward
+                collectives = collectives[2:]
         else:
             collectives = (
                 CollectiveCall(Collective.ALL_REDUCE, size),
@@ -583,7 +606,8 @@ def transformer_block(
     ``fused_accumulation``: the weight-gradient matmuls add into the gradient buffer;
     ``moe``: a mixture-of-experts block (the architecture's experts in place of its MLP).
 
-    Its parameters are the rank's: the heads' and the experts' matrices split t ways, the
+    Its parameters are the rank's: the heads' and the experts' matrices split t ways (the
+    routed experts' u ways under an expert tensor-parallel size of their own), the
     norms, the router and latent attention's down-projections whole on every rank; of them
     the routed experts' are ``expert_parameters`` (E/EP experts under expert parallelism),
     and the top-k's share of those (k/E) ``active_expert_parameters``. Its FLOPs count the
@@ -591,8 +615,8 @@ def transformer_block(
     expert parallelism (and the whole-rank projections on the rank's tokens: s/t of them with
     sequence parallelism); expert parallelism adds its all-to-alls to F and I
     (:mod:`pipesim.workload.moe_block`)."""
-    check_tensor_parallel(arch, parallelism.tensor)
-    moe_block.check_expert_parallel(arch, parallelism.expert)
+    check_tensor_parallel(arch, parallelism.tensor, parallelism.folded)
+    moe_block.check_expert_parallel(arch, parallelism.expert, parallelism.expert_tensor)
     if moe and arch.moe is None:
         raise SpecError(f"block {name!r}: a mixture-of-experts block of a model without experts")
     z = _Sizes(arch, parallelism, moe)
@@ -602,13 +626,19 @@ def transformer_block(
     # run on the rank's own tokens), the norms inside the attention
     replicated_matmul = arch.attention_replicated_parameters()
     replicated = replicated_matmul + arch.attention_norm_parameters()
+    u = parallelism.expert_tensor_size  # each routed expert split u ways (t unless folded)
     expert_parameters: float = 0
+    folded_experts: float = 0  # the routed experts' weights split u ways apart from the t ones
     active_experts = 0
     if moe and arch.moe is not None:
         experts = arch.moe
         expert_parameters = experts.routed_parameters(h) / parallelism.expert  # E/EP experts
         active_experts = experts.top_k * experts.expert_matmul_parameters(h)
-        mlp = expert_parameters + experts.shared_parameters(h)
+        mlp: float = experts.shared_parameters(h)
+        if parallelism.folded:
+            folded_experts = expert_parameters
+        else:
+            mlp += expert_parameters
         active_mlp = active_experts + experts.shared_parameters(h)
         replicated_matmul += experts.experts * h
         replicated += experts.router_parameters(h)
@@ -623,6 +653,8 @@ def transformer_block(
     parameters = (
         (sharded + biases - replicated_biases) / t + replicated_biases + 2 * arch.norm_parameters
     ) + replicated
+    if folded_experts:
+        parameters += folded_experts / u
     matmul_flops = 2 * arch.seq * (attention + active_mlp) / t
     matmul_flops += 2 * z.tokens_local * replicated_matmul
     # a context-parallel rank's queries (s of the sequence) attend to all CP·s keys
@@ -659,8 +691,8 @@ def transformer_block(
         weight_grad_activation_bytes=keep,
         output_bytes=z.message_bytes,
         recompute_flops=recompute_flops,
-        expert_parameters=expert_parameters / t,
-        active_expert_parameters=active_experts / t / parallelism.expert,
+        expert_parameters=expert_parameters / u,
+        active_expert_parameters=active_experts / u / parallelism.expert,
         work=work,
     )
 
@@ -808,7 +840,7 @@ def transformer_layers(
     weight-gradient matmuls add into the gradient buffer themselves. The layers read T,
     sequence parallelism and recomputation only: a planner asking for the same ones under
     other data-parallel settings gets the same (immutable) layers back from a cache."""
-    check_tensor_parallel(arch, parallelism.tensor)
+    check_tensor_parallel(arch, parallelism.tensor, parallelism.folded)
     if parallelism.sequence_parallel and arch.seq % parallelism.tensor:
         raise SpecError(
             f"{named('sequence_parallel')} with {named('tensor_parallel')} "
@@ -835,7 +867,9 @@ def transformer_layers(
         context=context,
         cp_comm_type=parallelism.cp_comm_type,
         expert=parallelism.expert,
-        data=parallelism.data if parallelism.expert > 1 else 1,  # EP divides D x CP
+        expert_tensor=parallelism.expert_tensor,
+        # the experts' layout folds over T x CP x D (EP divides D x CP at ETP = T)
+        data=parallelism.data if parallelism.experts_apart else 1,
     )
     return _rank_layers(arch, rank, gradient_bytes, recompute, fused_accumulation)
 

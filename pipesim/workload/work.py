@@ -62,12 +62,14 @@ class Matmul:
 
 class GroupKind(Enum):
     """Which ranks a collective runs over: the tensor-parallel group, the context-parallel
-    group (a sample's sequence split over it) or the expert-parallel group (a mixture-of-
-    experts layer's experts divided over it)."""
+    group (a sample's sequence split over it), the expert-parallel group (a mixture-of-
+    experts layer's experts divided over it) or the expert-tensor-parallel group (each expert
+    split over it, where that differs from the tensor-parallel group: ETP != T)."""
 
     TENSOR = "tensor"
     CONTEXT = "context"
     EXPERT = "expert"
+    EXPERT_TENSOR = "expert tensor"
 
 
 @dataclass(frozen=True)

@@ -83,9 +83,12 @@ takes Megatron-LM's default (``--attention-dropout 0.1``, ``--make-vocab-size-di
   Transformer Engine raises on; a type per layer is refused unless all are one. Megatron's
   asserts are reproduced: Transformer Engine's attention only (not ``--transformer-impl
   local``), the sequence a multiple of 2 x CP. ``--expert-model-parallel-size`` is EP, with
-  Megatron's asserts (``--num-experts`` given, a multiple of EP; EP dividing D x CP, the
-  expert groups of parallel_state with ETP = T); ``--expert-tensor-parallel-size`` is checked
-  to be T, Megatron's default and pipesim's split of the experts. The token dispatcher
+  Megatron's asserts (``--num-experts`` given, a multiple of EP; the expert groups of
+  parallel_state whole: ETP x EP x P dividing the world, at ETP = T EP dividing D x CP);
+  ``--expert-tensor-parallel-size`` is ETP (``expert_tensor_parallel``, stated where it is not
+  T, Megatron's default), with Megatron's checks: each expert's width divisible by it (its
+  ``divide``), sequence parallelism beside T > 1 (MoELayer raises without it in training),
+  the ``alltoall`` dispatcher where ETP x EP > 1. The token dispatcher
   (``--moe-token-dispatcher-type``, default ``allgather``): pipesim's expert parallelism is the
   ``alltoall`` dispatcher's all-to-alls, so ``allgather`` (every token gathered on the T x EP
   ranks) is read without EP only, where it is the gather over the T ranks pipesim's MoE block
@@ -349,7 +352,7 @@ MAPPED: Mapping[str, Mapped] = MappingProxyType(
         "--cp-comm-type": Mapped(_WS, "cp_comm_type: p2p, all_gather (one for every layer)"),
         "--expert-model-parallel-size": Mapped(_I, "expert_parallel (EP)"),
         "--expert-tensor-parallel-size": Mapped(
-            _I, "checked: T (pipesim splits each expert T ways, Megatron's default)"
+            _I, "expert_tensor_parallel (ETP, default T: each routed expert split ETP ways)"
         ),
         # mixture of experts (Megatron-Core's)
         "--num-experts": Mapped(_I, "moe.experts (0: a dense model)"),
@@ -1068,7 +1071,7 @@ def _translate(
     arch, vocabulary = _architecture(args, tensor, recipe)
     context, comm = _context(args, arch, recipe)
     layout = _layout(args, arch, tensor, context, world_size, recipe)
-    expert = _expert_parallel(args, arch, tensor, context, layout.data)
+    expert, expert_tensor = _expert_parallel(args, arch, tensor, context, layout.data)
     zero, reshard = _sharding(args, layout.pipeline, expert)
     dtype = _dtype(args)
     model = megatron_model(
@@ -1094,6 +1097,7 @@ def _translate(
         context_parallel=context if context > 1 else None,
         cp_comm_type=comm,
         expert_parallel=expert if expert > 1 else None,
+        expert_tensor_parallel=expert_tensor if expert_tensor != tensor else None,
         offload_activations=_offload_activations(args, arch, layout.pipeline),
         recompute=_recompute(args, recipe.name).label,
         schedule="interleaved-1f1b" if layout.chunks > 1 else "1f1b",
@@ -1993,12 +1997,11 @@ def _expert_parallel(
     tensor: int,
     context: int,
     data: int | None,
-) -> int:
-    """EP, with Megatron's asserts: experts to divide (validate_args), their count a multiple
-    of EP, the expert groups whole (parallel_state: world % (ETP x EP x P) == 0, with ETP = T
-    that EP divides D x CP); ``--expert-tensor-parallel-size`` T only (pipesim's experts are
-    split as the dense layers are, Megatron's default); the token dispatcher
-    (:func:`_dispatcher`)."""
+) -> tuple[int, int]:
+    """(EP, ETP), with Megatron's asserts: experts to divide (validate_args), their count a
+    multiple of EP, the expert groups whole (parallel_state: world % (ETP x EP x P) == 0,
+    at ETP = T that EP divides D x CP), ETP's own (:func:`_expert_tensor`); the token
+    dispatcher (:func:`_dispatcher`)."""
     expert = args.positive("--expert-model-parallel-size", 1)
     moe = arch.moe
     option = "--expert-tensor-parallel-size"
@@ -2009,37 +2012,73 @@ def _expert_parallel(
                 f"--expert-model-parallel-size {expert} without --num-experts: 'num_experts must "
                 "be non None to use expert model parallelism' (Megatron asserts it)"
             )
-        return 1
+        return 1, tensor
     if moe.experts % expert:
         raise SpecError(
             f"--num-experts {moe.experts} with --expert-model-parallel-size {expert}: 'Number of "
             "experts should be a multiple of expert model parallel_size' (Megatron asserts it)"
         )
-    expert_tensor = args.integer(option, tensor)
-    if expert_tensor != tensor:
-        raise SpecError(
-            f"{option} {expert_tensor} with --tensor-model-parallel-size {tensor}: pipesim splits "
-            "each expert T ways, as Megatron does by default"
+    expert_tensor = _expert_tensor(args, moe.expert_ffn, tensor)
+    if data is not None and (tensor * data * context) % (expert * expert_tensor):
+        ranks = "D x CP" if expert_tensor == tensor else "T x CP x D"
+        stage = data * context if expert_tensor == tensor else tensor * data * context
+        what = (
+            f"--expert-model-parallel-size {expert}"
+            if expert_tensor == tensor
+            else f"{option} {expert_tensor} x --expert-model-parallel-size {expert}"
         )
-    if data is not None and (data * context) % expert:
         raise SpecError(
-            f"--expert-model-parallel-size {expert} must divide D x CP = {data * context}: "
+            f"{what} must divide {ranks} = {stage}: "
             "Megatron's expert groups hold ETP x EP x P of the world's ranks (parallel_state: "
             "'world_size is not divisible by expert_tensor_model_pipeline_parallel size')"
         )
-    _dispatcher(args, expert, tensor)
-    return expert
+    _dispatcher(args, expert, tensor, expert_tensor)
+    return expert, expert_tensor
 
 
-def _dispatcher(args: _Args, expert: int, tensor: int) -> None:
+def _expert_tensor(args: _Args, expert_ffn: int, tensor: int) -> int:
+    """``--expert-tensor-parallel-size`` (default T: arguments.py sets it to
+    --tensor-model-parallel-size), with what Megatron-Core checks of a size of its own: each
+    expert's width divisible by it (the expert linears' ``divide``: '... is not divisible by
+    ...'), and sequence parallelism beside T > 1 (MoELayer raises 'performance may degrade
+    if MoE and tensor parallelism are enabled without also enabling sequence parallelism' in
+    training; pipesim models that case at ETP = T only)."""
+    option = "--expert-tensor-parallel-size"
+    expert_tensor = args.positive(option, tensor)
+    if expert_tensor == tensor:
+        return tensor
+    if expert_ffn % expert_tensor:
+        raise SpecError(
+            f"{option} {expert_tensor} with --moe-ffn-hidden-size {expert_ffn}: '{expert_ffn} "
+            f"is not divisible by {expert_tensor}' (Megatron's divide() asserts it)"
+        )
+    if tensor > 1 and not args.has("--sequence-parallel"):
+        raise SpecError(
+            f"{option} {expert_tensor} with --tensor-model-parallel-size {tensor} and no "
+            "--sequence-parallel: 'performance may degrade if MoE and tensor parallelism are "
+            "enabled without also enabling sequence parallelism' (Megatron-Core's MoELayer "
+            "raises it in training)"
+        )
+    return expert_tensor
+
+
+def _dispatcher(args: _Args, expert: int, tensor: int, expert_tensor: int) -> None:
     """``--moe-token-dispatcher-type`` (default allgather): pipesim's expert parallelism is
     the alltoall dispatcher's all-to-alls; without EP the allgather dispatcher's gather over
-    the T ranks is what pipesim's MoE block runs, and with T = 1 nothing is exchanged. flex
-    (DeepEP's and HybridEP's fused kernels) is not modelled."""
+    the T ranks is what pipesim's MoE block runs, and with T = 1 nothing is exchanged; with
+    ETP != T pipesim's MoE block is the alltoall dispatcher's, which the allgather one is only
+    where it exchanges nothing (ETP = EP = 1). flex (DeepEP's and HybridEP's fused kernels)
+    is not modelled."""
     option = "--moe-token-dispatcher-type"
     kind = args.word(option, "allgather")
     if kind == "alltoall":
         return
+    if kind == "allgather" and expert_tensor != tensor and expert * expert_tensor > 1:
+        raise SpecError(
+            f"{option} allgather with --expert-tensor-parallel-size {expert_tensor}: it gathers "
+            "every token on each of the ETP x EP ranks, where pipesim models the alltoall "
+            "dispatcher's gather of the routed tokens; give alltoall"
+        )
     if kind == "flex":
         raise SpecError(
             f"{option} flex: DeepEP's or HybridEP's fused dispatch and combine are not modelled "
@@ -2673,7 +2712,9 @@ class _Writer:
             self.cannot(f"cp_comm_type {comm}", "not p2p or all-gather; Megatron's p2p written")
 
     def expert(self, arch: TransformerArchitecture, data: int) -> None:
-        """Expert parallelism over EP of the D x CP ranks (Megatron's expert groups, ETP = T)."""
+        """Expert parallelism over EP of the D x CP ranks (Megatron's expert groups, ETP = T),
+        or folded with an expert tensor-parallel size of its own (:meth:`expert_tensor`)."""
+        self.expert_tensor(arch)
         expert = self.run.expert_parallel or 1
         if expert == 1:
             return
@@ -2683,9 +2724,27 @@ class _Writer:
             return
         if arch.moe.experts % expert:
             self.cannot(what, f"Megatron asserts it divides the {arch.moe.experts} experts")
-        if (data * (self.run.context_parallel or 1)) % expert:
-            self.cannot(what, "Megatron's expert groups need it to divide D x CP")
+        tensor, context = self.run.tensor_parallel or 1, self.run.context_parallel or 1
+        expert_tensor = self.run.expert_tensor_parallel or tensor
+        if (tensor * data * context) % (expert * expert_tensor):
+            self.cannot(what, "Megatron's expert groups need ETP x EP to divide T x CP x D")
         self.emit(what, "--expert-model-parallel-size", expert)
+
+    def expert_tensor(self, arch: TransformerArchitecture) -> None:
+        """``--expert-tensor-parallel-size`` where the run states one other than T."""
+        tensor = self.run.tensor_parallel or 1
+        expert_tensor = self.run.expert_tensor_parallel
+        if expert_tensor is None or expert_tensor == tensor:
+            return
+        what = f"expert_tensor_parallel {expert_tensor}"
+        if arch.moe is None:
+            self.cannot(what, "the model has no experts (Megatron reads it with --num-experts)")
+            return
+        if arch.moe.expert_ffn % expert_tensor:
+            self.cannot(what, "Megatron's divide() needs it to divide --moe-ffn-hidden-size")
+        if tensor > 1 and not self.run.sequence_parallel:
+            self.cannot(what, "Megatron-Core's MoELayer needs --sequence-parallel beside T > 1")
+        self.emit(what, "--expert-tensor-parallel-size", expert_tensor)
 
     def offload(self, arch: TransformerArchitecture, pipeline: int) -> None:
         """Activation offloading of the first N layers (``--cpu-offloading-num-layers``), with

@@ -103,8 +103,10 @@ DDP beside other parallelism, bf16 with tensor or pipeline parallelism and no FS
 PyTorch lacks, a model that is not a torchtitan flavor, context parallelism by p2p or without
 FSDP...). ZeRO-3 over D replicas is written as ``data_parallel_shard_degree = D`` with the
 run's ``fsdp_reshard_after_forward``; CP as ``context_parallel_degree`` (FSDP over D x CP); EP
-as ``expert_parallel_degree`` with ``expert_tensor_parallel_degree = T`` (pipesim splits the
-experts T ways), named where the model has no experts.
+as ``expert_parallel_degree`` with ``expert_tensor_parallel_degree`` the run's ETP (T unless
+stated; torchtitan takes ETP = T or 1, any other is named), named where the model has no
+experts. A run's ETP without EP is not written (torchtitan reads ETP with EP > 1 only) and
+is named.
 """
 
 from __future__ import annotations
@@ -1211,7 +1213,10 @@ def torchtitan_toml(run: RunFile, model: Model | None = None) -> tuple[str, tupl
             "tensor_parallel_degree": tensor,
             **({"context_parallel_degree": context} if context > 1 else {}),
             **(
-                {"expert_parallel_degree": expert, "expert_tensor_parallel_degree": tensor}
+                {
+                    "expert_parallel_degree": expert,
+                    "expert_tensor_parallel_degree": run.expert_tensor_parallel or tensor,
+                }
                 if expert > 1
                 else {}
             ),
@@ -1340,8 +1345,15 @@ def _check_experts(
 ) -> None:
     """Name expert parallelism torchtitan would not run as pipesim does: without experts
     (a llama3 flavor), or not dividing the written dp_shard x cp (the experts' mesh at etp =
-    tp; without FSDP dp_shard is 1)."""
+    tp; without FSDP dp_shard is 1; at etp = 1 dp_shard x cp x tp); an expert tensor-parallel
+    size other than T or 1, or one without EP (torchtitan reads etp with ep > 1 only)."""
     if expert == 1:
+        if run.expert_tensor_parallel not in (None, run.tensor_parallel or 1):
+            lost.append(
+                f"expert_tensor_parallel {run.expert_tensor_parallel} without expert "
+                "parallelism: torchtitan reads expert_tensor_parallel_degree with "
+                "expert_parallel_degree > 1 only"
+            )
         return
     if model is not None:
         found = model
@@ -1351,7 +1363,20 @@ def _check_experts(
         found = resolve_model(run.located(run.model))
     if found.architecture is None or found.architecture.moe is None:
         lost.append(f"expert_parallel {expert}: the model has no experts for it to divide")
-    if ranks % expert:
+    tensor = run.tensor_parallel or 1
+    expert_tensor = run.expert_tensor_parallel or tensor
+    if expert_tensor not in (1, tensor):
+        lost.append(
+            f"expert_tensor_parallel {expert_tensor}: torchtitan's ParallelDims takes ETP = TP "
+            "or ETP = 1 only ('Currently we only support ETP=TP or ETP=1')"
+        )
+    elif expert_tensor == 1 and tensor > 1:
+        if (ranks * tensor) % expert:
+            lost.append(
+                f"expert_parallel {expert}: torchtitan's experts' mesh at etp = 1 needs it to "
+                f"divide dp_shard x cp x tp = {ranks * tensor}"
+            )
+    elif ranks % expert:
         lost.append(
             f"expert_parallel {expert}: torchtitan's experts' mesh needs it to divide "
             f"dp_shard x cp = {ranks}"
