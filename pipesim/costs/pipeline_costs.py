@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -101,6 +102,21 @@ class StageCosts:
                 f"{self.expert_gradient_bytes:g} > {self.whole_gradient_bytes:g}"
             )
 
+    @classmethod
+    def of_checked_parts(cls, **values: float | None) -> StageCosts:
+        """A StageCosts from sums, maxima and shares of checked StageCosts (as
+        :func:`merge_layers` builds a stage), which hold every check of ``__post_init__`` by
+        construction: not checked again, since a planner merges tens of thousands of them.
+        Fields not given take their defaults."""
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"not fields of StageCosts: {sorted(unknown)}")
+        costs = object.__new__(cls)
+        for name, spec in cls.__dataclass_fields__.items():
+            value = values.get(name, spec.default)
+            object.__setattr__(costs, name, value)
+        return costs
+
     @property
     def whole_parameter_bytes(self) -> float:
         """The stage's weights on one tensor rank, sharded or not (what an all-gather of
@@ -134,7 +150,9 @@ def merge_layers(
     if not layers:
         raise SpecError("a stage needs at least one layer")
     full = [layer.full_backward_s for layer in layers]
-    return StageCosts(
+    if speed <= 0 or not math.isfinite(speed):
+        raise SpecError(f"a stage's device speed must be a finite number > 0, got {speed!r}")
+    return StageCosts.of_checked_parts(
         forward_s=sum(layer.forward_s for layer in layers) / speed,
         input_grad_s=sum(layer.input_grad_s for layer in layers) / speed,
         weight_grad_s=sum(layer.weight_grad_s for layer in layers) / speed,

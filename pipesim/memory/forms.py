@@ -24,9 +24,10 @@ import numpy as np
 
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.memory import rules
+from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import KIND_CODES, KINDS
 from pipesim.schedules.schedule import Schedule
-from pipesim.schedules.unroll import Work, unroll
+from pipesim.schedules.unroll import unroll
 
 SLOT = 3 + len(KINDS) + 1
 """Counts per stage in a level: n_stash, n_keep, n_input, then a 0/1 for each kind's transient
@@ -122,58 +123,96 @@ class MemoryForm:
 
 def memory_forms(schedule: Schedule, steps: int = 1) -> tuple[MemoryForm, ...]:
     """One :class:`MemoryForm` per device of ``schedule`` run for ``steps`` steps."""
+    orders: list[list[Action | None]]
+    if steps == 1:  # each device's row, then its optimizer step: no unrolling needed
+        orders = [[*row, None] if row else [] for row in schedule.device_actions]
+    else:
+        orders = [[item.action for item in work] for work in unroll(schedule, steps)]
     return tuple(
         MemoryForm(
             schedule.stages_on(device),
             rules.weight_versions(schedule, device),
-            _maximal(_levels(schedule, device, work)),
+            _maximal(_levels(schedule, device, order)),
             schedule.rematerialize,
             schedule.copies,
             schedule.model_stages if schedule.copies > 1 else None,
         )
-        for device, work in enumerate(unroll(schedule, steps))
+        for device, order in enumerate(orders)
     )
 
 
-def _levels(schedule: Schedule, device: int, work: Sequence[Work]) -> list[_Counts]:
-    """The count vector after every increase of the device's level."""
-    index = {stage: i for i, stage in enumerate(schedule.stages_on(device))}
-    remat = schedule.rematerialize
-    counts = [0] * (SLOT * len(index))
-    seen: dict[_Counts, None] = {}
-    for item in work:
-        action = item.action
-        if action is None:  # the optimizer step: every stage's optimizer transient at once
-            for base in range(0, len(counts), SLOT):
-                counts[base + OPTIMIZER_SLOT] += 1
-            seen.setdefault(tuple(counts))
-            for base in range(0, len(counts), SLOT):
-                counts[base + OPTIMIZER_SLOT] -= 1
+def _templates(rematerialize: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every kind's changes as rows of one stage's SLOT counts: (the rows of all kinds one
+    after another, each kind's first row, whether each row raises the level)."""
+    rows: list[list[int]] = []
+    firsts: list[int] = []
+    raises: list[bool] = []
+    for code, kind in enumerate(KINDS):
+        firsts.append(len(rows))
+        for change in rules.changes(kind, rematerialize):
+            row = [0] * SLOT
+            row[0], row[1], row[2] = change.counts
+            row[3 + code] = change.transient
+            rows.append(row)
+            raises.append(any(value > 0 for value in (*change.counts, change.transient)))
+    firsts.append(len(rows))
+    return np.array(rows, dtype=np.int64), np.array(firsts), np.array(raises, dtype=bool)
+
+
+def _levels(schedule: Schedule, device: int, order: Sequence[Action | None]) -> np.ndarray:
+    """The count vector after every increase of the device's level, running ``order`` (its
+    actions, None for an optimizer step): one row per increase, duplicates kept. Every
+    action's changes are laid out as rows of a matrix and summed cumulatively (the counts
+    after each change), the optimizer step being every stage's optimizer transient on top of
+    the counts at that moment."""
+    stages = schedule.stages_on(device)
+    index = {stage: i for i, stage in enumerate(stages)}
+    width = SLOT * len(index)
+    templates, firsts, raises = _templates(schedule.rematerialize)
+    acting = [item for item in order if item is not None]
+    kinds = np.fromiter((KIND_CODES[a.kind] for a in acting), np.int64, len(acting))
+    places = np.fromiter((index[a.stage] for a in acting), np.int64, len(acting))
+    sizes = firsts[kinds + 1] - firsts[kinds]  # changes per action
+    owner = np.repeat(np.arange(len(acting)), sizes)  # the action of each change
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    template = firsts[kinds[owner]] + np.arange(len(owner)) - starts[owner]
+    deltas = np.zeros((len(owner), width), dtype=np.int64)
+    columns = SLOT * places[owner][:, None] + np.arange(SLOT)
+    deltas[np.arange(len(owner))[:, None], columns] = templates[template]
+    counts = np.cumsum(deltas, axis=0)
+    recorded = [counts[raises[template]]]
+    optimizer = np.zeros(width, dtype=np.int64)
+    optimizer[OPTIMIZER_SLOT::SLOT] = 1
+    done = 0  # actions before each optimizer step
+    for item in order:
+        if item is not None:
+            done += 1
             continue
-        base = SLOT * index[action.stage]
-        flag = base + 3 + KIND_CODES[action.kind]
-        for change in rules.changes(action.kind, remat):
-            stash, keep, inputs = change.counts
-            counts[base] += stash
-            counts[base + 1] += keep
-            counts[base + 2] += inputs
-            counts[flag] += change.transient
-            if stash > 0 or keep > 0 or inputs > 0 or change.transient > 0:
-                seen.setdefault(tuple(counts))
-    return list(seen)
+        changes = int(starts[done])
+        before = counts[changes - 1] if changes else np.zeros(width, dtype=np.int64)
+        recorded.append((before + optimizer)[None, :])
+    return np.concatenate(recorded) if recorded else np.zeros((0, width), dtype=np.int64)
 
 
-def _maximal(levels: list[_Counts]) -> tuple[_Counts, ...]:
+def _maximal(levels: np.ndarray) -> tuple[_Counts, ...]:
     """Drop count vectors that another dominates (sizes are never negative). In decreasing
     lexicographic order a vector can only be dominated by one before it, so the first vector
     left is maximal: keep it, drop every later vector it dominates (all at once), repeat. The
-    loop runs once per maximal vector (a handful), not once per level."""
-    if not levels:
+    loop runs once per maximal vector (a handful for one chunk per device, a hundred or so
+    for four chunks of a hundred micro-batches), not once per level."""
+    if not len(levels):
         return ()
-    rows = np.array(sorted(set(levels), reverse=True), dtype=np.int64)
+    # a vector its successor dominates goes first (a level rising step by step), in one pass
+    dominated = np.zeros(len(levels), dtype=bool)
+    dominated[:-1] = (levels[1:] >= levels[:-1]).all(axis=1)
+    rows = levels[~dominated]
+    rows = rows[np.lexsort(rows.T[::-1])[::-1]]  # decreasing lexicographic order
+    distinct = np.ones(len(rows), dtype=bool)
+    distinct[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    rows = rows[distinct]
     kept = []
     while len(rows):
         top, rows = rows[0], rows[1:]
-        kept.append(tuple(int(x) for x in top))
+        kept.append(tuple(top.tolist()))
         rows = rows[~(rows <= top).all(axis=1)]
     return tuple(kept)

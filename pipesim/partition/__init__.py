@@ -11,6 +11,7 @@ from pipesim.costs.pipeline_costs import merge_layers
 from pipesim.memory.forms import MemoryForm, memory_forms
 from pipesim.partition.problem import PartitionProblem, RecomputeFirst
 from pipesim.partition.solver import (
+    BeyondComputeLimit,
     NoPartitionFits,
     Partition,
     balanced,
@@ -21,6 +22,7 @@ from pipesim.partition.solver import (
 )
 
 __all__ = [
+    "BeyondComputeLimit",
     "MemoryForm",
     "NoPartitionFits",
     "Partition",

@@ -25,7 +25,7 @@ so every table above is its plain prefix sums plus the twins' differences summed
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +42,7 @@ from pipesim.memory.rules import (
     static_memory_bytes,
     transient_bytes,
 )
+from pipesim.partition.blocks import UNKNOWN, BlockFeasibility
 from pipesim.partition.problem import PartitionProblem, counts_to_cuts
 from pipesim.schedules.encoded import KINDS
 
@@ -51,6 +52,16 @@ NODE_BUDGET = 200_000
 
 class NoPartitionFits(SpecError):
     """No partition fits the devices' memory; the message names the device and the bytes."""
+
+
+class BeyondComputeLimit(Exception):
+    """Every partition that fits memory gives some stage more compute per micro-batch than
+    the limit asked for (proved, not searched out of budget): a caller that needs M times
+    that compute to beat what it has can drop the configuration."""
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(f"every partition that fits memory has a stage over {limit_s:.6g} s")
+        self.limit_s = limit_s
 
 
 @dataclass(frozen=True)
@@ -127,12 +138,21 @@ def memory_aware(
     forms: Sequence[MemoryForm],
     budget_nodes: int | None = None,
     first: Partition | None = None,
+    compute_limit_s: float = math.inf,
 ) -> Partition:
     """The partition with the least slowest-stage time among those whose every device's peak
     fits its memory; :class:`NoPartitionFits` names the overflowing device when none does.
     ``budget_nodes`` caps the search with several stages per device (default
     :data:`NODE_BUDGET`); ``first`` is the problem's balanced partition when the caller has
-    it already."""
+    it already.
+
+    ``compute_limit_s`` (a planner's: the time to beat over the micro-batches) lets the search
+    stop early: where every partition that fits memory puts more than it on some stage's
+    least compute (:func:`_least_compute_matrices`), :class:`BeyondComputeLimit` says so
+    instead of searching on. The answer is otherwise the same: the partitions are first
+    searched with every stage's time at most the limit (where the optimum lies, the same
+    optimum and the same partition), then, when none is found, the limit is proved on the
+    compute alone, and only when that fails does the search run without it."""
     if len(forms) != problem.devices:
         raise SpecError(
             f"memory forms describe {len(forms)} device(s) but the placement uses {problem.devices}"
@@ -146,18 +166,39 @@ def memory_aware(
         raise _no_fit(problem, forms, first.counts)
     if matrices is None:
         matrices = _time_matrices(problem)
+    capped = math.isfinite(compute_limit_s)
     if all(len(form.stages) == 1 for form in forms):
         memory = [
             np.where(np.isfinite(t), mem, np.inf)
             for t, mem in zip(matrices, _memory_matrices(problem, forms), strict=True)
         ]
         masked = [np.where(mem <= 0.0, t, np.inf) for t, mem in zip(matrices, memory, strict=True)]
+        if capped:
+            limit = compute_limit_s * (1 + _TOLERANCE)
+            within = [np.where(t <= limit, t, np.inf) for t in masked]
+            counts = _solve(within, len(problem.layers))
+            if counts is not None:  # the optimum is within: the same partition
+                return Partition(counts, stage_times(problem, counts))
+            fitting = [
+                np.where((mem <= 0.0) & (c <= limit), c, np.inf)
+                for c, mem in zip(_least_compute_matrices(problem), memory, strict=True)
+            ]
+            if _solve(fitting, len(problem.layers)) is None:
+                raise BeyondComputeLimit(compute_limit_s)
         counts = _solve(masked, len(problem.layers))
         if counts is None:
             least = _solve(memory, len(problem.layers))
             raise _no_fit(problem, forms, least if least is not None else first.counts)
         return Partition(counts, stage_times(problem, counts))
-    return _search(problem, forms, first, budget_nodes, matrices)
+    if capped:
+        within_limit = _search(
+            problem, forms, first, budget_nodes, matrices, compute_limit_s, proving=True
+        )
+        if within_limit is not None:
+            return within_limit
+    result = _search(problem, forms, first, budget_nodes, matrices)
+    assert result is not None  # without a limit the search answers or raises
+    return result
 
 
 def certainly_overflows(problem: PartitionProblem, forms: Sequence[MemoryForm]) -> bool:
@@ -255,8 +296,29 @@ def _no_fit(
 # -- the dynamic program -------------------------------------------------------------------
 
 
-def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
-    """Per stage s, T[i, j] = time of stage s holding layers [i, j) (inf where not allowed)."""
+def _least_compute_s(problem: PartitionProblem, layer: StageCosts) -> float:
+    """The least per-micro-batch compute one layer puts on its device under any schedule: its
+    forward (twice under re-materialization) and the shorter of its full backward and its
+    input and weight gradients apart."""
+    forward = layer.forward_s * (2 if problem.rematerialize else 1)
+    return forward + min(layer.backward_s, layer.input_grad_s + layer.weight_grad_s)
+
+
+def _least_compute_matrices(problem: PartitionProblem) -> list[np.ndarray]:
+    """Per stage s, C[i, j] = the least compute per micro-batch of stage s holding layers
+    [i, j) (:func:`_least_compute_s`, no transfers; inf where not allowed)."""
+    return _time_matrices(problem, lambda layer: _least_compute_s(problem, layer), False)
+
+
+def _time_matrices(
+    problem: PartitionProblem,
+    per_layer: Callable[[StageCosts], float] | None = None,
+    transfers: bool = True,
+) -> list[np.ndarray]:
+    """Per stage s, T[i, j] = time of stage s holding layers [i, j) (inf where not allowed):
+    each layer's ``per_layer`` time (default its compute), with the boundary transfers unless
+    ``transfers`` is False."""
+    compute = problem.compute_s if per_layer is None else per_layer
     layers, stages = len(problem.layers), problem.stages
     cells = stages * (layers + 1) ** 2  # estimated before any table is allocated
     check(
@@ -265,19 +327,20 @@ def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
         f"partition of {layers:,} layers into {stages:,} stages: {cells:,} table cells",
     )
     prefixes: dict[int, np.ndarray] = {}
+    tables: dict[int, np.ndarray] = {}  # devices sharing one table share its prefix sums
     for device in set(problem.placement):
-        times = [problem.compute_s(x) for x in problem.layers_on(device)]
-        prefixes[device] = np.concatenate(([0.0], np.cumsum(times)))
+        table = problem.layers_on(device)
+        if id(table) not in tables:
+            times = [compute(x) for x in table]
+            tables[id(table)] = np.concatenate(([0.0], np.cumsum(times)))
+        prefixes[device] = tables[id(table)]
     index = np.arange(layers + 1)
     # --recompute N: a stage starting at i adds its twins' extra time over [i, min(j, e_i))
     recomputing: np.ndarray | float = 0.0
     first = problem.recompute_first
     if first is not None:
         pairs = zip(problem.layers, first.recomputed, first.blocks, strict=True)
-        extra = [
-            problem.compute_s(twin) - problem.compute_s(layer) if block else 0.0
-            for layer, twin, block in pairs
-        ]
+        extra = [compute(twin) - compute(layer) if block else 0.0 for layer, twin, block in pairs]
         recomputing = _twin_spans(np.concatenate(([0.0], np.cumsum(extra))), first.ends())
     speeds = problem.device_speeds or ()
     sizes = np.array([0.0] + [x.output_bytes for x in problem.layers])  # crossing cut c
@@ -289,21 +352,26 @@ def _time_matrices(problem: PartitionProblem) -> list[np.ndarray]:
             boundary[stage] = _boundary_times(problem, stage, sizes)
         return boundary[stage]
 
+    nonempty = index[:, None] < index[None, :]
+    spans: dict[tuple[int, float], np.ndarray] = {}  # per device table and speed
     matrices = []
     for s in range(stages):
         speed = speeds[problem.placement[s]]
         prefix = prefixes[problem.placement[s]]
-        times = (prefix[None, :] - prefix[:, None] + recomputing) / speed
-        if s > 0:
-            times = times + cuts_between(s)[:, None]
-        if s + 1 < stages:
-            times = times + cuts_between(s + 1)[None, :]
-        allowed = (
-            (index[:, None] < index[None, :])
-            & (index[:, None] >= s)
-            & (index[None, :] <= layers - (stages - 1 - s))
-        )
-        matrices.append(np.asarray(np.where(allowed, times, np.inf), dtype=float))
+        key = (id(prefix), speed)
+        if key not in spans:
+            span = (prefix[None, :] - prefix[:, None] + recomputing) / speed
+            spans[key] = np.where(nonempty, span, np.inf).astype(float)
+        matrix = spans[key]
+        if s > 0 and transfers:
+            matrix = matrix + cuts_between(s)[:, None]
+        if s + 1 < stages and transfers:
+            matrix = matrix + cuts_between(s + 1)[None, :]
+        if matrix is spans[key]:
+            matrix = matrix.copy()
+        matrix[:s, :] = np.inf  # stage s starts at layer s or later
+        matrix[:, layers - (stages - 1 - s) + 1 :] = np.inf  # and leaves a layer for each after
+        matrices.append(matrix)
     return matrices
 
 
@@ -390,6 +458,10 @@ class _SpanMemory:
         # the running transients of every span, stage-independent: computed once
         self._row_maxima: dict[int, list[np.ndarray]] = {}
         self._table_maxima: list[np.ndarray] | None = None
+
+    def first_stage(self, device: int) -> int:
+        """The first stage the device's memory form lists."""
+        return self._forms[device].stages[0]
 
     def level_count(self, stage: int) -> int:
         """How many levels the stage's device has (at least one)."""
@@ -548,23 +620,29 @@ def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
 # -- several stages per device: bisection with a depth-first search -------------------------
 
 
-def _search(
+def _depth_first(
     problem: PartitionProblem,
-    forms: Sequence[MemoryForm],
-    first: Partition,
-    budget_nodes: int | None,
+    parts: _SpanMemory,
     matrices: list[np.ndarray],
-) -> Partition:
+    budget: list[int],
+) -> Callable[[float, bool], tuple[int, ...] | bool | None]:
+    """A feasibility test over ``matrices`` (each stage's value for every span: its time, or
+    its least compute): given a limit, the first partition in depth-first order (the
+    smallest first stage, then the next) whose every stage's value is at most the limit and
+    whose every device fits its memory, or None; each node spends one of ``budget[0]``. On a
+    transformer's shape (:mod:`pipesim.partition.blocks`) the same answer is found without
+    searching, and with ``build`` False it may be True in place of the partition."""
     layers, stages = len(problem.layers), problem.stages
-    candidates = np.unique(np.concatenate([m[np.isfinite(m)] for m in matrices]))
-    candidates = candidates[candidates >= first.bottleneck_s * (1 - _TOLERANCE)]
     capacities = problem.memory_capacity_bytes or ()
-    budget = [NODE_BUDGET if budget_nodes is None else budget_nodes]
-    parts = _SpanMemory(problem, forms)
-    firsts = [form.stages[0] for form in forms]
+    firsts = [parts.first_stage(device) for device in range(problem.devices)]
+    blocks = BlockFeasibility.of(problem, parts, matrices)
 
-    def feasible(limit: float) -> tuple[int, ...] | None:
-        # reach[s][i]: layers [i, L) split into stages s.. with every stage time <= limit
+    def feasible(limit: float, build: bool = True) -> tuple[int, ...] | bool | None:
+        if blocks is not None:  # a transformer's shape: the same answer, exactly and at once
+            answer = blocks.first_fit(limit, build)
+            if answer != UNKNOWN:
+                return answer  # type: ignore[return-value]
+        # reach[s][i]: layers [i, L) split into stages s.. with every stage's value <= limit
         reach = np.zeros((stages + 1, layers + 1), dtype=bool)
         reach[stages, layers] = True
         for stage in range(stages - 1, -1, -1):
@@ -610,26 +688,98 @@ def _search(
 
         return tuple(counts) if go(0, 0) else None
 
-    low, high, found = 0, len(candidates) - 1, None
-    loosest = feasible(float(candidates[high]) * (1 + _TOLERANCE))  # any fit at all?
-    if loosest is None:
-        low = high + 1
-    else:
-        found, high = loosest, high - 1
+    return feasible
+
+
+Found = tuple[tuple[int, ...] | bool, int]
+"""A bisection's answer: what the feasibility test returned, at which candidate limit."""
+
+
+def _bisect(
+    feasible: Callable[[float, bool], tuple[int, ...] | bool | None],
+    candidates: np.ndarray,
+    low: int,
+    high: int,
+    budget: list[int],
+) -> Found | None:
+    """The least of ``candidates[low..high]`` at which a partition is feasible (feasibility
+    only grows with the limit), while the budget lasts; None where none is."""
+    found = None
     while low <= high and budget[0] > 0:
         middle = (low + high) // 2
-        counts = feasible(float(candidates[middle]) * (1 + _TOLERANCE))
+        counts = feasible(float(candidates[middle]) * (1 + _TOLERANCE), False)
         if counts is not None:
-            found, high = counts, middle - 1
+            found, high = (counts, middle), middle - 1
         elif budget[0] > 0:
             low = middle + 1
+    return found
+
+
+def _built(
+    feasible: Callable[[float, bool], tuple[int, ...] | bool | None],
+    found: Found,
+    candidates: np.ndarray,
+) -> tuple[int, ...]:
+    """The partition a bisection found: as the search returned it, or (True: found without
+    being built) built at the limit it was found at."""
+    counts, index = found
+    if counts is True:
+        built = feasible(float(candidates[index]) * (1 + _TOLERANCE), True)
+        assert isinstance(built, tuple)  # it was found at this limit
+        return built
+    assert isinstance(counts, tuple)
+    return counts
+
+
+def _search(
+    problem: PartitionProblem,
+    forms: Sequence[MemoryForm],
+    first: Partition,
+    budget_nodes: int | None,
+    matrices: list[np.ndarray],
+    compute_limit_s: float = math.inf,
+    proving: bool = False,
+) -> Partition | None:
+    """Bisection over the stage times a partition can have, each tested depth first.
+    ``proving`` (with a finite ``compute_limit_s``): only the times up to the limit are tried,
+    each search with its own budget; when none fits, a search over the stages' least compute
+    proves :class:`BeyondComputeLimit`, or returns None where it cannot (a partition within
+    the limit on compute but not on time, or the budget spent)."""
+    layers, stages = len(problem.layers), problem.stages
+    candidates = np.unique(np.concatenate([m[np.isfinite(m)] for m in matrices]))
+    candidates = candidates[candidates >= first.bottleneck_s * (1 - _TOLERANCE)]
+    nodes = NODE_BUDGET if budget_nodes is None else budget_nodes
+    parts = _SpanMemory(problem, forms)
+    if proving:
+        limit = compute_limit_s * (1 + _TOLERANCE)
+        budget = [nodes]
+        feasible = _depth_first(problem, parts, matrices, budget)
+        highest = int(np.searchsorted(candidates, limit, side="right")) - 1
+        found = _bisect(feasible, candidates, 0, highest, budget)
+        if budget[0] <= 0:
+            return None  # not exact: the search without the limit decides
+        if found is not None:
+            counts = _built(feasible, found, candidates)
+            return Partition(counts, stage_times(problem, counts))
+        budget = [nodes]
+        least = _depth_first(problem, parts, _least_compute_matrices(problem), budget)
+        if least(limit, False) is None and budget[0] > 0:
+            raise BeyondComputeLimit(compute_limit_s)
+        return None
+    budget = [nodes]
+    feasible = _depth_first(problem, parts, matrices, budget)
+    found = None
+    high = len(candidates) - 1
+    loosest = feasible(float(candidates[high]) * (1 + _TOLERANCE), False)  # any fit at all?
+    if loosest is not None:
+        found = _bisect(feasible, candidates, 0, high - 1, budget) or (loosest, high)
     exact = budget[0] > 0
     if found is None:
         if exact:
             raise _no_fit(problem, forms, first.counts)
         raise NoPartitionFits(
             f"no partition that fits memory found within the search budget of "
-            f"{NODE_BUDGET if budget_nodes is None else budget_nodes} nodes for {stages} "
-            f"stages of {layers} layers (the balanced one overflows)"
+            f"{nodes} nodes for {stages} stages of {layers} layers (the balanced one overflows)"
         )
-    return Partition(found, stage_times(problem, found), exact=exact)
+    best = _built(feasible, found, candidates)
+    return Partition(best, stage_times(problem, best), exact=exact)

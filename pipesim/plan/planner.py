@@ -44,6 +44,7 @@ from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
 from pipesim.costs.model_on_hardware import layer_costs_on_hardware, model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.engine import simulate
+from pipesim.engine.durations import OVERLAPPED_SCHEDULES
 from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
@@ -52,6 +53,7 @@ from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.sharding import ZERO_STAGES
 from pipesim.partition import (
+    BeyondComputeLimit,
     NoPartitionFits,
     PartitionProblem,
     RecomputeFirst,
@@ -140,6 +142,7 @@ class Evaluated:
     allreduce_s: float
     partition_objective: str
     oom_reason: str | None = None
+    beyond_limit: bool = False
     iteration_time_s: float | None = None
     bubble_fraction: float | None = None
     simulated_peak_bytes: float | None = None
@@ -247,6 +250,11 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
     finished: list[Evaluated] = []
     seen: set[tuple[Candidate, tuple[int, ...]]] = set()
     limit = math.inf
+    # the first configurations that fit, simulated ahead: their top-th time is the limit
+    # every evaluation is given (the same on a cluster's workers: the same evaluations)
+    seeds = context.seed_times([c for _, _, c in ordered], settings.top)
+    if len(seeds) >= settings.top:
+        limit = context.time_limit_s = seeds[settings.top - 1]
     with (
         progress(len(space), "plan: configurations", enabled=show_progress) as bar,
         contextlib.closing(_evaluations(context, [c for _, _, c in ordered], workers)) as results,
@@ -265,9 +273,9 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
                     continue
                 seen.add((item.candidate, item.partition))
                 examined.append(item)
-                if item.oom or item.bound_s * (1 - 1e-9) > limit:
+                if item.oom or item.beyond_limit or item.bound_s * (1 - 1e-9) > limit:
                     continue
-                finished.append(simulated if simulated is not None else context.simulate(item))
+                finished.append(simulated if simulated is not None else context.simulated(item))
                 times = sorted(
                     e.iteration_time_s or math.inf for e in finished if not e.simulated_oom
                 )
@@ -324,7 +332,10 @@ def _evaluate_and_simulate(
     simulated when it fits (numpy's overflow warnings silenced, as in :func:`plan`)."""
     with np.errstate(over="ignore", invalid="ignore"):
         items = context.evaluate_all(candidate)
-        return candidate, [(item, None if item.oom else context.simulate(item)) for item in items]
+        return candidate, [
+            (item, None if item.oom or item.beyond_limit else context.simulated(item))
+            for item in items
+        ]
 
 
 def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -> SpaceLimits:
@@ -566,6 +577,11 @@ class PlanContext:
         self.extras: dict[LayerKey, tuple[float, float]] = {}
         self.evaluations: dict[Candidate, Evaluated] = {}
         self.blocks = tuple(is_block(layer) for layer in self.model.layers)
+        # the top-th best time of the configurations simulated ahead (:meth:`seed_times`): a
+        # configuration whose every partition that fits memory needs longer is dropped
+        # without its partition searched
+        self.time_limit_s = math.inf
+        self.simulations: dict[tuple[Candidate, tuple[int, ...]], Evaluated] = {}
 
     def parallelism(self, c: Candidate, recompute: str | None = None) -> Parallelism:
         """``c``'s parallel configuration besides the pipeline (with ``recompute`` instead of
@@ -894,7 +910,7 @@ class PlanContext:
         block of every stage of its partition is ``full`` (the same run). When no N fits, the
         most N is returned, out of memory."""
         if c.recompute != RECOMPUTE_LAYERS:
-            return [self.evaluate(c)]
+            return [self.evaluate(c, limited=True)]
         most = self.most_recomputed(c)
 
         def fits_balanced(count: int) -> bool:
@@ -961,7 +977,7 @@ class PlanContext:
             start += size
         return most
 
-    def evaluate(self, c: Candidate) -> Evaluated:
+    def evaluate(self, c: Candidate, limited: bool = False) -> Evaluated:
         """``c`` partitioned (balanced, or memory-aware where the balanced partition
         overflows), checked for memory and bounded (cached per configuration). Under recompute
         N the partitions weigh each stage's first N blocks recomputed, in time and memory; an
@@ -969,11 +985,26 @@ class PlanContext:
         (the same run, and the count ``pipesim simulate`` accepts)."""
         if c.recompute == RECOMPUTE_LAYERS:
             raise ValueError("recompute layers is several configurations: see evaluate_all")
-        if c not in self.evaluations:
-            self.evaluations[c] = self._evaluate(c)
+        cached = self.evaluations.get(c)
+        if cached is None or (cached.beyond_limit and not limited):
+            self.evaluations[c] = self._evaluate(c, self._compute_limit_s(c) if limited else None)
         return self.evaluations[c]
 
-    def _evaluate(self, c: Candidate) -> Evaluated:
+    def _compute_limit_s(self, c: Candidate) -> float | None:
+        """The least compute per micro-batch on one stage above which ``c`` cannot beat the
+        search's top plans (its time limit over M: every device runs each of its stages' M
+        micro-batches, forward and backward, and the step is at least that), or None where
+        that does not hold or nothing is ranked yet: a schedule with copies of the model (a
+        device runs each copy's micro-batches only) or whose forward and backward overlap
+        (DualPipe's: a pair takes less than the two)."""
+        if not math.isfinite(self.time_limit_s) or c.schedule in OVERLAPPED_SCHEDULES:
+            return None
+        _, copies = self.rule_and_copies(c)
+        if copies > 1:
+            return None
+        return self.time_limit_s / c.microbatches
+
+    def _evaluate(self, c: Candidate, compute_limit_s: float | None = None) -> Evaluated:
         forms, placement, flush = self.schedule_shape(c)
         steps = 1 if flush else NO_FLUSH_STEPS
         problem = self.problem(c, placement)
@@ -992,8 +1023,28 @@ class PlanContext:
             )
         elif max(peaks) > capacity:
             try:
-                chosen = memory_aware(problem, forms, PLAN_NODE_BUDGET, first=chosen)
+                chosen = memory_aware(
+                    problem,
+                    forms,
+                    PLAN_NODE_BUDGET,
+                    first=chosen,
+                    compute_limit_s=math.inf if compute_limit_s is None else compute_limit_s,
+                )
                 objective = "memory-aware"
+            except BeyondComputeLimit:
+                # every partition that fits memory is slower than the plans found: the
+                # balanced partition and its peaks stand for it, never simulated
+                return Evaluated(
+                    self._labelled(c, chosen.counts),
+                    chosen.counts,
+                    steps,
+                    self.time_limit_s,
+                    peaks,
+                    capacity,
+                    0.0,
+                    "memory-aware",
+                    beyond_limit=True,
+                )
                 stage_costs = self.stage_costs(c, problem, chosen.counts)
                 peaks = stage_peaks(problem, forms, stage_costs)
             except NoPartitionFits as error:
@@ -1154,6 +1205,33 @@ class PlanContext:
                 )
             )
         return offered
+
+    def seed_times(self, ordered: list[Candidate], top: int) -> list[float]:
+        """The simulated times, fastest first, of the first ``top`` configurations in
+        ``ordered`` whose balanced partition fits memory (fewer where the space has fewer):
+        configurations of the space, simulated ahead of their turn (the search finds them
+        cached), so that the top-th of them bounds the search's limit from the start and the
+        out-of-memory configurations that come first are not partitioned in full."""
+        times: list[float] = []
+        for c in ordered:
+            if len(times) == top:
+                break
+            if c.recompute == RECOMPUTE_LAYERS or not self.balanced_fits(c):
+                continue
+            item = self.evaluate(c)
+            if item.oom:
+                continue
+            result = self.simulated(item)
+            if not result.simulated_oom and result.iteration_time_s is not None:
+                times.append(result.iteration_time_s)
+        return sorted(times)
+
+    def simulated(self, item: Evaluated) -> Evaluated:
+        """:meth:`simulate`, cached per configuration and partition."""
+        key = (item.candidate, item.partition)
+        if key not in self.simulations:
+            self.simulations[key] = self.simulate(item)
+        return self.simulations[key]
 
     def simulate(self, item: Evaluated) -> Evaluated:
         """``item`` simulated in full with the default engine, its costs built from the run's
