@@ -65,6 +65,23 @@ def ring_bandwidth_and_latency(network: Network, group: Sequence[int]) -> tuple[
 
 
 def _hierarchical(network: Network, group: Sequence[int]) -> tuple[float, float]:
+    """The ring's bus bandwidth and latency on a hierarchical network: set by how many of
+    the group's ranks each node holds (remembered per network and group: a planner asks
+    for the same data groups' many times)."""
+    key = (network, tuple(group))
+    found = _HIERARCHICAL.get(key)
+    if found is None:
+        found = _HIERARCHICAL[key] = _hierarchical_uncached(network, group)
+        if len(_HIERARCHICAL) > _HIERARCHICAL_MOST:
+            _HIERARCHICAL.pop(next(iter(_HIERARCHICAL)))
+    return found
+
+
+_HIERARCHICAL: dict[tuple[Network, tuple[int, ...]], tuple[float, float]] = {}
+_HIERARCHICAL_MOST = 4096  # groups remembered (the oldest forgotten first)
+
+
+def _hierarchical_uncached(network: Network, group: Sequence[int]) -> tuple[float, float]:
     per_node = network.devices_per_node or 1
     inter = network.inter_node_link
     stride = network.rank_stride

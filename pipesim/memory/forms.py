@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -95,19 +96,30 @@ class MemoryForm:
             self._per_stage(stage_costs), self.stages, self.versions, self.model_stages
         )
 
+    @cached_property
+    def _level_array(self) -> np.ndarray:
+        """:attr:`levels` as one array, a row per level (computed once)."""
+        return np.array(self.levels, dtype=float).reshape(len(self.levels), -1)
+
     def peak_level_bytes(self, stage_costs: Sequence[StageCosts]) -> float:
         """The largest level (activations with the running transient) for these stage sizes
-        (0 if none is positive)."""
+        (0 if none is positive): every level at once, each summed in :func:`level_bytes`'s
+        order (the same floating-point sums)."""
+        if not self.levels:
+            return 0.0
         per_stage = self._per_stage(stage_costs)
-        sizes = [stage_sizes(per_stage[s], self.rematerialize) for s in self.stages]
-        best = 0.0
-        for counts in self.levels:
-            level = 0.0
-            for position, stage in enumerate(sizes):
-                slot = SLOT * position
-                level += level_bytes(counts[slot : slot + SLOT], stage)
-            best = max(best, level)
-        return best
+        counts = self._level_array
+        total = np.zeros(len(counts))
+        for position, stage in enumerate(self.stages):
+            sizes = stage_sizes(per_stage[stage], self.rematerialize)
+            base = SLOT * position
+            part = counts[:, base] * sizes[0] + counts[:, base + 1] * sizes[1]
+            part = part + counts[:, base + 2] * sizes[2]
+            for offset in range(3, SLOT):
+                flags = counts[:, base + offset]
+                part = part + np.where(flags != 0, flags * sizes[offset], 0.0)
+            total = total + part
+        return max(0.0, float(total.max()))
 
     def peak_bytes(
         self,

@@ -121,8 +121,11 @@ class RankLayout:
     def data_group(self, pipeline_rank: int, tensor_rank: int = 0) -> list[int]:
         """The ranks that hold the same dense weights of pipeline device ``pipeline_rank``:
         every context rank of every replica, the group a gradient reduction runs over."""
+        # rank(t, p, d, c) = t + T·c + T·C·p + T·C·P·d, in (d, c) order
+        first = self.rank(tensor_rank, pipeline_rank)
+        across = self.tensor * self.context * self.pipeline
         return [
-            self.rank(tensor_rank, pipeline_rank, d, c)
+            first + d * across + c * self.tensor
             for d in range(self.data)
             for c in range(self.context)
         ]

@@ -224,6 +224,7 @@ class BlockFeasibility:
                 low, high = boxes[stage]
                 axes.append(np.arange(low, high + 1))
         level_count = self._level_count(stages[0])
+        axes = self._shrunk(device, stages, axes, level_count)
         if math.prod(len(a) for a in axes) * level_count > MOST_CELLS:
             return UNKNOWN
         shape = tuple(len(a) for a in axes)
@@ -250,6 +251,34 @@ class BlockFeasibility:
         fits = np.moveaxis(fits, position, 0).reshape(len(probe_axis), -1)
         totals = np.moveaxis(totals, position, 0).reshape(len(probe_axis), -1)
         return probe_axis, fits, totals
+
+    def _shrunk(
+        self, device: int, stages: list[int], axes: list[np.ndarray], level_count: int
+    ) -> list[np.ndarray]:
+        """``axes`` with each cut where the device overflows even with its other stages at
+        their least counts (memory only grows with a count, so no combination fits beyond
+        that); an axis none of whose counts fits keeps its least, which does not fit."""
+        problem = self._problem
+        capacity = (problem.memory_capacity_bytes or ())[device]
+        least = [self._stage_memory(stage, a[:1]) for stage, a in zip(stages, axes, strict=True)]
+        out = []
+        for position, (stage, values) in enumerate(zip(stages, axes, strict=True)):
+            if len(values) == 1:
+                out.append(values)
+                continue
+            static, levels = self._stage_memory(stage, values)
+            for other, (other_static, other_levels) in enumerate(least):
+                if other != position:
+                    static = static + other_static[0]
+                    levels = levels + other_levels[:, :1]
+            peaks = peak_with_allowances(
+                static + np.maximum(levels.reshape(level_count, -1).max(axis=0), 0.0),
+                problem.runtime_reserve_bytes,
+                problem.fragmentation_fraction,
+            )
+            fitting = int(np.count_nonzero(peaks <= capacity))
+            out.append(values[: max(fitting, 1)])
+        return out
 
 
 def _totals(grid: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[int, int] | None:

@@ -232,8 +232,13 @@ def certainly_overflows(problem: PartitionProblem, forms: Sequence[MemoryForm]) 
     reserve, fragmentation = problem.runtime_reserve_bytes, problem.fragmentation_fraction
     rooms = [(capacities[d] - reserve) / (1 + fragmentation) for d in range(len(forms))]
     weights = []
+    statics: dict[int, np.ndarray] = {}  # per weight versions: every layer's static bytes
     for form in forms:
-        static = np.array([stage_static_bytes(x, form.versions) for x in layers])
+        if form.versions not in statics:
+            statics[form.versions] = np.array(
+                [stage_static_bytes(x, form.versions) for x in layers]
+            )
+        static = statics[form.versions]
         in_flight = max(
             (min(level[SLOT * i] for i in range(len(form.stages))) for level in form.levels),
             default=0,
