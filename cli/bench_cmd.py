@@ -9,6 +9,7 @@ from typing import Any
 from application.command_line import EXIT_OK, positive_int
 from application.outputs import output_path, write_text_atomically
 from pipesim.common.limits import Limit, check
+from pipesim.errors import PipesimError
 from pipesim.files.strict_json import json_text, write_json
 
 
@@ -39,6 +40,17 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="leave out the sweep on a local Dask cluster (it starts one: a few seconds)",
     )
+    parser.add_argument(
+        "--no-plans",
+        action="store_true",
+        help="leave out the planner's benchmarks (six plans in new processes: a minute or two)",
+    )
+    parser.add_argument(
+        "--plans-only",
+        action="store_true",
+        help="only the planner's benchmarks: GPT-3 175B on 1,024 A100s, Llama 3 405B on 16,384 "
+        "H100s, a 1T model on 65,536 A100s, each without and with ZeRO-3 and CP 2",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON to FILE")
     parser.set_defaults(handler=_bench)
@@ -48,8 +60,12 @@ def _bench(args: argparse.Namespace) -> int:
     from application import bench
 
     check(Limit.CONFIGS, args.configs, f"--configs {args.configs:,}")
+    if args.plans_only and args.no_plans:
+        raise PipesimError("--plans-only and --no-plans: give one of them")
     if args.out is not None:
         output_path(args.out, "--out")
+    if args.plans_only:
+        return _report({**bench.machine(), "plans": _plans()}, args)
     memory = bench.peak_memory_bytes()
     _, simulate_rss = bench.peak_rss_bytes(bench.SIMULATE_131K)
     plan_s, plan_rss = bench.peak_rss_bytes(bench.PLAN_16K)
@@ -100,6 +116,19 @@ def _bench(args: argparse.Namespace) -> int:
         },
         "numba_warm_up_s": warm_up,
     }
+    if not args.no_plans:
+        report["plans"] = _plans()
+    return _report(report, args)
+
+
+def _plans() -> list[dict[str, Any]]:
+    from application.plan_bench import plan_rates
+
+    return [rate.to_json() for rate in plan_rates()]
+
+
+def _report(report: dict[str, Any], args: argparse.Namespace) -> int:
+    """Write ``report`` where asked (--out), and print it (--json or the table)."""
     if args.out is not None:
         write_text_atomically(args.out, json_text(report, indent=2) + "\n", field="--out")
     if args.json:
@@ -109,7 +138,26 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _plan_lines(plans: list[dict[str, Any]]) -> list[str]:
+    lines = ["plans (each a new process; search seconds and configurations per second):"]
+    for p in plans:
+        what = f"{p['model']} on {p['devices']:,} {p['hardware']}, {p['space']}"
+        lines.append(
+            f"  {what:<52}{p['wall_s']:>7.1f} s wall, {p['search_s']:6.1f} s search, "
+            f"{p['configurations']:>6,} configs ({p['configurations_per_s']:,.0f}/s), "
+            f"{p['examined']:,} partitioned, {p['simulated']} simulated; best "
+            f"{p['best']} {p['best_iteration_s']:.3f} s"
+        )
+    return lines
+
+
 def _table(report: dict[str, Any]) -> str:
+    if "engines" not in report:  # --plans-only
+        lines = _plan_lines(report["plans"])
+        lines.append(
+            f"machine: {report['machine']}, {report['cpus']} CPUs, Python {report['python']}"
+        )
+        return "\n".join(lines) + "\n"
     lines = ["engine rates, actions per second (simulation; build+validate apart):"]
     names = sorted({n for r in report["engines"] for n in r["actions_per_s"]})
     header = f"  {'case':<32}{'actions':>9}{'build+validate':>16}" + "".join(
@@ -154,5 +202,7 @@ def _table(report: dict[str, Any]) -> str:
         if warm is None
         else f"numba kernels loaded in {warm:.2f} s (import and cache; a first compile: longer)"
     )
+    if "plans" in report:
+        lines += _plan_lines(report["plans"])
     lines.append(f"machine: {report['machine']}, {report['cpus']} CPUs, Python {report['python']}")
     return "\n".join(lines) + "\n"
