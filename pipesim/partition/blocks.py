@@ -124,6 +124,31 @@ class BlockFeasibility:
             memory[stage] = (np.asarray(static[ends], float), np.asarray(level[:, ends], float))
         return cls(problem, parts, values, memory)
 
+    def span_peaks(self, stage: int) -> np.ndarray:
+        """P[i, j]: the peak of ``stage``'s device holding only this stage with layers [i, j)
+        (one stage per device), from its peak per count of blocks; inf for a span the stage
+        cannot hold (the embedding's stage starts at 0, the output layer's ends at L, the
+        others hold blocks only)."""
+        problem = self._problem
+        last, count = len(problem.layers), self._blocks
+        static, levels = self._stage_memory(stage, np.arange(count + 1))
+        peaks = peak_with_allowances(
+            static + np.maximum(levels.max(axis=0), 0.0),
+            problem.runtime_reserve_bytes,
+            problem.fragmentation_fraction,
+        )
+        index = np.arange(last + 1)
+        out = np.full((last + 1, last + 1), np.inf)
+        if stage == 0:
+            out[0, 1:] = peaks[np.clip(index[1:] - 1, 0, count)]
+        elif stage == problem.stages - 1:
+            out[:last, last] = peaks[np.clip(last - 1 - index[:last], 0, count)]
+        else:
+            blocks = index[None, :] - index[:, None]
+            inside = (blocks >= 1) & (index[:, None] >= 1) & (index[None, :] <= last - 1)
+            out[inside] = peaks[blocks[inside]]
+        return out
+
     def _stage_memory(self, stage: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Static bytes and level shares of ``stage`` holding each of ``counts`` blocks (the
         last stage's computed as they are asked for: one start per count)."""

@@ -170,7 +170,7 @@ def memory_aware(
     if all(len(form.stages) == 1 for form in forms):
         memory = [
             np.where(np.isfinite(t), mem, np.inf)
-            for t, mem in zip(matrices, _memory_matrices(problem, forms), strict=True)
+            for t, mem in zip(matrices, _memory_matrices(problem, forms, matrices), strict=True)
         ]
         masked = [np.where(mem <= 0.0, t, np.inf) for t, mem in zip(matrices, memory, strict=True)]
         if capped:
@@ -574,10 +574,21 @@ class _SpanMemory:
         return static, np.asarray(levels, dtype=float)
 
 
-def _memory_matrices(problem: PartitionProblem, forms: Sequence[MemoryForm]) -> list[np.ndarray]:
-    """For one stage per device: M[i, j] = peak - capacity of stage s holding [i, j)."""
+def _memory_matrices(
+    problem: PartitionProblem, forms: Sequence[MemoryForm], times: Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    """For one stage per device: M[i, j] = peak - capacity of stage s holding [i, j). On a
+    transformer's shape (:mod:`pipesim.partition.blocks`) a stage's peak depends on its count
+    of blocks alone: each is computed once per count and laid out over the spans (the spans
+    ``times`` allows; inf elsewhere), not once per span."""
     capacities = problem.memory_capacity_bytes or ()
     spans = _SpanMemory(problem, forms)
+    shaped = BlockFeasibility.of(problem, spans, times)
+    if shaped is not None:
+        return [
+            shaped.span_peaks(stage) - capacities[problem.placement[stage]]
+            for stage in range(problem.stages)
+        ]
     matrices = []
     for stage in range(problem.stages):
         static, levels = spans.table(stage)

@@ -28,7 +28,7 @@ from pipesim.partition import (
 )
 from pipesim.partition import blocks as blocks_module
 from pipesim.schedules import build
-from tests.partition.reference import compositions
+from tests.partition.reference import brute_memory_aware, compositions
 
 SHAPES = [("interleaved-1f1b", 2), ("zbv", 2), ("interleaved-1f1b", 3), ("1f1b", 1)]
 
@@ -194,3 +194,23 @@ def test_a_tight_gpt3_like_problem_is_answered_without_the_node_budget(name: str
     found = memory_aware(problem, forms, 5_000)
     assert found.exact
     assert max(device_peaks(problem, forms, found.counts)) <= capacity
+
+
+@settings(max_examples=60, deadline=None)
+@given(shaped())
+def test_memory_aware_on_a_transformer_s_shape_equals_brute_force(
+    case: tuple[PartitionProblem, tuple[object, ...], int],
+) -> None:
+    """One stage per device (its memory tables laid out per count of blocks) or several (the
+    block test in the bisection): the least bottleneck among partitions that fit, by brute
+    force, and a partition that fits."""
+    problem, forms, _ = case
+    expected = brute_memory_aware(problem, forms)  # type: ignore[arg-type]
+    if expected is None:
+        with pytest.raises(NoPartitionFits):
+            memory_aware(problem, forms)  # type: ignore[arg-type]
+        return
+    found = memory_aware(problem, forms)  # type: ignore[arg-type]
+    assert found.bottleneck_s == pytest.approx(expected, rel=1e-9)
+    peaks = device_peaks(problem, forms, found.counts)  # type: ignore[arg-type]
+    assert all(p <= c for p, c in zip(peaks, problem.memory_capacity_bytes or (), strict=True))
