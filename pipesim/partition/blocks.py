@@ -53,6 +53,8 @@ class _Rows(Protocol):
 
     def row(self, stage: int, start: int) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def column(self, stage: int, end: int) -> tuple[np.ndarray, np.ndarray] | None: ...
+
 
 class BlockFeasibility:
     """The test above for one problem: each stage's value (its time, or least compute) and
@@ -156,6 +158,12 @@ class BlockFeasibility:
             static, levels = self._memory[stage]
             return static[counts], levels[:, counts]
         last = len(self._problem.layers)
+        if not self._last:  # every count at once where the spans allow it
+            column = self._parts.column(stage, last)
+            if column is not None:
+                static, levels = column
+                for n in range(self._blocks + 1):
+                    self._last[n] = (float(static[last - 1 - n]), levels[:, last - 1 - n])
         for n in counts:
             if int(n) not in self._last:
                 static, levels = self._parts.row(stage, last - 1 - int(n))

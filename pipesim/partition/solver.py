@@ -498,6 +498,19 @@ class _SpanMemory:
             )
         return self._rows[key]
 
+    def column(self, stage: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """S[:, end] and A[:, :, end] of ``stage`` (every start at once), or None under
+        ``--recompute N`` (each start swaps in twins of its own: :meth:`row` per start)."""
+        if self._ends is not None:
+            return None
+        spans = {name: p[end] - p for name, p in self._prefixes.items()}
+        maxima = []
+        for values in self._transients:
+            column = np.zeros(len(values) + 1)
+            column[:end] = np.maximum.accumulate(values[:end][::-1])[::-1]
+            maxima.append(column)
+        return self._stage(stage, spans, maxima, self._inputs)
+
     def _maxima_row(self, start: int) -> list[np.ndarray]:
         """Per action kind, the largest transient of the layers [start, j) for every j (the
         same for every stage: cached)."""
