@@ -125,6 +125,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--plot", metavar="FIGURE", help="throughput against peak memory, Pareto front (.png/.svg)"
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes that partition and simulate candidates ahead of the search "
+        "(default 1: this process; never more than the CPUs); the same plans and report; with "
+        "--cluster local, the local cluster's workers (at least 2)",
+    )
     add_cluster_argument(parser, "partitioning and simulation of candidates")
     add_recipe_argument(parser)
     add_run_argument(parser)
@@ -210,6 +219,8 @@ def _plan(args: argparse.Namespace) -> int:
         if args.expert_parallel is None
         else _ints(args.expert_parallel, "--expert-parallel"),
     )
+    if args.jobs < 1:
+        raise PipesimError(f"--jobs must be an integer >= 1, got {args.jobs}")
     if args.cluster is not None:
         check_cluster_address(args.cluster)
     if args.export is not None:
@@ -220,7 +231,7 @@ def _plan(args: argparse.Namespace) -> int:
     def command_for(report: PlanReport, e: Evaluated) -> str:
         return simulate_command(report, e, args)
 
-    with open_workers(1, args.cluster) as workers:
+    with open_workers(args.jobs, args.cluster) as workers:
         report = plan(settings, show_progress=not args.json, workers=workers)
     if args.plot is not None:
         from plots.plan_figures import plan_figure

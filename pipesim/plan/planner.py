@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import math
 import time
+import uuid
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -315,27 +316,53 @@ def _evaluations(
     context: PlanContext, ordered: list[Candidate], workers: Workers
 ) -> Generator[tuple[Candidate, Evaluations], None, None]:
     """Each candidate evaluated, in order: here, one at a time as the search asks (and
-    simulated by the search when it needs it); on a cluster, several ahead, each one that fits
-    in memory simulated too (the search discards what it would not have computed)."""
+    simulated by the search when it needs it); in worker processes (a local pool, a cluster),
+    several ahead, each one that fits in memory and could still win simulated too (the search
+    discards what it would not have computed). Each worker builds its own context once from
+    the settings and keeps its caches from one candidate to the next."""
     if isinstance(workers, InProcess):
         for candidate in ordered:
             yield candidate, [(item, None) for item in context.evaluate_all(candidate)]
         return
-    shared = workers.share(context)
+    shared = workers.share(_Shared(uuid.uuid4().hex, context.settings, context.time_limit_s))
     yield from ordered_map(workers, _evaluate_and_simulate, ordered, shared)
 
 
-def _evaluate_and_simulate(
-    candidate: Candidate, context: PlanContext
-) -> tuple[Candidate, Evaluations]:
-    """A cluster worker's task: the candidate evaluated, and each configuration it became
-    simulated when it fits (numpy's overflow warnings silenced, as in :func:`plan`)."""
+@dataclass(frozen=True)
+class _Shared:
+    """What a worker needs to evaluate a search's candidates as the searching process does:
+    the settings (from which it builds its context once, ``token`` naming the search) and the
+    limit the search gives every evaluation (:meth:`PlanContext.seed_times`)."""
+
+    token: str
+    settings: PlanSettings
+    time_limit_s: float
+
+
+_WORKER_CONTEXTS: dict[str, PlanContext] = {}  # a worker's context, for one search at a time
+
+
+def _evaluate_and_simulate(candidate: Candidate, shared: _Shared) -> tuple[Candidate, Evaluations]:
+    """A worker's task: the candidate evaluated, and each configuration it became simulated
+    when it fits and its bound is within the limit (numpy's overflow warnings silenced, as in
+    :func:`plan`)."""
+    context = _WORKER_CONTEXTS.get(shared.token)
+    if context is None:
+        _WORKER_CONTEXTS.clear()
+        context = _WORKER_CONTEXTS[shared.token] = PlanContext(shared.settings)
+        context.time_limit_s = shared.time_limit_s
     with np.errstate(over="ignore", invalid="ignore"):
         items = context.evaluate_all(candidate)
         return candidate, [
-            (item, None if item.oom or item.beyond_limit else context.simulated(item))
+            (item, context.simulated(item) if _may_win(item, shared.time_limit_s) else None)
             for item in items
         ]
+
+
+def _may_win(item: Evaluated, limit: float) -> bool:
+    """Whether the search could simulate ``item``: it fits and its bound is within the
+    limit (the search's own limit only falls from there)."""
+    return not item.oom and not item.beyond_limit and item.bound_s * (1 - 1e-9) <= limit
 
 
 def space_limits(model: Model, hardware: HardwareSpec, settings: PlanSettings) -> SpaceLimits:

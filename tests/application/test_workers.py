@@ -166,3 +166,20 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_exit_130_and_keeps_the_rows
     assert process.returncode == 130, (process.returncode, err)
     assert err.startswith("pipesim: interrupted: ") and err.count("\n") == 1, err
     assert len(out.read_text().splitlines()) >= 3
+
+
+def test_a_plan_on_two_processes_is_the_plan_of_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--jobs 2``: workers build their own contexts and evaluate ahead; the same report."""
+    arguments = ["--model", "megatron-1.7b", "--hardware", "a100", "--devices", "16"]
+    arguments += ["--batch", "64", "--json"]
+    status, alone, _ = run(capsys, "plan", *arguments)
+    assert status == 0
+    status, pooled, _ = run(capsys, "plan", *arguments, "--jobs", "2")
+    assert status == 0
+    timing = {"seconds", "configurations_per_second"}
+    first, second = json.loads(alone), json.loads(pooled)
+    assert {k: v for k, v in first.items() if k not in timing} == {
+        k: v for k, v in second.items() if k not in timing
+    }
+    status, _, err = run(capsys, "plan", *arguments, "--jobs", "0")
+    assert status == 2 and "--jobs must be an integer >= 1, got 0" in err
