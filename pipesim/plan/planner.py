@@ -1058,6 +1058,8 @@ class PlanContext:
                     compute_limit_s=math.inf if compute_limit_s is None else compute_limit_s,
                 )
                 objective = "memory-aware"
+                stage_costs = self.stage_costs(c, problem, chosen.counts)
+                peaks = stage_peaks(problem, forms, stage_costs)
             except BeyondComputeLimit:
                 # every partition that fits memory is slower than the plans found: the
                 # balanced partition and its peaks stand for it, never simulated
@@ -1072,8 +1074,6 @@ class PlanContext:
                     "memory-aware",
                     beyond_limit=True,
                 )
-                stage_costs = self.stage_costs(c, problem, chosen.counts)
-                peaks = stage_peaks(problem, forms, stage_costs)
             except NoPartitionFits as error:
                 oom_reason = str(error)
             if oom_reason is None and max(peaks) > capacity:

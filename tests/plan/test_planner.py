@@ -577,3 +577,31 @@ def test_a_dualpipe_plan_resimulates_to_its_own_time(
         assert "2 model copies" in result["costs"], command
         peaks = [d["peak_memory_bytes"] for d in result["per_device"]]
         assert peaks == pytest.approx(list(e.peak_memory_bytes), rel=1e-9), command
+
+
+def test_a_configuration_whose_balanced_partition_overflows_is_memory_aware_and_fits() -> None:
+    """GPT-3 175B, T=2, K=16, 1F1B, M=24, b=2, selective: the balanced partition overflows an
+    A100's 80 GiB, the memory-aware one fits. The evaluation reports that partition, its own
+    peaks (within the memory) and no out-of-memory reason, with or without the search's
+    limit; and its simulation agrees that it fits."""
+    settings = plan_settings("gpt3-175b", "a100", 1024, 1536)
+    context = PlanContext(settings)
+    shape = {"tensor": 2, "devices": 16, "schedule": "1f1b", "microbatches": 24}
+    shape |= {"microbatch_size": 2, "recompute": "selective", "data_parallel": 32}
+    limits = space_limits(context.model, context.hardware, settings)
+    space = candidates(1024, 1536, limits, settings.schedules, settings.chunk_options)
+    candidate = next(
+        c
+        for c in space
+        if all(getattr(c, k) == v for k, v in shape.items()) and c.zero == 1 and c.chunks == 1
+    )
+    assert not context.balanced_fits(candidate)
+    for limit in (math.inf, 1e9):
+        context.time_limit_s = limit
+        context.evaluations.clear()
+        evaluated = context.evaluate(candidate, limited=True)
+        assert evaluated.oom_reason is None and not evaluated.beyond_limit
+        assert evaluated.partition_objective == "memory-aware"
+        assert max(evaluated.peak_memory_bytes) <= evaluated.capacity_bytes
+    simulated = context.simulate(evaluated)
+    assert not simulated.simulated_oom
