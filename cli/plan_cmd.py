@@ -14,7 +14,7 @@ from application.command_line import (
 )
 from cli.run_config import add_recipe_argument
 from cli.run_file import add_run_argument
-from pipesim.errors import PipesimError
+from pipesim.errors import Interrupted, PipesimError
 from pipesim.files.strict_json import write_json
 
 
@@ -42,6 +42,14 @@ def register(subparsers: Any) -> None:
         "--batch", type=int, metavar="B", help="global batch per step (default: the model's)"
     )
     parser.add_argument("--top", type=int, default=5, metavar="N", help="plans to show (5)")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop the search after this many seconds and show the best of what it examined, "
+        "marked NOT EXHAUSTIVE with the least time any configuration not examined takes (Ctrl-C "
+        "does the same, exit status 130); default: search to the end",
+    )
     parser.add_argument(
         "--schedules",
         metavar="A,B,...",
@@ -183,6 +191,8 @@ def _plan(args: argparse.Namespace) -> int:
             raise PipesimError(f"{field} must be an integer >= 1, got {value}")
     if args.batch is not None and args.batch < 1:
         raise PipesimError(f"--batch must be an integer >= 1, got {args.batch}")
+    if args.time_budget is not None and not (0 < args.time_budget < float("inf")):
+        raise PipesimError(f"--time-budget must be a number of seconds > 0, got {args.time_budget}")
     if args.plot is not None:
         from plots.style import figure_path
 
@@ -218,6 +228,7 @@ def _plan(args: argparse.Namespace) -> int:
         expert_sizes=None
         if args.expert_parallel is None
         else _ints(args.expert_parallel, "--expert-parallel"),
+        time_budget_s=args.time_budget,
     )
     if args.jobs < 1:
         raise PipesimError(f"--jobs must be an integer >= 1, got {args.jobs}")
@@ -246,6 +257,11 @@ def _plan(args: argparse.Namespace) -> int:
         write_json(report_json(report, command_for))
     else:
         sys.stdout.write(report_table(report, command_for))
+    if report.stopped == "interrupted":  # the plans so far are written: the usual last line
+        raise Interrupted(
+            f"the plan search stopped after examining {len(report.evaluated):,} configurations; "
+            "the plans above are the best of them (marked NOT EXHAUSTIVE)"
+        )
     if not report.plans:  # the search ran, and nothing fits: the table says why, per config
         sys.stderr.write(
             f"pipesim: failed: no configuration of {model_name} on {args.devices:,} devices "

@@ -100,9 +100,10 @@ class PlanSettings:
     layout is what the search chooses, so ``run.parallelism`` is not read), the devices and
     batch, and the space to search. ``model_name`` and ``hardware_name`` say how the caller
     named the model and the hardware (a TOML path, as on the command line: a report repeats
-    them); by default their own names. ``context_sizes`` are the context-parallel sizes
-    to try (1: none), ``expert_sizes`` the expert-parallel ones (None: on a mixture-of-experts
-    model every power of two up to 64 that divides its experts)."""
+    them); by default their own names. ``time_budget_s``: the search stops after this many
+    seconds with what it has ranked (None: it runs to its end). ``context_sizes`` are the
+    context-parallel sizes to try (1: none), ``expert_sizes`` the expert-parallel ones (None:
+    on a mixture-of-experts model every power of two up to 64 that divides its experts)."""
 
     run: RunConfig
     devices: int
@@ -118,6 +119,7 @@ class PlanSettings:
     hardware_name: str = ""
     context_sizes: tuple[int, ...] = (1,)
     expert_sizes: tuple[int, ...] | None = None
+    time_budget_s: float | None = None
 
     @property
     def model(self) -> str:
@@ -181,6 +183,13 @@ class PlanReport:
     simulated: int = 0
     configurations: int = 0
     cluster: str = ""
+    stopped: str | None = None
+    unexamined_bound_s: float | None = None
+
+    @property
+    def exhaustive(self) -> bool:
+        """True when the search ran to its end: the plans are the space's best."""
+        return self.stopped is None
 
 
 def plan(
@@ -256,35 +265,51 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
     seeds = context.seed_times([c for _, _, c in ordered], settings.top)
     if len(seeds) >= settings.top:
         limit = context.time_limit_s = seeds[settings.top - 1]
+    stopped: str | None = None
+    unexamined: float | None = None
+    budget = settings.time_budget_s
     with (
         progress(len(space), "plan: configurations", enabled=show_progress) as bar,
         contextlib.closing(_evaluations(context, [c for _, _, c in ordered], workers)) as results,
     ):
-        for position, (quick, _, candidate) in enumerate(ordered):
-            if quick * (1 - 1e-9) > limit:
-                bar.update(len(ordered) - position)  # the rest: slower than the top plans
-                break
-            searched, items = next(results)
-            assert searched == candidate  # in order, whatever ran them
-            bar.update()
-            for item, simulated in items:
-                # recompute ``layers`` resolves to counts that may be configurations of their
-                # own (a count asked for, ``none``, ``full``): each is examined once
-                if (item.candidate, item.partition) in seen:
-                    continue
+        quick = 0.0
+        try:
+            for position, (quick, _, candidate) in enumerate(ordered):
+                if quick * (1 - 1e-9) > limit:
+                    bar.update(len(ordered) - position)  # the rest: slower than the top plans
+                    break
+                if budget is not None and time.perf_counter() - started > budget:
+                    stopped, unexamined = f"its time budget of {budget:g} s ran out", quick
+                    break
+                searched, items = next(results)
+                assert searched == candidate  # in order, whatever ran them
+                bar.update()
+                for item, simulated in items:
+                    # recompute ``layers`` resolves to counts that may be configurations of
+                    # their own (a count asked for, ``none``, ``full``): each examined once
+                    if (item.candidate, item.partition) in seen:
+                        continue
+                    seen.add((item.candidate, item.partition))
+                    examined.append(item)
+                    if item.oom or item.beyond_limit or item.bound_s * (1 - 1e-9) > limit:
+                        continue
+                    finished.append(simulated if simulated is not None else context.simulated(item))
+                    times = sorted(
+                        e.iteration_time_s or math.inf for e in finished if not e.simulated_oom
+                    )
+                    if len(times) >= settings.top:
+                        limit = times[settings.top - 1]
+                    if times:
+                        bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
+        except KeyboardInterrupt:  # Ctrl-C or a stop signal: what is ranked so far stands
+            stopped, unexamined = "interrupted", quick
+    if stopped is not None:  # the configurations simulated ahead count, examined or not yet
+        for item in context.seeds:
+            if (item.candidate, item.partition) not in seen:
                 seen.add((item.candidate, item.partition))
                 examined.append(item)
-                if item.oom or item.beyond_limit or item.bound_s * (1 - 1e-9) > limit:
-                    continue
-                finished.append(simulated if simulated is not None else context.simulated(item))
-                times = sorted(
-                    e.iteration_time_s or math.inf for e in finished if not e.simulated_oom
-                )
-                if len(times) >= settings.top:
-                    limit = times[settings.top - 1]
-                if times:
-                    bar.set_postfix_str(f"{len(finished)} simulated, best {times[0]:.4g} s")
-    if SYNTH_NAME in settings.schedules:
+                finished.append(context.simulated(item))
+    if SYNTH_NAME in settings.schedules and stopped is None:
         finished += context.synthesized(finished, settings.top)
     ranked = sorted(
         (e for e in finished if not e.simulated_oom),
@@ -303,6 +328,8 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
         len(finished),
         len(space),
         hardware.describe(settings.devices),
+        stopped,
+        unexamined,
     )
 
 
@@ -609,6 +636,7 @@ class PlanContext:
         # without its partition searched
         self.time_limit_s = math.inf
         self.simulations: dict[tuple[Candidate, tuple[int, ...]], Evaluated] = {}
+        self.seeds: list[Evaluated] = []  # what seed_times evaluated and simulated
 
     def parallelism(self, c: Candidate, recompute: str | None = None) -> Parallelism:
         """``c``'s parallel configuration besides the pipeline (with ``recompute`` instead of
@@ -1248,6 +1276,7 @@ class PlanContext:
             item = self.evaluate(c)
             if item.oom:
                 continue
+            self.seeds.append(item)
             result = self.simulated(item)
             if not result.simulated_oom and result.iteration_time_s is not None:
                 times.append(result.iteration_time_s)

@@ -83,6 +83,9 @@ def report_json(report: PlanReport, command_for: CommandFor | None = None) -> di
         "examined": len(report.evaluated),
         "simulated": report.simulated,
         "out_of_memory": sum(1 for e in report.evaluated if e.oom),
+        "exhaustive": report.exhaustive,
+        "stopped": report.stopped,
+        "unexamined_at_least_s": report.unexamined_bound_s,
         "seconds": report.seconds,
         "configurations_per_second": report.configurations / report.seconds
         if report.seconds > 0
@@ -105,6 +108,17 @@ def report_json(report: PlanReport, command_for: CommandFor | None = None) -> di
     }
 
 
+def stopped_line(report: PlanReport) -> str:
+    """What a search stopped early (Ctrl-C, its time budget) says of its plans: the best of
+    what it examined, and how long every configuration it did not examine takes at least."""
+    rest = report.unexamined_bound_s
+    bound = f"; every configuration not examined takes at least {rest:.4g} s" if rest else ""
+    return (
+        f"NOT EXHAUSTIVE: the search stopped ({report.stopped}) after examining "
+        f"{len(report.evaluated):,} configurations: these are the best of them{bound}"
+    )
+
+
 ASYNC_NOTE = (
     "* asynchronous weight updates: not the optimizer's own semantics (PipeDream-2BW "
     "W(t+1) = W(t) - lr x grad f(W(t-1)), PipeDream's stashed weights)"
@@ -122,6 +136,8 @@ def report_table(report: PlanReport, command_for: CommandFor | None = None) -> s
     ]
     if report.cluster:
         lines.append(f"cluster: {report.cluster}")
+    if report.stopped is not None:
+        lines.append(stopped_line(report))
     spread = any(e.candidate.context > 1 or e.candidate.expert > 1 for e in report.plans)
     spread_head = f" {'CP':>2} {'EP':>3}" if spread else ""
     lines += [

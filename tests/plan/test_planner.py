@@ -29,6 +29,7 @@ from pipesim.request.cost_request import SyntheticRequest
 from pipesim.schedules import build, schedule_names
 from pipesim.synthesis.synthesis import synthesize
 from pipesim.workload import resolve_model
+from tests.cli.test_schedule_cli import run
 from tests.plan.settings import plan_case, plan_settings
 
 
@@ -605,3 +606,47 @@ def test_a_configuration_whose_balanced_partition_overflows_is_memory_aware_and_
         assert max(evaluated.peak_memory_bytes) <= evaluated.capacity_bytes
     simulated = context.simulate(evaluated)
     assert not simulated.simulated_oom
+
+
+def test_a_time_budget_stops_the_search_with_the_best_so_far_and_a_bound_on_the_rest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A budget spent at once: the plans are those simulated ahead of the search (the first
+    configurations that fit), marked not exhaustive, with the least time of the rest; the
+    same search without a budget is exhaustive and its best is no slower."""
+    settings = plan_settings("megatron-1.7b", "a100", 16, 64)
+    stopped = plan(dataclasses.replace(settings, time_budget_s=1e-9), show_progress=False)
+    full = plan(settings, show_progress=False)
+    assert full.exhaustive and full.stopped is None and full.unexamined_bound_s is None
+    assert not stopped.exhaustive and stopped.stopped == "its time budget of 1e-09 s ran out"
+    assert stopped.plans and len(stopped.evaluated) < len(full.evaluated)
+    best = full.plans[0].iteration_time_s
+    assert best is not None and best <= (stopped.plans[0].iteration_time_s or math.inf)
+    assert stopped.unexamined_bound_s is not None and stopped.unexamined_bound_s <= best
+    payload = report_json(stopped)
+    assert (payload["exhaustive"], payload["stopped"]) == (False, stopped.stopped)
+    assert report_table(stopped).splitlines()[2].startswith("NOT EXHAUSTIVE: the search stopped")
+    arguments = ["plan", "--model", "megatron-1.7b", "--hardware", "a100", "--devices", "16"]
+    status, _, err = run(capsys, *arguments, "--time-budget", "0")
+    assert status == 2 and "--time-budget must be a number of seconds > 0, got 0.0" in err
+
+
+def test_ctrl_c_during_the_search_prints_the_plans_ranked_so_far_and_exits_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = PlanContext.evaluate_all
+    calls = [0]
+
+    def interrupted_later(self: PlanContext, c: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise KeyboardInterrupt
+        return original(self, c)
+
+    monkeypatch.setattr(PlanContext, "evaluate_all", interrupted_later)
+    arguments = ["plan", "--model", "megatron-1.7b", "--hardware", "a100", "--devices", "16"]
+    status, out, err = run(capsys, *arguments, "--batch", "64", "--json")
+    assert status == 130
+    payload = json.loads(out)
+    assert payload["stopped"] == "interrupted" and payload["plans"]
+    assert err.startswith("pipesim: interrupted: the plan search stopped after examining")
