@@ -26,9 +26,11 @@ next block's forward and the copy back under the backward of the block after it,
 takes the longer of its own time and one copy (stash / the host link's bandwidth per direction;
 the neighbouring block is taken to be as long as this one, as a transformer's are); the forward
 holds the stash in flight beside its temporaries, the input-gradient pass the reloaded stash
-and the next one's prefetch (two). A split backward's weight-gradient pass counts the inputs it
-reads as its transient (reloaded with the input gradient's, not held between the two). The
-host's memory is not checked.
+and the next one's prefetch (two). Schedules that split the backward into I and W, and
+re-materialization, are refused with it
+(:func:`pipesim.request.cost_request.check_schedule_pairing`): W's inputs would stay from I on
+or be reloaded again, and re-materialization keeps no stash to copy. The host's memory is not
+checked.
 
 Memory of a stage: its layers' parameters on one tensor-parallel rank (weights, gradients,
 optimizer state and master weights, as the ZeRO stage shards them:
@@ -143,7 +145,7 @@ def layer_costs(
         forward_s, input_grad_s = max(forward_s, copy_s), max(input_grad_s, copy_s)
         forward_transient += stash
         input_grad_transient += 2 * stash
-        weight_grad_transient += weight_grad_stash  # reloaded for it, not held from I on
+        weight_grad_transient += weight_grad_stash  # a full backward's W, right after its I
         stash = weight_grad_stash = 0.0
     return StageCosts(
         forward_s=forward_s,

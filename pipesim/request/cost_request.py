@@ -278,7 +278,24 @@ def tensor_group_of(
 def check_schedule_pairing(schedule: Schedule, parallelism: Parallelism) -> None:
     """Refuse recomputation a schedule cannot carry: with re-materialization (``--remat``,
     the stage-level recomputation), and full recomputation with a backward split into I and
-    W (W would need the recomputed inputs kept from I: use selective recomputation there)."""
+    W (W would need the recomputed inputs kept from I: use selective recomputation there).
+    Refuse activation offloading with either too: re-materialization throws the stash away
+    (nothing to copy; the recomputed activations are on the device), and a weight gradient
+    run apart from its input gradient reads inputs that would stay on the device from I to W
+    or be reloaded a second time, which the offloading rule does not cost (Megatron-Core
+    offloads without a pipeline, where no schedule splits the backward)."""
+    offloaded = parallelism.offload_activations
+    if offloaded and schedule.rematerialize:
+        raise SpecError(
+            f"{named('offload_activations')} {offloaded} with {named('remat')}: "
+            "re-materialization recomputes the stash that offloading would copy; choose one"
+        )
+    if offloaded and schedule.uses_split_backward():
+        raise SpecError(
+            f"{named('offload_activations')} {offloaded} with {schedule.name}, whose backward "
+            "is split into I and W: W's inputs would be reloaded a second time or kept from I, "
+            "which is not modelled; use a schedule with a full backward"
+        )
     mode = parallelism.recompute.mode
     if mode is RecomputeMode.NONE:
         return

@@ -43,10 +43,11 @@ Block i (from 0) is an MoE block when ``i >= first_dense_layers`` and
 The capacity factor, the padding, the busiest expert's load and the load balancing are the
 run's routing, stated here for the cost model (the auxiliary losses cost no matmul). Each
 sequence routes k·s tokens; ``max_expert_load`` L says how uneven they land: the busiest
-expert receives L·k·s/E of them (1: balanced, the default), capped at the capacity c·k·s/E
-where a capacity drops the rest, and with ``pad_to_capacity`` every expert computes exactly
-c·k·s/E rows. What a rank computes is set by the experts it holds
-(:meth:`MixtureOfExperts.busiest_rank_load`).
+expert receives L·k·s/E of them (1: balanced, the default) and the others the rest evenly,
+each capped at the capacity c·k·s/E where a capacity drops what is beyond it; with
+``pad_to_capacity`` every expert computes exactly c·k·s/E rows (and the permutation writes
+and the combine reads E·c·k·s/E = c·k·s of them). What a rank computes is set by the experts
+it holds (:meth:`MixtureOfExperts.busiest_rank_load`).
 
 :class:`MultiLatentAttention` is DeepSeek-V2/V3's attention (arXiv 2405.04434 §2.1): queries
 through a low-rank latent of ``q_lora_rank`` (DeepSeek-V2-Lite: none, a plain projection),
@@ -59,6 +60,7 @@ same (``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-head-dim``, ``--qk-pos-emb-h
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -175,21 +177,24 @@ class MixtureOfExperts:
 
     def busiest_rank_load(self, expert_parallel: int) -> float:
         """The routed rows the busiest of ``expert_parallel`` ranks computes, over its even
-        share k·s/EP: the busiest expert at L = min(max_expert_load, capacity_factor) times
-        its share with the other experts sharing the rest evenly, so a rank holding it and
-        n = E/EP - 1 others computes (L + n·(E - L)/(E - 1)) / (n + 1) shares (1 without
-        expert parallelism, where one rank computes every routed token; L with one expert
-        per rank); padded to the capacity, every rank computes c shares."""
-        if self.pad_to_capacity and self.capacity_factor is not None:
-            return self.capacity_factor
-        load = self.max_expert_load
-        if self.capacity_factor is not None:
-            load = min(load, self.capacity_factor)
+        share k·s/EP. The busiest expert takes L = ``max_expert_load`` times its share and the
+        others share the rest evenly, (E - L)/(E - 1) each; a capacity c caps every expert at
+        c (the tokens beyond are dropped, not sent elsewhere). A rank holding the busiest
+        expert and n = E/EP - 1 others computes (min(L, c) + n·min((E - L)/(E - 1), c)) /
+        (n + 1) shares, a rank without it min((E - L)/(E - 1), c): the larger is the busiest
+        rank's (1 without expert parallelism and without a capacity, where one rank computes
+        every routed token; fewer where a capacity drops some). Padded to the capacity, every
+        rank computes c shares."""
+        capacity = math.inf if self.capacity_factor is None else self.capacity_factor
+        if self.pad_to_capacity:
+            return capacity
+        hot = min(self.max_expert_load, capacity)
         if self.experts == 1:
-            return 1.0
+            return hot
+        other = min((self.experts - self.max_expert_load) / (self.experts - 1), capacity)
         local = self.experts / expert_parallel
-        others = (local - 1) * (self.experts - load) / (self.experts - 1)
-        return (load + others) / local
+        holding_hot = (hot + (local - 1) * other) / local
+        return max(holding_hot, other)
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether block ``index`` (from 0) is an MoE block."""

@@ -69,8 +69,9 @@ times the balanced rows, and every rank waits for it at the combine; pipesim cos
 its experts' matmuls, activations and stash ("routed tokens", "expert activations") and its
 all-to-all receive buffer scale by r, and the all-to-alls carry r times the bytes (the busiest
 rank receives them). Its own tokens (the permutation, the expert outputs combined back, the
-router) do not. Without expert parallelism r = 1 (one rank computes every routed token,
-however uneven) unless padded.
+router) do not, but for padding: then the permutation writes and the combine reads c·k·s rows
+(every expert's capacity). Without expert parallelism and a capacity r = 1 (one rank computes
+every routed token, however uneven); a capacity that drops tokens makes it less.
 
 Latent attention (Megatron-Core's MLASelfAttention): the down-projections of the query and of
 the key/value latent are whole on every rank (``duplicated``) and run on the rank's tokens
@@ -175,6 +176,16 @@ def routed_tokens(z: _Sizes) -> float:
     """The routed copies of the rank's tokens: k·s at ETP = t, k·s/t folded; what a rank
     permutes and gets back."""
     return _moe(z).top_k * own_tokens(z)
+
+
+def permuted_tokens(z: _Sizes) -> float:
+    """The rows the rank's permutation writes and its combine reads back: its routed copies,
+    or padded to the capacity E·c·k·s/E = c·k·s of them (Megatron-Core's drop-and-pad
+    ``permute``: ``num_out_tokens = capacity x num_experts``)."""
+    moe = _moe(z)
+    if moe.pad_to_capacity and moe.capacity_factor is not None:
+        return routed_tokens(z) * moe.capacity_factor
+    return routed_tokens(z)
 
 
 def expert_tokens(z: _Sizes) -> float:
@@ -343,7 +354,7 @@ def moe_stash_terms(z: _Sizes) -> dict[str, float]:
         "router probabilities": ROUTER_BYTES * z.tokens_local * moe.experts,
         "routed tokens": e * rows * h,
         "expert activations": moe.matrices * e * rows * _ffn_over_t(z) / z.t,
-        "expert outputs": e * routed_tokens(z) * h,  # combined back: the rank's own tokens
+        "expert outputs": e * permuted_tokens(z) * h,  # combined back: the rank's own
     }
     if moe.shared_width:
         terms["shared expert activations"] = moe.matrices * e * s * moe.shared_width / z.t
@@ -378,7 +389,7 @@ def moe_forward(z: _Sizes) -> Part:
     """The router, the tokens' permutation, the experts' grouped matmuls and activation, the
     shared experts, the weighted sum back into the tokens' order."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
-    routed, experts = routed_tokens(z), float(moe.experts)
+    experts = float(moe.experts)
     rows, local = expert_rows(z), local_experts(z)  # each local expert's share
     matmuls = (
         Matmul("router", z.tokens_local, experts, h),
@@ -389,7 +400,8 @@ def moe_forward(z: _Sizes) -> Part:
     computed = expert_tokens(z)
     activation = moe.matrices * e * (computed * _ffn_over_t(z) + s * moe.shared_width) / z.t
     own = own_tokens(z)
-    permutation = 2 * e * h * (own + routed)  # permute: read s·h, write k·s·h; unpermute back
+    permuted = permuted_tokens(z)
+    permutation = 2 * e * h * (own + permuted)  # permute: read s·h, write k·s·h; unpermute back
     sort, sorts, received = _expert_parallel_extras(z)
     transient = e * (computed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(
@@ -406,7 +418,7 @@ def moe_input_grad(z: _Sizes) -> Part:
     gradient (the expert outputs read again), the experts' and shared experts' input
     gradients, the router's."""
     moe, e, s, h = _moe(z), z.e, z.arch.seq, z.arch.hidden
-    routed, experts = routed_tokens(z), float(moe.experts)
+    experts = float(moe.experts)
     rows, local = expert_rows(z), local_experts(z)
     matmuls = (
         *_shared_matmuls(z, "I"),
@@ -417,7 +429,8 @@ def moe_input_grad(z: _Sizes) -> Part:
     backward = 5 if moe.gated else 3
     computed = expert_tokens(z)
     activation = backward * e * (computed * _ffn_over_t(z) + s * moe.shared_width) / z.t
-    permutation = 2 * e * h * (own_tokens(z) + routed) + e * routed * h
+    permuted = permuted_tokens(z)
+    permutation = 2 * e * h * (own_tokens(z) + permuted) + e * permuted * h
     sort, sorts, received = _expert_parallel_extras(z)
     transient = e * (computed * expert_fc1_width(z) + s * shared_fc1_width(z))
     return Part(

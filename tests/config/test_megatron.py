@@ -1396,6 +1396,8 @@ def test_cpu_offloading_of_n_layers_is_activation_offloading_and_written_back() 
     run = read_line("--cpu-offloading-num-layers", "2")
     assert run.offload_activations == 2
     assert read_line("--cpu-offloading-num-layers", "0").offload_activations is None
+    # arguments.py turns CPU offloading on for N > 0 only: a negative N is none
+    assert read_line("--cpu-offloading-num-layers", "-2").offload_activations is None
     written, model = base_run(offload_activations=3, pipeline_parallel=1, partition="10")
     words, unexpressed = megatron_args(written, model)  # type: ignore[arg-type]
     assert unexpressed == ()
@@ -1414,6 +1416,10 @@ def test_cpu_offloading_of_n_layers_is_activation_offloading_and_written_back() 
         ),
         (
             ["--cpu-offloading-num-layers", "1", "--recompute-granularity", "selective"],
+            "'CPU offloading does not work when activation recomputation is enabled'",
+        ),
+        (
+            ["--cpu-offloading-num-layers", "1", "--recompute-activations"],
             "'CPU offloading does not work when activation recomputation is enabled'",
         ),
     ],

@@ -197,3 +197,22 @@ def test_the_flag_and_the_run_file_state_the_same_run_and_the_peak_falls(
         "last block's stash is used as soon as it is made; a model given as layers has no "
         "blocks to offload)"
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--schedule", "zb-h1"], "--offload-activations 4 with zb-h1, whose backward is split"),
+        (["--schedule", "gpipe", "--remat"], "--offload-activations 4 with --remat: "),
+    ],
+)
+def test_split_backward_and_rematerialization_are_refused_with_offloading(
+    capsys: pytest.CaptureFixture[str], extra: list[str], said: str
+) -> None:
+    """A weight gradient run apart from its input gradient would read offloaded inputs, and
+    re-materialization keeps no stash to copy: neither is costed, both refused in one line."""
+    argv = ["--model", "megatron-1.7b", "--hardware", "a100", "--batch", "8", "-K", "2"]
+    argv += ["-M", "4", "--data-parallel", "1", "--offload-activations", "4", *extra]
+    status, _, err = run(capsys, "simulate", *argv)
+    assert status == 2, err
+    assert said in err and err.count("\n") == 1

@@ -281,6 +281,11 @@ def _uneven(ep: int, **routing: object) -> Layer:
         ({"max_expert_load": 1.6}, 2, (1.6 + 0.8) / 2),
         ({"max_expert_load": 1.6, "capacity_factor": 1.25}, 4, 1.25),  # dropped at capacity
         ({"max_expert_load": 1.1, "capacity_factor": 1.25}, 4, 1.1),
+        # one rank: the busiest expert's 0.35 beyond its capacity dropped, not rerouted
+        ({"max_expert_load": 1.6, "capacity_factor": 1.25}, 1, (1.25 + 3 * 0.8) / 4),
+        # a capacity below the even share drops from every expert, padded or not
+        ({"capacity_factor": 0.5}, 2, 0.5),
+        ({"max_expert_load": 1.6, "capacity_factor": 0.5}, 4, 0.5),
         # padded: every expert computes its capacity, with or without expert parallelism
         ({"capacity_factor": 1.5, "pad_to_capacity": True}, 1, 1.5),
         ({"capacity_factor": 1.5, "pad_to_capacity": True, "max_expert_load": 2.0}, 4, 1.5),
@@ -329,3 +334,33 @@ def test_uneven_routing_scales_the_busiest_ranks_experts_and_all_to_alls_only() 
 def test_routing_refusals_name_the_field(routing: dict[str, object], message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         dataclasses.replace(SMALL.moe, **routing)  # type: ignore[arg-type]
+
+
+def test_padding_to_capacity_scales_the_permuted_rows_and_the_combined_outputs() -> None:
+    """EP = 4, c = 1.5 padded: the permutation writes and the combine reads E·c·k·s/E rows,
+    so the expert outputs' stash grows by half too, beside the received tokens and the
+    experts' activations (e·k·s·h = 4096, 3·e·k·s·f_e = 6144, e·k·s·h = 4096 bytes)."""
+    balanced = _block(4)
+    padded = _uneven(4, capacity_factor=1.5, pad_to_capacity=True)
+    grown = padded.activation_bytes - balanced.activation_bytes
+    assert grown == pytest.approx(0.5 * (4096 + 6144 + 4096))
+    assert padded.work is not None and balanced.work is not None
+    assert padded.work.forward.memory_bytes > balanced.work.forward.memory_bytes
+
+
+@given(
+    st.floats(1.0, 2.0),
+    st.one_of(st.none(), st.floats(0.25, 3.0)),
+    st.sampled_from([1, 2, 4]),
+)
+def test_the_busiest_rank_never_computes_less_than_a_padded_one_or_more_than_its_capacity(
+    load: float, capacity: float | None, ep: int
+) -> None:
+    moe = dataclasses.replace(SMALL.moe, max_expert_load=load, capacity_factor=capacity)  # type: ignore[arg-type]
+    share = moe.busiest_rank_load(ep)
+    if capacity is not None:
+        padded = dataclasses.replace(moe, pad_to_capacity=True).busiest_rank_load(ep)
+        assert share <= padded + 1e-12 and padded == capacity
+    else:
+        assert share >= 1.0 - 1e-12  # nothing dropped: the busiest rank holds its share
+    assert share <= load + 1e-12

@@ -1029,13 +1029,17 @@ def parse_options_noting(
     return options, notes
 
 
-def _offload_activations(args: _Args, arch: TransformerArchitecture, pipeline: int) -> int | None:
+def _offload_activations(
+    args: _Args, arch: TransformerArchitecture, pipeline: int, recompute: Recompute
+) -> int | None:
     """``--cpu-offloading-num-layers N`` (Megatron-Core's CPU offloading of the first N
-    layers' activations, on when N > 0), with Megatron-Core's refusals (transformer_config.py):
-    N below the layers, no pipeline, no recomputation."""
+    layers' activations, on when N > 0: 0 or less is none, as arguments.py turns it on), with
+    Megatron-Core's refusals (transformer_config.py): N below the layers, no pipeline, no
+    recomputation (``recompute``: what the line resolves to, ``--recompute-activations``
+    too)."""
     option = "--cpu-offloading-num-layers"
     layers = args.integer(option, 0) or 0
-    if layers == 0:
+    if layers <= 0:
         return None
     if not 0 < layers < arch.layers:
         raise SpecError(
@@ -1047,10 +1051,10 @@ def _offload_activations(args: _Args, arch: TransformerArchitecture, pipeline: i
             f"{option} {layers} with a pipeline of {pipeline} stages: 'Currently there is no "
             "support for Pipeline parallelism with CPU offloading' (Megatron-Core raises it)"
         )
-    if args.has("--recompute-granularity"):
+    if recompute.mode is not RecomputeMode.NONE:
         raise SpecError(
-            f"{option} {layers} with --recompute-granularity: 'CPU offloading does not work "
-            "when activation recomputation is enabled' (Megatron-Core raises it)"
+            f"{option} {layers} with recomputation ({recompute.label}): 'CPU offloading does "
+            "not work when activation recomputation is enabled' (Megatron-Core raises it)"
         )
     return layers
 
@@ -1073,6 +1077,7 @@ def _translate(
     layout = _layout(args, arch, tensor, context, world_size, recipe)
     expert, expert_tensor = _expert_parallel(args, arch, tensor, context, layout.data)
     zero, reshard = _sharding(args, layout.pipeline, expert)
+    recompute = _recompute(args, recipe.name)
     dtype = _dtype(args)
     model = megatron_model(
         arch,
@@ -1098,8 +1103,8 @@ def _translate(
         cp_comm_type=comm,
         expert_parallel=expert if expert > 1 else None,
         expert_tensor_parallel=expert_tensor if expert_tensor != tensor else None,
-        offload_activations=_offload_activations(args, arch, layout.pipeline),
-        recompute=_recompute(args, recipe.name).label,
+        offload_activations=_offload_activations(args, arch, layout.pipeline, recompute),
+        recompute=recompute.label,
         schedule="interleaved-1f1b" if layout.chunks > 1 else "1f1b",
         chunks=layout.chunks,
         microbatches=layout.microbatches,
@@ -2556,6 +2561,12 @@ class _Writer:
                 )
                 if moe.pad_to_capacity:
                     self.emit("moe capacity", "--moe-pad-expert-input-to-capacity")
+        if moe.max_expert_load != 1.0:
+            self.cannot(
+                f"moe max_expert_load {moe.max_expert_load:g}",
+                "a statistic of the run's router, not an option: not written (read back, the "
+                "routing is balanced)",
+            )
         if moe.expert_bias:
             self.emit("moe expert bias", "--moe-router-score-function", "sigmoid")
             self.emit("moe expert bias", "--moe-router-enable-expert-bias")
