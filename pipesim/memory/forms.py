@@ -110,6 +110,16 @@ class MemoryForm:
         per_stage = self._per_stage(stage_costs)
         counts = self._level_array
         total = np.zeros(len(counts))
+        with np.errstate(invalid="ignore"):  # 0 x inf: NaN, passed over below
+            total = self._levels_summed(per_stage, counts, total)
+        # a level of 0 x inf bytes is NaN: the per-level loop's max passed over it, so here
+        total = np.where(np.isnan(total), -np.inf, total)
+        return max(0.0, float(total.max()))
+
+    def _levels_summed(
+        self, per_stage: Sequence[StageCosts], counts: np.ndarray, total: np.ndarray
+    ) -> np.ndarray:
+        """Every level's bytes, each summed in :func:`level_bytes`'s order."""
         for position, stage in enumerate(self.stages):
             sizes = stage_sizes(per_stage[stage], self.rematerialize)
             base = SLOT * position
@@ -119,7 +129,7 @@ class MemoryForm:
                 flags = counts[:, base + offset]
                 part = part + np.where(flags != 0, flags * sizes[offset], 0.0)
             total = total + part
-        return max(0.0, float(total.max()))
+        return total
 
     def peak_bytes(
         self,

@@ -24,7 +24,10 @@ structure that answers it exactly and at once:
 
 The answer is the depth-first search's own whenever that search finishes within its budget
 (the same first partition: the test in ``tests/partition/test_blocks.py`` holds them equal),
-and exact where it would not. Where the shape does not hold, or a device's stages have too
+and exact where it would not, up to rounding: a middle stage's costs are read from one start
+(the stage's index) where the search reads them from the stage's own start, and the prefix
+sums' differences can differ in the last bit, which decides only a partition whose peak is
+the capacity to the last bit. Where the shape does not hold, or a device's stages have too
 many counts to enumerate, :meth:`BlockFeasibility.first_fit` answers ``UNKNOWN`` and the
 depth-first search runs.
 """

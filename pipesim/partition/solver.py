@@ -183,7 +183,10 @@ def memory_aware(
                 np.where((mem <= 0.0) & (c <= limit), c, np.inf)
                 for c, mem in zip(_least_compute_matrices(problem), memory, strict=True)
             ]
-            if _solve(fitting, len(problem.layers)) is None:
+            # proved only where some partition fits at all (else: out of memory, below)
+            if _solve(fitting, len(problem.layers)) is None and (
+                _solve(masked, len(problem.layers)) is not None
+            ):
                 raise BeyondComputeLimit(compute_limit_s)
         counts = _solve(masked, len(problem.layers))
         if counts is None:
@@ -793,7 +796,10 @@ def _search(
         budget = [nodes]
         least = _depth_first(problem, parts, _least_compute_matrices(problem), budget)
         if least(limit, False) is None and budget[0] > 0:
-            raise BeyondComputeLimit(compute_limit_s)
+            if least(math.inf, False) is None and budget[0] > 0:  # nothing fits at all
+                raise _no_fit(problem, forms, first.counts)
+            if budget[0] > 0:
+                raise BeyondComputeLimit(compute_limit_s)
         return None
     budget = [nodes]
     feasible = _depth_first(problem, parts, matrices, budget)

@@ -10,8 +10,12 @@ all-reduce under data parallelism):
 
 and T is at least one micro-batch's forward through every stage and its input-gradient
 backward back (W may leave the path under the I/W split), plus the first stage's optimizer
-step. For no-flush schedules in steady state only the per-step work
-bound holds: T >= max over d of M * work(d) + optimizer(d). Every term is a time the
+step. For no-flush schedules in steady state only the per-step work bound holds, less what
+the timing may leave out: T >= max over d of M * work(d) + optimizer(d) - K * forward(d) /
+(steps - 1) (the steps are timed from the first step's end, by which a device may have run up
+to K of the next step's forwards). DualPipe's overlapped pairs hide up to a pass's exposed
+communication (``forward_comm_s``, ``input_grad_comm_s``): with them each pass counts without
+it. Every term is a time the
 simulator must spend, so the bound never exceeds the simulated time; candidates whose bound is
 already slower than the best plans found are never simulated.
 
@@ -44,25 +48,38 @@ def iteration_lower_bound_s(
     flush: bool,
     copies: int = 1,
     routes: Sequence[int] | None = None,
+    overlapped: bool = False,
+    steps: int = 1,
 ) -> float:
     """The bound above for ``stages`` placed by ``placement`` (optimizer steps included).
     With ``copies`` > 1, ``stages`` and ``placement`` are the IR's (copy-major: copy c's stages
     are c·S_model .. (c+1)·S_model - 1, in its micro-batches' order) and ``routes[m]`` is the
-    copy micro-batch m runs through (None: the micro-batches in C contiguous equal blocks)."""
+    copy micro-batch m runs through (None: the micro-batches in C contiguous equal blocks).
+    ``overlapped``: the schedule hides a pass's communication under another's compute
+    (DualPipe's pairs), so each pass counts without its exposed communication; ``steps``: the
+    steps a no-flush schedule is timed over (see the module docstring)."""
     devices = max(placement) + 1
     per_copy = len(stages) // copies
     if routes is None:
         routes = [m * copies // microbatches for m in range(microbatches)]
     runs = [sum(1 for r in routes if r == copy) for copy in range(copies)]
     work = [0.0] * devices
+    forward = [0.0] * devices  # one micro-batch's forwards on the device
     optimizer = [0.0] * devices
     for stage, costs in enumerate(stages):
         device = placement[stage]
         runs_here = runs[stage // per_copy]
-        work[device] += runs_here * (costs.forward_s * (2 if remat else 1) + costs.backward_s)
+        hidden = costs.forward_comm_s + costs.input_grad_comm_s if overlapped else 0.0
+        pass_s = costs.forward_s * (2 if remat else 1) + costs.backward_s - hidden
+        work[device] += runs_here * max(pass_s, 0.0)
+        forward[device] += costs.forward_s
         optimizer[device] += costs.optimizer_step_s
     if not flush:
-        return max(work[d] + optimizer[d] for d in range(devices))
+        # timed as (end of the last step - end of the first) / (steps - 1): by the first
+        # step's end a device may have run the next step's warm-up forwards (at most one per
+        # device of the pipeline), which then fall before the interval
+        early = [devices * forward[d] / max(steps - 1, 1) for d in range(devices)]
+        return max(work[d] + optimizer[d] - early[d] for d in range(devices))
     head = [float("inf")] * devices
     path = 0.0
     for copy in range(copies):
@@ -84,6 +101,8 @@ def iteration_lower_bound_s(
         through += sum(
             stages[s].input_grad_s + (stages[s].forward_s if remat else 0.0) for s in own
         )
+        if overlapped:  # each pass may hide its exposed communication
+            through -= sum(stages[s].forward_comm_s + stages[s].input_grad_comm_s for s in own)
         through += optimizer[placement[own.start]]
         path = max(path, through)
     per_device = max(

@@ -291,8 +291,11 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
                         continue
                     seen.add((item.candidate, item.partition))
                     examined.append(item)
-                    if item.oom or item.beyond_limit or item.bound_s * (1 - 1e-9) > limit:
+                    ahead = (item.candidate, item.partition) in context.simulations
+                    if item.oom or item.beyond_limit:
                         continue
+                    if item.bound_s * (1 - 1e-9) > limit and not ahead:
+                        continue  # (one simulated ahead is ranked whatever its bound)
                     finished.append(simulated if simulated is not None else context.simulated(item))
                     times = sorted(
                         e.iteration_time_s or math.inf for e in finished if not e.simulated_oom
@@ -622,8 +625,8 @@ class PlanContext:
             tuple[tuple[MemoryForm, ...], tuple[int, ...], bool],
         ] = {}
         self.balanced: dict[tuple[int, tuple[int, ...], LayerKey, bool], Partition] = {}
-        self.compute_bottleneck: dict[tuple[int, LayerKey, bool], float] = {}
-        self.sums: dict[tuple[LayerKey, bool], tuple[float, float, float, float, float]] = {}
+        self.compute_bottleneck: dict[tuple[int, LayerKey, bool, bool], float] = {}
+        self.sums: dict[tuple[LayerKey, bool, bool], tuple[float, float, float, float, float]] = {}
         self.syncs: dict[tuple[int, ...], SyncTerms] = {}
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
         self.rules: dict[str, tuple[UpdateRule, int]] = {}
@@ -709,19 +712,35 @@ class PlanContext:
         """Over every layer: work per micro-batch (F + B, F twice under remat), the one-batch
         path (F and the input gradient), optimizer steps, gradient and weight bytes (under
         recompute N, of the layers without recomputation: :meth:`recompute_extra` adds the
-        least the N blocks add)."""
-        key = (table_key(c), c.remat)
+        least the N blocks add). Under DualPipe's overlapped pairs each pass counts without
+        the communication it may hide (:func:`_hideable_s`)."""
+        overlapped = c.schedule in OVERLAPPED_SCHEDULES
+        key = (table_key(c), c.remat, overlapped)
         if key not in self.sums:
             layers = self.layer_costs(c)
             again = 2 if c.remat else 1
+            hidden = sum(_hideable_s(x) for x in layers) if overlapped else 0.0
             self.sums[key] = (
-                sum(x.forward_s * again + x.backward_s for x in layers),
-                sum(x.forward_s * (again - 1) + x.forward_s + x.input_grad_s for x in layers),
+                sum(x.forward_s * again + x.backward_s for x in layers) - hidden,
+                sum(x.forward_s * (again - 1) + x.forward_s + x.input_grad_s for x in layers)
+                - hidden,
                 sum(x.optimizer_step_s for x in layers),
-                sum(x.whole_gradient_bytes for x in layers),
-                sum(x.whole_parameter_bytes for x in layers),
+                # the routed experts' gradients and weights go over the smaller expert data
+                # group: left out of the data group's bytes (the bound only gets lower)
+                sum(x.whole_gradient_bytes - x.expert_gradient_bytes for x in layers),
+                sum(x.whole_parameter_bytes for x in layers)
+                - sum(x.expert_gradient_bytes for x in layers) * self._weight_per_gradient_byte,
             )
         return self.sums[key]
+
+    @property
+    def _weight_per_gradient_byte(self) -> float:
+        """A parameter's weight bytes over its gradient bytes (experts' weights from their
+        gradient bytes)."""
+        model = self.model
+        if not model.gradient_bytes_per_parameter:
+            return 0.0
+        return model.weight_bytes_per_parameter / model.gradient_bytes_per_parameter
 
     def recompute_extra(self, c: Candidate) -> tuple[float, float]:
         """Under recompute N (N >= 1, or ``layers``): the least time one recomputed block adds
@@ -762,9 +781,12 @@ class PlanContext:
         stage must hold (ceil(blocks / stages) of the identical blocks), each with the least
         that recompute N adds (one block recomputed on that stage; the stages that must hold
         a block, on average)."""
-        key = (c.stages, table_key(c), c.remat)
+        overlapped = c.schedule in OVERLAPPED_SCHEDULES
+        key = (c.stages, table_key(c), c.remat, overlapped)
         if key not in self.compute_bottleneck:
             layers = self.layer_costs(c)
+            if overlapped:  # a pass may hide its exposed communication: count without it
+                layers = tuple(_without_hideable(x) for x in layers)
             if self.model.architecture is None:
                 free = PartitionProblem(
                     layers, 0.0, tuple(range(c.stages)), None, rematerialize=c.remat
@@ -789,6 +811,8 @@ class PlanContext:
             return value
         # every recompute-N variant shares the table's entry; the extra is added on top
         layers = self.layer_costs(c)
+        if overlapped:
+            layers = tuple(_without_hideable(x) for x in layers)
         work = [x.forward_s + x.backward_s for x in layers]
         blocks = [w for w, block in zip(work, self.blocks, strict=True) if block]
         return max(
@@ -827,7 +851,10 @@ class PlanContext:
             # for the micro-batches of that stage's copy only (at least M // C of them)
             bottleneck = (c.microbatches // copies) * self.bottleneck(c)
         if rule is not UpdateRule.FLUSH:  # steady state: no one-batch path
-            return float(max(bottleneck, average))
+            # timed from the first step's end, by which a device may have run up to K of the
+            # next step's forwards (each at most a micro-batch's work: bounds.py)
+            kept = max(0.0, 1.0 - c.devices / ((NO_FLUSH_STEPS - 1) * c.microbatches))
+            return float(max(bottleneck, average) * kept)
         fill = self.fill_bound(c) if copies == 1 else 0.0  # the fill assumes one copy's flow
         return float(max(bottleneck, average, path, fill))
 
@@ -1054,8 +1081,8 @@ class PlanContext:
         (DualPipe's: a pair takes less than the two)."""
         if not math.isfinite(self.time_limit_s) or c.schedule in OVERLAPPED_SCHEDULES:
             return None
-        _, copies = self.rule_and_copies(c)
-        if copies > 1:
+        rule, copies = self.rule_and_copies(c)
+        if copies > 1 or rule is not UpdateRule.FLUSH:  # a no-flush step is timed apart
             return None
         return self.time_limit_s / c.microbatches
 
@@ -1151,6 +1178,8 @@ class PlanContext:
             flush=flush,
             copies=schedule.copies,
             routes=schedule.routes,
+            overlapped=c.schedule in OVERLAPPED_SCHEDULES,
+            steps=steps,
         )
         per_device = [0.0] * c.devices
         for stage, extra in enumerate(schedule.on_stages(sync)):
@@ -1329,6 +1358,28 @@ class PlanContext:
             mfu=result.model_flops_utilization,
             hfu=result.hardware_flops_utilization,
         )
+
+
+def _hideable_s(layer: StageCosts) -> float:
+    """What DualPipe's overlapped pairs can hide of a layer's passes: their exposed
+    communication (:func:`pipesim.engine.durations.overlap_saving_s` hides no more)."""
+    return layer.forward_comm_s + layer.input_grad_comm_s
+
+
+def _without_hideable(layer: StageCosts) -> StageCosts:
+    """``layer`` with its forward and input gradient less their exposed communication."""
+    if not _hideable_s(layer):
+        return layer
+    return dataclasses.replace(
+        layer,
+        forward_s=layer.forward_s - layer.forward_comm_s,
+        input_grad_s=layer.input_grad_s - layer.input_grad_comm_s,
+        forward_comm_s=0.0,
+        input_grad_comm_s=0.0,
+        full_backward_s=None
+        if layer.full_backward_s is None
+        else max(0.0, layer.full_backward_s - layer.input_grad_comm_s),
+    )
 
 
 def _shape_key(c: Candidate) -> tuple[object, ...]:

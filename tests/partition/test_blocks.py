@@ -24,6 +24,7 @@ from pipesim.partition import (
     device_peaks,
     memory_aware,
     memory_forms,
+    merge_layers,
     solver,
 )
 from pipesim.partition import blocks as blocks_module
@@ -214,3 +215,27 @@ def test_memory_aware_on_a_transformer_s_shape_equals_brute_force(
     assert found.bottleneck_s == pytest.approx(expected, rel=1e-9)
     peaks = device_peaks(problem, forms, found.counts)  # type: ignore[arg-type]
     assert all(p <= c for p, c in zip(peaks, problem.memory_capacity_bytes or (), strict=True))
+
+
+@pytest.mark.parametrize(("name", "chunks"), [("1f1b", 1), ("interleaved-1f1b", 2)])
+def test_a_compute_limit_is_not_claimed_where_nothing_fits_at_all(name: str, chunks: int) -> None:
+    """Where no partition fits memory the answer is out of memory, limit or not (a limit
+    claimed over no partition at all would be true only vacuously)."""
+    block = StageCosts(1.0, 1.0, 1.0, activation_bytes=10.0, output_bytes=4.0, parameter_bytes=50.0)
+    schedule = build(name, 2, 4, chunks)
+    forms = memory_forms(schedule, 1)
+    problem = PartitionProblem((block,) * 8, 0.0, schedule.placement, None, None, (60.0,) * 2)
+    for limit in (math.inf, 1e30):
+        with pytest.raises(NoPartitionFits):
+            memory_aware(problem, forms, compute_limit_s=limit)
+
+
+def test_an_infinite_stash_reads_as_an_infinite_peak() -> None:
+    """A level of 0 x inf bytes is NaN; the peak passes over it as the per-level sum did (two
+    stashes of 1e308 bytes merged overflow to inf: merging does not check again)."""
+    half = StageCosts(1.0, 1.0, 1.0, activation_bytes=1e308, output_bytes=4.0)
+    big = merge_layers([half, half], 0.0)
+    assert big.activation_bytes == math.inf
+    schedule = build("interleaved-1f1b", 2, 4, 2)
+    forms = memory_forms(schedule, 1)
+    assert all(form.peak_level_bytes([big] * 4) == math.inf for form in forms)

@@ -650,3 +650,39 @@ def test_ctrl_c_during_the_search_prints_the_plans_ranked_so_far_and_exits_130(
     payload = json.loads(out)
     assert payload["stopped"] == "interrupted" and payload["plans"]
     assert err.startswith("pipesim: interrupted: the plan search stopped after examining")
+
+
+@pytest.mark.parametrize(
+    ("model", "hardware", "devices", "batch", "schedules"),
+    [
+        # no-flush: timed between step ends, a device may run the next step's warm-up early
+        ("megatron-1.7b", "a100", 16, 16, ("pipedream",)),
+        # DualPipeV's overlapped pairs hide the expert all-to-alls: bounds without them
+        ("deepseek-v2-lite", "h100", 8, 64, ("dualpipev",)),
+    ],
+)
+def test_pruning_finds_the_exhaustive_top_on_real_costs(
+    model: str, hardware: str, devices: int, batch: int, schedules: tuple[str, ...]
+) -> None:
+    """Communication-bearing costs of catalogue models: every configuration that fits
+    simulated, each evaluated bound below its simulated time, and the planner's top 3 (and
+    its top 1 alone: a plan simulated ahead of the search is ranked whatever its bound) the
+    exhaustive search's."""
+    settings = plan_settings(model, hardware, devices, batch, schedules=schedules, top=3)
+    context = PlanContext(settings)
+    limits = space_limits(context.model, context.hardware, settings)
+    times = []
+    for candidate in candidates(devices, batch, limits, schedules):
+        for item in context.evaluate_all(candidate):
+            if item.oom:
+                continue
+            done = context.simulate(item)
+            if done.simulated_oom or done.iteration_time_s is None:
+                continue
+            assert item.bound_s <= done.iteration_time_s * (1 + 1e-9), candidate.label()
+            times.append(done.iteration_time_s)
+    best = sorted(set(times))
+    for top in (3, 1):
+        report = plan(dataclasses.replace(settings, top=top), show_progress=False)
+        found = [e.iteration_time_s for e in report.plans]
+        assert found == pytest.approx(best[:top], rel=1e-12)
