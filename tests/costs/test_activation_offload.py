@@ -52,14 +52,15 @@ def _model() -> Model:
     )
 
 
-def _cluster(host: bool = True) -> Cluster:
+def _cluster(host: bool = True, link_bytes_per_s: float = 1e9) -> Cluster:
+    """A toy accelerator; its host link 1 GB/s per direction (a 4 MB stash: 4 ms each way)."""
     accelerator = Accelerator(
         "toy",
         {"fp16": 1e12},
         efficiency=0.5,
         memory_bytes=1e9,
         memory_bandwidth_bytes_per_s=1e15,
-        host_link_bandwidth_bytes_per_s=1e9 if host else None,  # a 4 MB stash: 4 ms each way
+        host_link_bandwidth_bytes_per_s=link_bytes_per_s if host else None,
         host_memory_bandwidth_bytes_per_s=1e10 if host else None,
     )
     return Cluster(accelerator, Network(2, Topology.ALL_TO_ALL, Link("link", 1e9, 1e-6)))
@@ -95,19 +96,7 @@ def test_the_first_n_blocks_keep_no_stash_and_wait_for_their_copies_by_hand() ->
 
 def test_a_fast_link_hides_the_copies_under_the_compute() -> None:
     """At 10 GB/s the copy is 0.4 ms, under the 2 ms of compute: the times are unchanged."""
-    fast = _cluster()
-    fast = Cluster(
-        Accelerator(
-            "toy",
-            {"fp16": 1e12},
-            efficiency=0.5,
-            memory_bytes=1e9,
-            memory_bandwidth_bytes_per_s=1e15,
-            host_link_bandwidth_bytes_per_s=1e10,
-            host_memory_bandwidth_bytes_per_s=1e10,
-        ),
-        fast.network,
-    )
+    fast = _cluster(link_bytes_per_s=1e10)
     plain = costs_from_model(_model(), fast, 4, B).stages[1]
     offloaded = costs_from_model(
         _model(), fast, 4, B, parallelism=Parallelism(offload_activations=1)
