@@ -72,13 +72,19 @@ def _hierarchical(network: Network, group: Sequence[int]) -> tuple[float, float]
     found = _HIERARCHICAL.get(key)
     if found is None:
         found = _HIERARCHICAL[key] = _hierarchical_uncached(network, group)
-        if len(_HIERARCHICAL) > _HIERARCHICAL_MOST:
-            _HIERARCHICAL.pop(next(iter(_HIERARCHICAL)))
+        _REMEMBERED[0] += len(group)
+        while _REMEMBERED[0] > _HIERARCHICAL_RANKS_MOST and len(_HIERARCHICAL) > 1:
+            oldest = next(iter(_HIERARCHICAL))
+            _REMEMBERED[0] -= len(oldest[1])
+            del _HIERARCHICAL[oldest]
     return found
 
 
 _HIERARCHICAL: dict[tuple[Network, tuple[int, ...]], tuple[float, float]] = {}
-_HIERARCHICAL_MOST = 4096  # groups remembered (the oldest forgotten first)
+_REMEMBERED = [0]  # ranks held in the keys above
+# ranks the remembered groups may hold together (the oldest forgotten first): about 8 MB of
+# keys, whatever the groups' sizes (a data group of a 65,536-GPU job has thousands of ranks)
+_HIERARCHICAL_RANKS_MOST = 1_000_000
 
 
 def _hierarchical_uncached(network: Network, group: Sequence[int]) -> tuple[float, float]:

@@ -77,3 +77,25 @@ def test_point_to_point_overhead_is_not_paid_by_collectives() -> None:
     assert collective_time_s(network, [0, 1], Collective.ALL_REDUCE, GB) == pytest.approx(
         1.0 + 2e-6
     )
+
+
+def test_remembered_rings_hold_a_bounded_number_of_ranks_and_the_same_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hierarchical ring's figures are remembered per network and group, the oldest
+    forgotten once the groups hold more ranks than the bound; an answer is the same whether
+    remembered or not."""
+    from pipesim.hardware import collectives
+
+    monkeypatch.setattr(collectives, "_HIERARCHICAL", {})
+    monkeypatch.setattr(collectives, "_REMEMBERED", [0])
+    monkeypatch.setattr(collectives, "_HIERARCHICAL_RANKS_MOST", 10)
+    network = _two_level(1e-6)
+    groups = [[0, 4], [1, 5, 9], [2, 3], [0, 1, 2, 3, 4, 5, 6, 7], [8, 12]]
+    first = [collective_time_s(network, g, Collective.ALL_REDUCE, 1e9) for g in groups]
+    assert collectives._REMEMBERED[0] <= 10
+    assert collectives._REMEMBERED[0] == sum(len(key[1]) for key in collectives._HIERARCHICAL)
+    again = [collective_time_s(network, g, Collective.ALL_REDUCE, 1e9) for g in groups]
+    assert again == first
+    fresh = [collectives._hierarchical_uncached(network, g) for g in groups]
+    assert [collectives._hierarchical(network, g) for g in groups] == fresh
