@@ -200,6 +200,60 @@ def _snapshot(tracker: Any, kind: str) -> dict[str, int]:
     }
 
 
+def run_order(
+    stage: _Stage,
+    order: Sequence[Any],
+    first: bool,
+    last: bool,
+    vocab: int,
+    shape: tuple[int, int, int],
+    free_received: bool = False,
+) -> None:
+    """One step of a device's order of F and B actions on ``stage`` (not its optimizer step):
+    the first stage reads token ids, the others a received (b, s, h) activation; the last
+    takes targets and its loss is the backward's root; every other stage's output is sent (its
+    data freed, its graph kept) and its gradient received as ones. ``free_received``: a
+    received input is freed once its gradient is sent back (the MoE trace's convention; the
+    other traces keep it until the step ends)."""
+    b, s, h = shape
+    pending: dict[int, Any] = {}
+    received: dict[int, Any] = {}
+    for action in order:
+        m = action.microbatch
+        if action.kind is Kind.F:
+            if first:
+                x = torch.randint(0, vocab, (b, s))
+            else:
+                x = torch.randn(b, s, h, dtype=DTYPE, requires_grad=True)
+                if free_received:
+                    received[m] = x
+            call = _Call(stage)
+            if last:
+                pending[m] = call(x, torch.randint(0, vocab, (b, s)))
+            else:
+                out = call(x)
+                out.data = torch.empty((1,), dtype=out.dtype)  # sent, then freed
+                pending[m] = out
+        else:
+            out = pending.pop(m)
+            grad = torch.ones_like(out) if last else torch.ones(b, s, h, dtype=DTYPE)
+            Variable._execution_engine.run_backward(
+                tensors=(out,),
+                grad_tensors=(grad,),
+                keep_graph=False,
+                create_graph=False,
+                inputs=(),
+                allow_unreachable=True,
+                accumulate_grad=True,
+            )
+            del out, grad
+            if m in received:  # its gradient sent back: both freed
+                x = received.pop(m)
+                x.grad = None
+                x.data = torch.empty((1,), dtype=DTYPE)
+                del x
+
+
 def trace(case: TraceCase) -> MemoryTerms:
     """The traced peak of ``case``'s stage over a 1F1B step and its optimizer step (a first
     step run before, untracked, so the optimizer's state exists)."""
@@ -215,34 +269,7 @@ def trace(case: TraceCase) -> MemoryTerms:
         b, s, h = case.microbatch_size, arch.seq, arch.hidden
 
         def step() -> None:
-            pending: dict[int, Any] = {}
-            for action in order:
-                m = action.microbatch
-                if action.kind is Kind.F:
-                    if first:
-                        x = torch.randint(0, arch.vocab, (b, s))
-                    else:
-                        x = torch.randn(b, s, h, dtype=DTYPE, requires_grad=True)
-                    call = _Call(stage)
-                    if last:
-                        pending[m] = call(x, torch.randint(0, arch.vocab, (b, s)))
-                    else:
-                        out = call(x)
-                        out.data = torch.empty((1,), dtype=out.dtype)  # sent, then freed
-                        pending[m] = out
-                else:
-                    out = pending.pop(m)
-                    grad = torch.ones_like(out) if last else torch.ones(b, s, h, dtype=DTYPE)
-                    Variable._execution_engine.run_backward(
-                        tensors=(out,),
-                        grad_tensors=(grad,),
-                        keep_graph=False,
-                        create_graph=False,
-                        inputs=(),
-                        allow_unreachable=True,
-                        accumulate_grad=True,
-                    )
-                    del out, grad
+            run_order(stage, order, first, last, arch.vocab, (b, s, h))
             optimizer.step()
 
         step()  # the optimizer's state exists from here on, as in every later step

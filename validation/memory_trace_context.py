@@ -48,21 +48,19 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd import Variable
 
 from pipesim.parallel.config import ContextComm, Parallelism, Recompute
-from pipesim.schedules import Kind, build
+from pipesim.schedules import build
 from pipesim.workload.architecture import Attention, TransformerArchitecture
 from validation.memory_trace import (
-    DTYPE,
     MemoryTerms,
     TraceCase,
     _Block,
-    _Call,
     _snapshot,
     _Stage,
     error,
     predicted_terms,
+    run_order,
     simulated_memory,
     stage_name,
     terms_table,
@@ -211,34 +209,7 @@ def trace(case: ContextCase) -> MemoryTerms:
             b, s, h = tc.microbatch_size, arch.seq // case.context, arch.hidden
 
             def step() -> None:
-                pending: dict[int, Any] = {}
-                for action in order:
-                    m = action.microbatch
-                    if action.kind is Kind.F:
-                        if first:
-                            x = torch.randint(0, arch.vocab, (b, s))
-                        else:
-                            x = torch.randn(b, s, h, dtype=DTYPE, requires_grad=True)
-                        call = _Call(stage)
-                        if last:
-                            pending[m] = call(x, torch.randint(0, arch.vocab, (b, s)))
-                        else:
-                            out = call(x)
-                            out.data = torch.empty((1,), dtype=out.dtype)  # sent, then freed
-                            pending[m] = out
-                    else:
-                        out = pending.pop(m)
-                        grad = torch.ones_like(out) if last else torch.ones(b, s, h, dtype=DTYPE)
-                        Variable._execution_engine.run_backward(
-                            tensors=(out,),
-                            grad_tensors=(grad,),
-                            keep_graph=False,
-                            create_graph=False,
-                            inputs=(),
-                            allow_unreachable=True,
-                            accumulate_grad=True,
-                        )
-                        del out, grad
+                run_order(stage, order, first, last, arch.vocab, (b, s, h))
                 optimizer.step()
 
             step()
