@@ -23,8 +23,9 @@ never stored either; on a CPU PyTorch falls back to the unfused math when asked 
 from __future__ import annotations
 
 import math
+import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -394,6 +395,25 @@ def compare(case: TraceCase) -> tuple[MemoryTerms, MemoryTerms]:
 
 
 StageName = Callable[[int, int], str]
+
+
+def compare_main(
+    argv: list[str] | None,
+    cases: Callable[..., Iterable[Any]],
+    compare_case: Callable[[Any], tuple[MemoryTerms, MemoryTerms]],
+    per: str,
+) -> int:
+    """A trace module's ``main``: trace every case of ``cases(recompute=...)``
+    (``--recompute selective|full`` for another mode than none), print the terms table (MiB
+    ``per`` rank) and the largest error; status 1 where an error is not a number."""
+    args = sys.argv[1:] if argv is None else argv
+    recompute = args[args.index("--recompute") + 1] if "--recompute" in args else "none"
+    rows = [(case, *compare_case(case)) for case in cases(recompute=recompute)]
+    sys.stdout.write(f"MiB per {per}, terms at the traced and at pipesim's peak\n\n")
+    sys.stdout.write(terms_table([(c.name, t, p) for c, t, p in rows]) + "\n\n")
+    worst = max(abs(error(t, p)) for _, t, p in rows)
+    sys.stdout.write(f"largest |error|: {worst:.1%}\n")
+    return 0 if not math.isnan(worst) else 1
 
 
 def stage_name(device: int, devices: int) -> str:

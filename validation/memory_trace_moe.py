@@ -42,7 +42,6 @@ computed and the gradient flows into the router through the gathered ones.
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import warnings
 from collections.abc import Iterator
@@ -64,12 +63,11 @@ from validation.memory_trace import (
     _Block,
     _snapshot,
     _Stage,
-    error,
+    compare_main,
     predicted_terms,
     run_order,
     simulated_memory,
     stage_name,
-    terms_table,
 )
 from validation.memory_trace_sharded import fake_process_group
 
@@ -387,17 +385,7 @@ def cases(
 def main(argv: list[str] | None = None) -> int:
     """Trace every case (``--recompute selective|full`` for another mode) and print the
     table with the largest error."""
-    args = sys.argv[1:] if argv is None else argv
-    recompute = args[args.index("--recompute") + 1] if "--recompute" in args else "none"
-    rows = []
-    for case in cases(recompute=recompute):
-        traced, predicted = compare(case)
-        rows.append((case, traced, predicted))
-    sys.stdout.write("MiB per EP rank, terms at the traced and at pipesim's peak\n\n")
-    sys.stdout.write(terms_table([(c.name, t, p) for c, t, p in rows]) + "\n\n")
-    worst = max(abs(error(t, p)) for _, t, p in rows)
-    sys.stdout.write(f"largest |error|: {worst:.1%}\n")
-    return 0 if not math.isnan(worst) else 1
+    return compare_main(argv, cases, compare, "EP rank")
 
 
 if __name__ == "__main__":
