@@ -40,7 +40,8 @@ pytest.importorskip(
 )
 
 from pipesim.parallel.config import ContextComm
-from validation.memory_trace_context import SHAPES, ContextCase, cases, compare, error
+from validation.memory_trace import error
+from validation.memory_trace_context import SHAPES, ContextCase, cases, compare
 
 BOUND = 0.07  # the largest measured |error|, 6.4%, rounded up
 ELEMENT_BYTES = 2

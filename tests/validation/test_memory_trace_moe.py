@@ -36,7 +36,8 @@ pytest.importorskip(
 )
 pytest.importorskip("torch.distributed._tools.mem_tracker", reason="no MemTracker in this torch")
 
-from validation.memory_trace_moe import MoECase, cases, compare, error, parameter_tensors
+from validation.memory_trace import error
+from validation.memory_trace_moe import MoECase, cases, compare, parameter_tensors
 
 BOUND = 0.03  # the largest measured |error|, 2.7%, rounded up
 
