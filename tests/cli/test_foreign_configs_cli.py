@@ -13,19 +13,12 @@ import pytest
 from cli.run_file import read_run_source
 from pipesim.config.run_file import load_run_file
 
-from .test_schedule_cli import run
+from .test_schedule_cli import run, simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 MEGATRON = ROOT / "tests" / "config" / "fixtures" / "megatron"
 TORCHTITAN = ROOT / "tests" / "config" / "fixtures" / "torchtitan"
 HUGGING_FACE = ROOT / "tests" / "workload" / "fixtures" / "huggingface"
-
-
-def _simulated(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    status, out, err = run(capsys, "simulate", *argv, "--json")
-    assert status == 0, err
-    result: dict[str, object] = json.loads(out)
-    return result
 
 
 def _same_numbers(a: dict[str, object], b: dict[str, object]) -> None:
@@ -41,7 +34,7 @@ def test_the_sc21_145b_launch_simulates_as_table_1s_row_stated_by_flags(
 ) -> None:
     """Megatron-LM's own reproduction script for Table 1's 145.6B row (T=8, P=8, 1,536 GPUs,
     interleaved with 5 layers per virtual stage, full recomputation)."""
-    translated = _simulated(
+    translated = simulated(
         capsys,
         "--megatron-args",
         str(MEGATRON / "sc21_table1_145.6b.txt"),
@@ -51,7 +44,7 @@ def test_the_sc21_145b_launch_simulates_as_table_1s_row_stated_by_flags(
         "1536",
         "--allow-ignored",
     )
-    by_flags = _simulated(
+    by_flags = simulated(
         capsys,
         *("--model", "megatron-145.6b", "--hardware", "a100", "--recipe", "megatron-lm-2021"),
         *("--tensor-parallel", "8", "-K", "8", "--data-parallel", "24"),
@@ -64,7 +57,7 @@ def test_the_sc21_145b_launch_simulates_as_table_1s_row_stated_by_flags(
 def test_a_torchtitan_job_simulates_as_the_same_run_stated_by_flags(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    translated = _simulated(
+    translated = simulated(
         capsys,
         "--torchtitan",
         str(TORCHTITAN / "llama3_8b_ddp8.toml"),
@@ -72,7 +65,7 @@ def test_a_torchtitan_job_simulates_as_the_same_run_stated_by_flags(
         "h100",
         "--allow-ignored",
     )
-    by_flags = _simulated(
+    by_flags = simulated(
         capsys,
         *("--model", "llama3-8b", "--hardware", "h100", "--recipe", "torchtitan"),
         *("--data-parallel", "8", "-K", "1", "--schedule", "1f1b", "-M", "1", "--batch", "8"),
@@ -86,13 +79,13 @@ def test_a_torchtitan_fsdp_job_simulates_as_zero_3_stated_by_flags(
 ) -> None:
     """torchtitan's shipped Llama 3 8B config on 64 GPUs: the shard degree -1 is FSDP over all
     64, pipesim's ZeRO-3 with torchtitan's default reshard policy, in bf16."""
-    translated = _simulated(
+    translated = simulated(
         capsys,
         "--torchtitan",
         str(TORCHTITAN / "llama3_8b.toml"),
         *("--hardware", "h100", "--world-size", "64", "--allow-ignored"),
     )
-    by_flags = _simulated(
+    by_flags = simulated(
         capsys,
         *("--model", "llama3-8b", "--hardware", "h100", "--recipe", "torchtitan"),
         *("--data-parallel", "64", "--zero", "3", "--reshard-after-forward", "default"),
@@ -107,7 +100,7 @@ def test_a_hugging_face_config_simulates_as_the_catalogue_model(
 ) -> None:
     """Llama 3.1 8B's config.json at the catalogue's sequence is the catalogue's llama3-8b."""
     shape = ("--hardware", "h100", "-K", "4", "--schedule", "1f1b", "-M", "8", "--batch", "8")
-    from_config = _simulated(
+    from_config = simulated(
         capsys,
         "--model",
         str(HUGGING_FACE / "llama-3.1-8b.json"),
@@ -115,7 +108,7 @@ def test_a_hugging_face_config_simulates_as_the_catalogue_model(
         "8192",
         *shape,
     )
-    _same_numbers(from_config, _simulated(capsys, "--model", "llama3-8b", *shape))
+    _same_numbers(from_config, simulated(capsys, "--model", "llama3-8b", *shape))
 
 
 @pytest.mark.parametrize(
@@ -236,7 +229,7 @@ def test_run_show_keeps_a_translation_as_a_run_file(
     status, out, err = run(capsys, "run", "show", *source, "--write", str(kept))
     assert status == 0, err
     assert "parameters 1.6" in out and "note       --data-path" in out
-    _same_numbers(_simulated(capsys, "--run", str(kept)), _simulated(capsys, *source))
+    _same_numbers(simulated(capsys, "--run", str(kept)), simulated(capsys, *source))
 
 
 def test_a_plan_of_a_hugging_face_model_at_its_sequence_reproduces_from_its_run_file(
@@ -255,7 +248,7 @@ def test_a_plan_of_a_hugging_face_model_at_its_sequence_reproduces_from_its_run_
     assert status == 0, err
     best = json.loads(out)["plans"][0]
     assert "--seq-length 8192" in best["simulate_command"]
-    again = _simulated(capsys, "--run", str(out_dir / "plan-1.toml"))
+    again = simulated(capsys, "--run", str(out_dir / "plan-1.toml"))
     assert again["iteration_time"] == best["iteration_time"]
 
 
@@ -314,11 +307,11 @@ def test_megatron_s_gemm_overlap_simulates_as_the_flag_and_its_scatter_opt_out_i
     plain = tmp_path / "plain.sh"
     plain.write_text(CORE_LINE + "\n")
     source = ["--hardware", "a100", "--world-size", "4", "--schedule", "1f1b"]
-    overlapped = _simulated(capsys, "--megatron-args", str(path), *source)
+    overlapped = simulated(capsys, "--megatron-args", str(path), *source)
     assert overlapped["recipe"]["name"] == "megatron-core-2024+tp_comm_overlap"  # type: ignore[index]
-    flagged = _simulated(capsys, "--megatron-args", str(plain), *source, "--tp-comm-overlap")
+    flagged = simulated(capsys, "--megatron-args", str(plain), *source, "--tp-comm-overlap")
     assert overlapped == flagged
-    assert overlapped != _simulated(capsys, "--megatron-args", str(plain), *source)
+    assert overlapped != simulated(capsys, "--megatron-args", str(plain), *source)
     sc21 = tmp_path / "sc21.sh"
     sc21.write_text(
         (MEGATRON / "sc21_table1_145.6b.txt").read_text().rstrip()
@@ -361,12 +354,12 @@ def test_a_megatron_moe_launch_with_cp_and_ep_simulates_as_the_catalogue_model(
     and EP pipesim's: number for number the run stated by flags (D = 16 / (P x CP) = 4)."""
     path = tmp_path / "deepseek.sh"
     path.write_text(DEEPSEEK_LINE)
-    translated = _simulated(
+    translated = simulated(
         capsys,
         *("--megatron-args", str(path), "--hardware", "h100", "--world-size", "16"),
         "--allow-ignored",
     )
-    by_flags = _simulated(
+    by_flags = simulated(
         capsys,
         *("--model", "deepseek-v2-lite", "--hardware", "h100", "--recipe", "megatron-core-2024"),
         *("-K", "2", "--data-parallel", "4", "--context-parallel", "2", "--expert-parallel", "8"),
@@ -389,10 +382,10 @@ def test_a_torchtitan_context_parallel_job_simulates_as_the_flags(
         "context_parallel_degree = 2\n"
         '[activation_checkpoint]\nmode = "full"\n'
     )
-    translated = _simulated(
+    translated = simulated(
         capsys, "--torchtitan", str(path), "--hardware", "h100", "--world-size", "16"
     )
-    by_flags = _simulated(
+    by_flags = simulated(
         capsys,
         *("--model", "llama3-8b", "--hardware", "h100", "--recipe", "torchtitan"),
         *("--tensor-parallel", "2", "--sequence-parallel", "--context-parallel", "2"),

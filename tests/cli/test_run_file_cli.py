@@ -12,7 +12,7 @@ import pytest
 from pipesim.config.run_file import RunFile, run_file_toml
 from pipesim.workload import resolve_model
 
-from .test_schedule_cli import run
+from .test_schedule_cli import run, simulated
 
 HYBRID = """\
 model = "megatron-1.7b"
@@ -69,18 +69,11 @@ def _file(tmp_path: Path, text: str, name: str = "run.toml") -> str:
     return str(path)
 
 
-def _simulated(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    status, out, err = run(capsys, "simulate", *argv, "--json")
-    assert status == 0, err
-    result: dict[str, object] = json.loads(out)
-    return result
-
-
 def test_a_run_file_simulates_as_the_same_run_stated_by_flags(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    by_file = _simulated(capsys, "--run", _file(tmp_path, HYBRID))
-    by_flags = _simulated(capsys, *HYBRID_FLAGS)
+    by_file = simulated(capsys, "--run", _file(tmp_path, HYBRID))
+    by_flags = simulated(capsys, *HYBRID_FLAGS)
     assert by_file == by_flags
 
 
@@ -100,9 +93,9 @@ def test_flags_beside_a_run_file_override_it(
     flags = list(HYBRID_FLAGS)
     if "--tensor-parallel" in same_as:
         flags.remove("--sequence-parallel")
-    base = _simulated(capsys, *flags, *same_as)
-    assert _simulated(capsys, "--run", _file(tmp_path, HYBRID), *override) == base
-    assert base != _simulated(capsys, *HYBRID_FLAGS)
+    base = simulated(capsys, *flags, *same_as)
+    assert simulated(capsys, "--run", _file(tmp_path, HYBRID), *override) == base
+    assert base != simulated(capsys, *HYBRID_FLAGS)
 
 
 def test_a_sweep_takes_a_run_file_as_the_base_of_its_grid(
@@ -116,7 +109,7 @@ def test_a_sweep_takes_a_run_file_as_the_base_of_its_grid(
         (2, "interleaved-1f1b"),
         (4, "interleaved-1f1b"),
     ]
-    alone = _simulated(capsys, "--run", path)
+    alone = simulated(capsys, "--run", path)
     assert rows[1]["iteration_time"] == alone["iteration_time"]
 
 
@@ -171,7 +164,7 @@ def test_every_exported_plan_reproduces_with_simulate_run(
         for kind in ("megatron.args", "toml", "torchtitan.toml")
     ]
     for rank, plan in enumerate(plans, start=1):
-        again = _simulated(capsys, "--run", str(out_dir / f"plan-{rank}.toml"))
+        again = simulated(capsys, "--run", str(out_dir / f"plan-{rank}.toml"))
         assert again["iteration_time"] == plan["iteration_time"]
 
 
@@ -189,7 +182,7 @@ def test_an_inline_model_plans_and_its_printed_command_reproduces(
     best = json.loads(out)["plans"][0]
     command = best["simulate_command"].split()
     assert command[:4] == ["pipesim", "simulate", "--run", path] and "--model" not in command
-    again = _simulated(capsys, *command[2:])
+    again = simulated(capsys, *command[2:])
     assert again["iteration_time"] == best["iteration_time"]
 
 
@@ -241,7 +234,7 @@ def test_the_guides_run_file_reads_and_shows(
     assert status == 0, err
     shown = json.loads(out)
     assert shown["layout"]["world_size"] == 1024 and shown["recipe"].startswith("megatron-lm-2022")
-    assert _simulated(capsys, "--run", path)["iteration_time"] > 0
+    assert simulated(capsys, "--run", path)["iteration_time"] > 0
 
 
 @pytest.mark.parametrize(
@@ -265,11 +258,11 @@ def test_a_run_file_s_recipe_switch_is_its_flag_and_its_no_form_undoes_it(
         if sequence_parallel or word != "--sequence-parallel"
     ]
     path = _file(tmp_path, core + f"{key} = true\n")
-    by_file = _simulated(capsys, "--run", path)
-    assert by_file == _simulated(capsys, *flags, flag)
+    by_file = simulated(capsys, "--run", path)
+    assert by_file == simulated(capsys, *flags, flag)
     assert by_file["recipe"]["name"] == f"megatron-core-2024+{key}"  # type: ignore[index]
-    undone = _simulated(capsys, "--run", path, "--no-" + flag.removeprefix("--"))
-    assert undone == _simulated(capsys, *flags)
+    undone = simulated(capsys, "--run", path, "--no-" + flag.removeprefix("--"))
+    assert undone == simulated(capsys, *flags)
     status, out, err = run(capsys, "run", "show", path)
     assert status == 0 and err == ""
     shown = {
@@ -289,13 +282,13 @@ def test_a_run_file_s_false_under_a_recipe_s_own_true_turns_the_choice_off(
     path = _file(tmp_path, HYBRID + "scatter_gather_p2p = false\nblocking_p2p = false\n")
     status, out, err = run(capsys, "simulate", "--run", path, "--json")
     assert status == 0 and err == ""
-    simulated = json.loads(out)
-    assert simulated == _simulated(
+    by_file = json.loads(out)
+    assert by_file == simulated(
         capsys, *HYBRID_FLAGS, "--no-blocking-p2p", "--no-scatter-gather-p2p"
     )
-    recipe = simulated["recipe"]
+    recipe = by_file["recipe"]
     assert recipe["name"] == "megatron-lm-2021+blocking_p2p+scatter_gather_p2p"
     assert recipe["blocking_p2p"] is False and recipe["scatter_gather_p2p"] is False
-    assert simulated != _simulated(capsys, *HYBRID_FLAGS)
+    assert by_file != simulated(capsys, *HYBRID_FLAGS)
     status, text, err = run(capsys, "run", "show", path)
     assert status == 0 and err == "" and "not applied" not in text

@@ -23,6 +23,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return status, out, err
 
 
+def simulated(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    """``pipesim simulate ARGV --json`` run in-process; its JSON (the run must succeed)."""
+    status, out, err = run(capsys, "simulate", *argv, "--json")
+    assert status == 0, err
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
 def test_list_names_every_schedule_with_its_paper(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run(capsys, "schedule", "list")
     assert status == 0 and err == ""

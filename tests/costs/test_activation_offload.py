@@ -6,7 +6,6 @@ line, the run file and the Megatron translation stating the same run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster, Link, Network, Topology
 from pipesim.parallel.config import Parallelism
 from pipesim.workload.model import Layer, Model
-from tests.cli.test_schedule_cli import run
+from tests.cli.test_schedule_cli import run, simulated
 
 B = 4  # samples per micro-batch
 STASH, KEPT = 1e6, 0.25e6  # bytes per sample: the stash, and what the weight gradient keeps
@@ -156,13 +155,6 @@ microbatches = 4
 """
 
 
-def _simulated(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    status, out, err = run(capsys, "simulate", *argv, "--json")
-    assert status == 0, err
-    result: dict[str, object] = json.loads(out)
-    return result
-
-
 def _peak(result: dict[str, object]) -> float:
     return max(device["peak_memory_bytes"] for device in result["per_device"])  # type: ignore[attr-defined]
 
@@ -172,9 +164,9 @@ def test_the_flag_and_the_run_file_state_the_same_run_and_the_peak_falls(
 ) -> None:
     path = tmp_path / "run.toml"
     path.write_text(RUN_FILE)
-    by_flag = _simulated(capsys, *FLAGS, "--offload-activations", "12")
-    assert _simulated(capsys, "--run", str(path)) == by_flag
-    on_device = _simulated(capsys, *FLAGS)
+    by_flag = simulated(capsys, *FLAGS, "--offload-activations", "12")
+    assert simulated(capsys, "--run", str(path)) == by_flag
+    on_device = simulated(capsys, *FLAGS)
     assert by_flag["layout"]["offload_activations"] == 12  # type: ignore[index]
     assert "offload_activations" not in on_device["layout"]  # type: ignore[operator]
     assert _peak(by_flag) < _peak(on_device)

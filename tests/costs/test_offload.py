@@ -4,7 +4,6 @@ as gradients to the host, the host's step and the weights back, every number by 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from pipesim.hardware.accelerator import Accelerator
 from pipesim.hardware.network import Cluster, Link, Network, Topology
 from pipesim.parallel.config import Parallelism
 from pipesim.workload.model import Layer, Model
-from tests.cli.test_schedule_cli import run
+from tests.cli.test_schedule_cli import simulated
 
 
 def _model() -> Model:
@@ -154,25 +153,18 @@ FLAGS = [
 ]
 
 
-def _simulated(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    status, out, err = run(capsys, "simulate", *argv, "--json")
-    assert status == 0, err
-    result: dict[str, object] = json.loads(out)
-    return result
-
-
 def test_the_flag_and_the_run_file_key_state_the_same_offloaded_run(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "run.toml"
     path.write_text(RUN_FILE)
-    by_file = _simulated(capsys, "--run", str(path))
-    by_flag = _simulated(capsys, *FLAGS, "--offload-optimizer")
+    by_file = simulated(capsys, "--run", str(path))
+    by_flag = simulated(capsys, *FLAGS, "--offload-optimizer")
     assert by_file == by_flag
-    on_device = _simulated(capsys, *FLAGS)
+    on_device = simulated(capsys, *FLAGS)
     assert by_flag != on_device
     assert by_flag["layout"]["offload_optimizer"] is True  # type: ignore[index]
     assert "offload_optimizer" not in on_device["layout"]  # type: ignore[operator]
     # the run file's false is the flag's --no- form: the run on the device
     path.write_text(RUN_FILE.replace("offload_optimizer = true", "offload_optimizer = false"))
-    assert _simulated(capsys, "--run", str(path)) == on_device
+    assert simulated(capsys, "--run", str(path)) == on_device
