@@ -259,30 +259,47 @@ def trace(case: TraceCase) -> MemoryTerms:
     """The traced peak of ``case``'s stage over a 1F1B step and its optimizer step (a first
     step run before, untracked, so the optimizer's state exists)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     arch = case.traced_arch
     first, last = case.device == 0, case.device == case.devices - 1
     order = build("1f1b", case.devices, case.microbatches).device_actions[case.device]
     with FakeTensorMode():
         stage = _Stage(arch, case.recompute, case.blocks, first, last)
-        optimizer = torch.optim.Adam(stage.parameters(), lr=1e-4, foreach=True)
-        b, s, h = case.microbatch_size, arch.seq, arch.hidden
+        shape = (case.microbatch_size, arch.seq, arch.hidden)
+        return traced_terms(stage, order, first, last, arch.vocab, shape)
 
-        def step() -> None:
-            run_order(stage, order, first, last, arch.vocab, (b, s, h))
-            optimizer.step()
 
-        step()  # the optimizer's state exists from here on, as in every later step
-        tracker = MemTracker()
-        tracker.track_external(stage, optimizer)
-        with tracker, warnings.catch_warnings():
-            # each micro-batch's _Call parent is gone by its backward: MemTracker's module
-            # tracker warns once per hook it then skips (the memory is counted all the same)
-            warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
-            step()
-            after = _snapshot(tracker, "current")  # the static terms, nothing in flight
-        peak = float(_snapshot(tracker, "peak")["Total"])
+def traced_terms(
+    stage: _Stage,
+    order: Sequence[Any],
+    first: bool,
+    last: bool,
+    vocab: int,
+    shape: tuple[int, int, int],
+    free_received: bool = False,
+) -> MemoryTerms:
+    """``stage``'s memory under PyTorch's own accounting: a training step of the device's
+    ``order`` (:func:`run_order`) and foreach Adam's step traced by ``MemTracker`` (after one
+    step run before, untracked, so the optimizer's state exists); call it under the fake
+    tensor mode the stage was built in."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    optimizer = torch.optim.Adam(stage.parameters(), lr=1e-4, foreach=True)
+
+    def step() -> None:
+        run_order(stage, order, first, last, vocab, shape, free_received)
+        optimizer.step()
+
+    step()  # the optimizer's state exists from here on, as in every later step
+    tracker = MemTracker()
+    tracker.track_external(stage, optimizer)
+    with tracker, warnings.catch_warnings():
+        # each micro-batch's _Call parent is gone by its backward: MemTracker's module
+        # tracker warns once per hook it then skips (the memory is counted all the same)
+        warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
+        step()
+        after = _snapshot(tracker, "current")  # the static terms, nothing in flight
+    peak = float(_snapshot(tracker, "peak")["Total"])
     weights, gradients, state = (float(after[key]) for key in ("PARAM", "GRAD", "OPT"))
     return MemoryTerms(
         weights=weights,

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -55,13 +54,12 @@ from validation.memory_trace import (
     MemoryTerms,
     TraceCase,
     _Block,
-    _snapshot,
     _Stage,
     compare_main,
     predicted_terms,
-    run_order,
     simulated_memory,
     stage_name,
+    traced_terms,
 )
 from validation.memory_trace_sharded import fake_process_group
 
@@ -192,7 +190,6 @@ def trace(case: ContextCase) -> MemoryTerms:
     step (after a first, untracked step that creates Adam's state), as
     :func:`validation.memory_trace.trace` runs it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
     from torch.distributed.device_mesh import init_device_mesh
 
     tc = case.stage
@@ -203,29 +200,8 @@ def trace(case: ContextCase) -> MemoryTerms:
         mesh = init_device_mesh("cpu", (case.context,))  # outside FakeTensorMode
         with FakeTensorMode():
             stage = _RingStage(arch, tc.recompute, tc.blocks, first, last, mesh)
-            optimizer = torch.optim.Adam(stage.parameters(), lr=1e-4, foreach=True)
-            b, s, h = tc.microbatch_size, arch.seq // case.context, arch.hidden
-
-            def step() -> None:
-                run_order(stage, order, first, last, arch.vocab, (b, s, h))
-                optimizer.step()
-
-            step()
-            tracker = MemTracker()
-            tracker.track_external(stage, optimizer)
-            with tracker, warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
-                step()
-                after = _snapshot(tracker, "current")
-            peak = float(_snapshot(tracker, "peak")["Total"])
-    weights, gradients, state = (float(after[key]) for key in ("PARAM", "GRAD", "OPT"))
-    return MemoryTerms(
-        weights=weights,
-        gradients=gradients,
-        optimizer=state,
-        activations=peak - weights - gradients - state,
-        peak=peak,
-    )
+            shape = (tc.microbatch_size, arch.seq // case.context, arch.hidden)
+            return traced_terms(stage, order, first, last, arch.vocab, shape)
 
 
 # -- pipesim's figure ---------------------------------------------------------------------------

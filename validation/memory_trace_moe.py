@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,13 +60,12 @@ from validation.memory_trace import (
     MemoryTerms,
     TraceCase,
     _Block,
-    _snapshot,
     _Stage,
     compare_main,
     predicted_terms,
-    run_order,
     simulated_memory,
     stage_name,
+    traced_terms,
 )
 from validation.memory_trace_sharded import fake_process_group
 
@@ -264,7 +262,6 @@ def trace(case: MoECase) -> MemoryTerms:
     step (after a first, untracked step that creates Adam's state), as
     :func:`validation.memory_trace.trace` runs it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     tc = case.stage
     arch = tc.traced_arch
@@ -273,29 +270,8 @@ def trace(case: MoECase) -> MemoryTerms:
     group = fake_process_group(case.expert) if case.expert > 1 else contextlib.nullcontext()
     with group, FakeTensorMode():
         stage = _MoEStage(arch, tc.recompute, tc.blocks, first, last, case.expert)
-        optimizer = torch.optim.Adam(stage.parameters(), lr=1e-4, foreach=True)
-        b, s, h = tc.microbatch_size, arch.seq, arch.hidden
-
-        def step() -> None:
-            run_order(stage, order, first, last, arch.vocab, (b, s, h), free_received=True)
-            optimizer.step()
-
-        step()
-        tracker = MemTracker()
-        tracker.track_external(stage, optimizer)
-        with tracker, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
-            step()
-            after = _snapshot(tracker, "current")
-        peak = float(_snapshot(tracker, "peak")["Total"])
-    weights, gradients, state = (float(after[key]) for key in ("PARAM", "GRAD", "OPT"))
-    return MemoryTerms(
-        weights=weights,
-        gradients=gradients,
-        optimizer=state,
-        activations=peak - weights - gradients - state,
-        peak=peak,
-    )
+        shape = (tc.microbatch_size, arch.seq, arch.hidden)
+        return traced_terms(stage, order, first, last, arch.vocab, shape, free_received=True)
 
 
 def parameter_tensors(case: MoECase) -> int:
