@@ -53,6 +53,14 @@ def _split(duration: float, comm: float) -> tuple[float, float]:
     return duration - comm, comm
 
 
+def hideable_s(costs: StageCosts) -> float:
+    """The most an overlapped pair can hide of one stage's forward and input gradient: their
+    exposed communication (:func:`overlap_saving_s` hides no more: its re-materializing case
+    does not arise, the overlapped schedules split the backward and refuse ``remat``), what
+    the planner's bounds leave out of a pass under :data:`OVERLAPPED_SCHEDULES`."""
+    return costs.forward_comm_s + costs.input_grad_comm_s
+
+
 def overlap_saving_s(
     forward: StageCosts,
     backward: StageCosts,

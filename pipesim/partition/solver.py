@@ -173,6 +173,7 @@ def memory_aware(
             for t, mem in zip(matrices, _memory_matrices(problem, forms, matrices), strict=True)
         ]
         masked = [np.where(mem <= 0.0, t, np.inf) for t, mem in zip(matrices, memory, strict=True)]
+        counts, solved = None, False
         if capped:
             limit = compute_limit_s * (1 + _TOLERANCE)
             within = [np.where(t <= limit, t, np.inf) for t in masked]
@@ -183,12 +184,12 @@ def memory_aware(
                 np.where((mem <= 0.0) & (c <= limit), c, np.inf)
                 for c, mem in zip(_least_compute_matrices(problem), memory, strict=True)
             ]
-            # proved only where some partition fits at all (else: out of memory, below)
-            if _solve(fitting, len(problem.layers)) is None and (
-                _solve(masked, len(problem.layers)) is not None
-            ):
-                raise BeyondComputeLimit(compute_limit_s)
-        counts = _solve(masked, len(problem.layers))
+            if _solve(fitting, len(problem.layers)) is None:
+                counts, solved = _solve(masked, len(problem.layers)), True
+                if counts is not None:  # proved only where some partition fits at all
+                    raise BeyondComputeLimit(compute_limit_s)
+        if not solved:
+            counts = _solve(masked, len(problem.layers))
         if counts is None:
             least = _solve(memory, len(problem.layers))
             raise _no_fit(problem, forms, least if least is not None else first.counts)

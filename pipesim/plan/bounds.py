@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.engine.durations import hideable_s
 from pipesim.hardware.network import Network
 
 
@@ -69,7 +70,7 @@ def iteration_lower_bound_s(
     for stage, costs in enumerate(stages):
         device = placement[stage]
         runs_here = runs[stage // per_copy]
-        hidden = costs.forward_comm_s + costs.input_grad_comm_s if overlapped else 0.0
+        hidden = hideable_s(costs) if overlapped else 0.0
         pass_s = costs.forward_s * (2 if remat else 1) + costs.backward_s - hidden
         work[device] += runs_here * max(pass_s, 0.0)
         forward[device] += costs.forward_s
@@ -102,7 +103,7 @@ def iteration_lower_bound_s(
             stages[s].input_grad_s + (stages[s].forward_s if remat else 0.0) for s in own
         )
         if overlapped:  # each pass may hide its exposed communication
-            through -= sum(stages[s].forward_comm_s + stages[s].input_grad_comm_s for s in own)
+            through -= sum(hideable_s(stages[s]) for s in own)
         through += optimizer[placement[own.start]]
         path = max(path, through)
     per_device = max(

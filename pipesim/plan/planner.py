@@ -45,7 +45,7 @@ from pipesim.costs.data_parallel import add_to_optimizer_step, sync_times_s
 from pipesim.costs.model_on_hardware import layer_costs_on_hardware, model_on_hardware
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.engine import simulate
-from pipesim.engine.durations import OVERLAPPED_SCHEDULES
+from pipesim.engine.durations import OVERLAPPED_SCHEDULES, hideable_s
 from pipesim.errors import named
 from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
@@ -292,10 +292,8 @@ def _plan(settings: PlanSettings, show_progress: bool, workers: Workers) -> Plan
                     seen.add((item.candidate, item.partition))
                     examined.append(item)
                     ahead = (item.candidate, item.partition) in context.simulations
-                    if item.oom or item.beyond_limit:
-                        continue
-                    if item.bound_s * (1 - 1e-9) > limit and not ahead:
-                        continue  # (one simulated ahead is ranked whatever its bound)
+                    if not (_may_win(item, limit) or ahead):
+                        continue  # (one simulated ahead fits, and is ranked whatever its bound)
                     finished.append(simulated if simulated is not None else context.simulated(item))
                     times = sorted(
                         e.iteration_time_s or math.inf for e in finished if not e.simulated_oom
@@ -713,13 +711,13 @@ class PlanContext:
         path (F and the input gradient), optimizer steps, gradient and weight bytes (under
         recompute N, of the layers without recomputation: :meth:`recompute_extra` adds the
         least the N blocks add). Under DualPipe's overlapped pairs each pass counts without
-        the communication it may hide (:func:`_hideable_s`)."""
+        the communication it may hide (:func:`pipesim.engine.durations.hideable_s`)."""
         overlapped = c.schedule in OVERLAPPED_SCHEDULES
         key = (table_key(c), c.remat, overlapped)
         if key not in self.sums:
             layers = self.layer_costs(c)
             again = 2 if c.remat else 1
-            hidden = sum(_hideable_s(x) for x in layers) if overlapped else 0.0
+            hidden = sum(hideable_s(x) for x in layers) if overlapped else 0.0
             self.sums[key] = (
                 sum(x.forward_s * again + x.backward_s for x in layers) - hidden,
                 sum(x.forward_s * (again - 1) + x.forward_s + x.input_grad_s for x in layers)
@@ -1360,15 +1358,9 @@ class PlanContext:
         )
 
 
-def _hideable_s(layer: StageCosts) -> float:
-    """What DualPipe's overlapped pairs can hide of a layer's passes: their exposed
-    communication (:func:`pipesim.engine.durations.overlap_saving_s` hides no more)."""
-    return layer.forward_comm_s + layer.input_grad_comm_s
-
-
 def _without_hideable(layer: StageCosts) -> StageCosts:
     """``layer`` with its forward and input gradient less their exposed communication."""
-    if not _hideable_s(layer):
+    if not hideable_s(layer):
         return layer
     return dataclasses.replace(
         layer,
