@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pipesim.errors import RunFailed
+
 
 @dataclass(frozen=True)
 class PlanCase:
@@ -100,8 +102,9 @@ def plan_rate(case: PlanCase, newer: bool) -> PlanRate:
         check=False,
     )
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"pipesim {' '.join(case.arguments(newer))}: {done.stderr.strip()}")
+    if done.returncode != 0:  # one line, as the command line reports a failure
+        last = done.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise RunFailed(f"pipesim {' '.join(case.arguments(newer))}: {last[0]}")
     report = json.loads(done.stdout)
     best = report["plans"][0]
     return PlanRate(
