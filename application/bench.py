@@ -425,11 +425,16 @@ def end_to_end_s(repeats: int = 3) -> float:
 
 
 def command_s(arguments: list[str], repeats: int = 3) -> float:
-    """The best wall time of ``pipesim ARGUMENTS`` in a new process."""
+    """The best wall time of ``pipesim ARGUMENTS`` in a new process, after one untimed run
+    that may write the bytecode caches (as ``pip install`` does for an installed package:
+    a ``PYTHONDONTWRITEBYTECODE`` in this environment would otherwise time the compiler)."""
+    import os
     import subprocess
     import sys
 
     command = [sys.executable, "-m", "cli", *arguments]
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=environment)
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
@@ -438,15 +443,34 @@ def command_s(arguments: list[str], repeats: int = 3) -> float:
     return min(times)
 
 
+# A command's start-up: the interpreter, the imports and the parser, with no work; and the
+# smallest simulation (its imports included), against which the large one is "after start-up".
+STARTUP_COMMANDS = {
+    "pipesim --version": ["--version"],
+    "pipesim simulate --help": ["simulate", "--help"],
+    "pipesim simulate 1f1b K=4 M=8": [
+        *("simulate", "--schedule", "1f1b", "-K", "4", "-M", "8", "--costs", "1,2", "--json")
+    ],
+}
+
+
 def command_end_to_end() -> dict[str, float]:
     """``pipesim simulate`` of the 131,072-action 1F1B from a shell, with the start-up
-    (``pipesim simulate --help``: the interpreter, the imports, the parser) measured apart."""
+    (``pipesim simulate --help``: the interpreter, the imports, the parser) measured apart, and
+    the start-up of each of :data:`STARTUP_COMMANDS`."""
     name, k, m = END_TO_END
-    startup = command_s(["simulate", "--help"])
+    startups = {what: command_s(words) for what, words in STARTUP_COMMANDS.items()}
+    startup = startups["pipesim simulate --help"]
     whole = command_s(
         ["simulate", "--schedule", name, "-K", str(k), "-M", str(m), "--costs", "1,2", "--json"]
     )
-    return {"command_s": whole, "startup_s": startup, "after_startup_s": whole - startup}
+    return {
+        "command_s": whole,
+        "startup_s": startup,
+        "after_startup_s": whole - startup,
+        "small_command_s": startups["pipesim simulate 1f1b K=4 M=8"],
+        "version_s": startups["pipesim --version"],
+    }
 
 
 def peak_rss_bytes(arguments: list[str]) -> tuple[float, int]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from application.command_line import EXIT_OK, positive_int
 from application.outputs import output_path, write_text_atomically
+from cli.commands import command_summary
 from pipesim.common.limits import Limit, check
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import json_text, write_json
@@ -17,7 +18,7 @@ def register(subparsers: Any) -> None:
     """Add ``bench``."""
     parser = subparsers.add_parser(
         "bench",
-        help="measure the engines' actions per second and sweeps' configurations per second",
+        help=command_summary("bench"),
         description="Time both engines on four large schedules (actions per second, build and "
         "validation apart), a planner-sized synthetic sweep and GPipe's Table 2 "
         "(configurations per second), and the peak memory of 1F1B at K=64 M=1024. Each "
@@ -181,6 +182,11 @@ def _table(report: dict[str, Any]) -> str:
         f"131,072-action 1F1B end to end: in one process {inside}; as a command "
         f"{e['command_s'] * 1e3:.0f} ms of which start-up {e['startup_s'] * 1e3:.0f} ms "
         f"(pipesim simulate --help), so {e['after_startup_s'] * 1e3:.0f} ms after it"
+    )
+    lines.append(
+        f"start-up: pipesim --version {e['version_s'] * 1e3:.0f} ms, pipesim simulate --help "
+        f"{e['startup_s'] * 1e3:.0f} ms, a 1f1b K=4 M=8 simulation {e['small_command_s'] * 1e3:.0f}"
+        f" ms (bytecode caches written)"
     )
     lines.append(
         f"plan, megatron-1t on 16,384 a100 (a new process): {report['plan_16384_gpus_s']:.1f} s"

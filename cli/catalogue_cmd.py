@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from application.command_line import EXIT_OK
+from cli.commands import command_summary
 from pipesim.common.units import format_bytes, format_count
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
@@ -15,7 +16,7 @@ from pipesim.files.strict_json import write_json
 
 def register(subparsers: Any) -> None:
     """Add ``hardware``, ``models`` and ``recipes``."""
-    hardware = subparsers.add_parser("hardware", help="the hardware catalogue")
+    hardware = subparsers.add_parser("hardware", help=command_summary("hardware"))
     hw_commands = hardware.add_subparsers(dest="hardware_command", metavar="COMMAND", required=True)
     listing = hw_commands.add_parser("list", help="the catalogue's accelerators and links")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -27,7 +28,7 @@ def register(subparsers: Any) -> None:
     show.add_argument("name", help="a catalogue name (pipesim hardware list)")
     show.set_defaults(handler=_hardware_show)
 
-    models = subparsers.add_parser("models", help="the model catalogue")
+    models = subparsers.add_parser("models", help=command_summary("models"))
     model_commands = models.add_subparsers(dest="models_command", metavar="COMMAND", required=True)
     listing = model_commands.add_parser("list", help="the model families, with an example each")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -53,9 +54,7 @@ def register(subparsers: Any) -> None:
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.set_defaults(handler=_models_show)
 
-    recipes = subparsers.add_parser(
-        "recipes", help="the software recipes: how each framework and era runs a step"
-    )
+    recipes = subparsers.add_parser("recipes", help=command_summary("recipes"))
     recipe_commands = recipes.add_subparsers(
         dest="recipes_command", metavar="COMMAND", required=True
     )

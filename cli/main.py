@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -22,29 +23,19 @@ from application.lifetime import (
     signals_handled,
     terminate_as_interrupt,
 )
+from cli.commands import COMMANDS, command_named
 from cli.flags import FLAGS
 from pipesim import __version__
 from pipesim.common.limits import check_environment
 from pipesim.errors import Interrupted, PipesimError, RunFailed, fields_spelled, short_values
 
 
-def build_parser() -> ArgumentParser:
-    """The full ``pipesim`` argument parser (importing every sub-command's module: numpy and
-    the schedules come with them, so the console script's own import stays light)."""
-    from cli import (
-        bench_cmd,
-        catalogue_cmd,
-        partition_cmd,
-        plan_cmd,
-        plot_cmd,
-        reproduce_cmd,
-        run_cmd,
-        schedule_cmd,
-        simulate_cmd,
-        sweep_cmd,
-        validate_cmd,
-    )
-
+def build_parser(command: str | None = None, *, lazily: bool = False) -> ArgumentParser:
+    """The ``pipesim`` argument parser: every command in full (the documentation's reference
+    and the tests read that one), or, ``lazily``, only ``command``'s (a sub-command's name, or
+    None for none): only its module is imported and its options registered; the others are
+    listed by their summaries (:mod:`cli.commands`), enough for ``pipesim --help``, ``pipesim
+    --version`` and argparse's refusal of an unknown name."""
     parser = ArgumentParser(
         prog="pipesim",
         description=(
@@ -57,18 +48,23 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pipesim {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands._parser_class = ArgumentParser  # sub-parsers report errors in one line too
-    schedule_cmd.register(commands)
-    simulate_cmd.register(commands)
-    sweep_cmd.register(commands)
-    catalogue_cmd.register(commands)
-    bench_cmd.register(commands)
-    validate_cmd.register(commands)
-    reproduce_cmd.register(commands)
-    plot_cmd.register(commands)
-    partition_cmd.register(commands)
-    plan_cmd.register(commands)
-    run_cmd.register(commands)
+    chosen = command_named(command) if command is not None else None
+    registered: set[str] = set()
+    for each in COMMANDS:
+        if each.module in registered:
+            continue  # a module registering several commands (the catalogues) did so once
+        if not lazily or (chosen is not None and each.module == chosen.module):
+            importlib.import_module(each.module).register(commands)
+            registered.add(each.module)
+        else:
+            commands.add_parser(each.name, help=each.summary, add_help=False)
     return parser
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The sub-command an argument list runs: its first word, unless that is an option
+    (``--help``, ``--version``: no command's module is needed)."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,13 +93,14 @@ def _stops_change_nothing_now() -> None:
 def _run(argv: Sequence[str] | None) -> int:
     """The command itself, its errors reported as one line each; a failure to write standard
     output is left to :func:`main`."""
+    given = list(sys.argv[1:] if argv is None else argv)
     try:
         with _stop_signals_end_the_process():
-            parser = build_parser()
-        from cli.run_file import argv_with_run_file, with_inline_model
+            parser = build_parser(_command_word(given), lazily=True)
+            from cli.run_file import argv_with_run_file, with_inline_model
 
         with fields_spelled(FLAGS):  # a run file's translation speaks flags too
-            words, run_file = argv_with_run_file(sys.argv[1:] if argv is None else argv)
+            words, run_file = argv_with_run_file(given)
         args = with_inline_model(parser.parse_args(words), run_file)
         check_environment()
         with terminate_as_interrupt(), fields_spelled(FLAGS):

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from application.command_line import EXIT_OK
+from cli.commands import command_summary
 from pipesim.common.limits import Limit, check
 from pipesim.common.units import format_bytes, format_seconds
 from pipesim.errors import PipesimError, shown
@@ -17,7 +18,7 @@ def register(subparsers: Any) -> None:
     """Add ``partition``."""
     parser = subparsers.add_parser(
         "partition",
-        help="the best contiguous partition of a model's layers into pipeline stages",
+        help=command_summary("partition"),
         description=(
             "Cut a model's layers into K·v contiguous stages: balanced (the least slowest-stage "
             "time per micro-batch, F+B plus the boundary transfers on the actual links) or "

@@ -12,6 +12,7 @@ from application.command_line import (
     add_cluster_argument,
     positive_ints,
 )
+from cli.commands import command_summary
 from cli.run_config import add_recipe_argument
 from cli.run_file import add_run_argument
 from pipesim.errors import Interrupted, PipesimError
@@ -22,8 +23,7 @@ def register(subparsers: Any) -> None:
     """Add ``plan``."""
     parser = subparsers.add_parser(
         "plan",
-        help="search tensor, pipeline and data parallelism, schedule, M, b, recomputation, "
-        "ZeRO, partition",
+        help=command_summary("plan"),
         description=(
             "Find the fastest configurations of a model on N devices for a global batch: "
             "tensor-parallel size T inside a node, pipeline depth K and N/(T K)-way data "

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from application.command_line import EXIT_OK
+from cli.commands import command_summary
 from pipesim.errors import PipesimError
 
 KINDS = {
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     """Add ``plot``."""
     parser = subparsers.add_parser(
         "plot",
-        help="draw a figure from saved results",
+        help=command_summary("plot"),
         description="Kinds: " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()),
     )
     parser.add_argument(

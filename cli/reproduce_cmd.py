@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from application.command_line import EXIT_OK
+from cli.commands import command_summary
 from pipesim.files.strict_json import write_json
 
 
@@ -15,7 +16,7 @@ def register(subparsers: Any) -> None:
     """Add ``reproduce``."""
     parser = subparsers.add_parser(
         "reproduce",
-        help="reproduce a paper's tables with the simulator (gpipe, pipedream-2bw, ...)",
+        help=command_summary("reproduce"),
         description="Write table.md, results.csv (paper, simulated, ratio per table cell), "
         "figures and a README explaining the setup and the differences into --out.",
     )

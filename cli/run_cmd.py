@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from application.command_line import EXIT_OK
+from cli.commands import command_summary
 from pipesim.common.units import format_count
 from pipesim.files.strict_json import write_json
 
@@ -19,7 +20,7 @@ def register(subparsers: Any) -> None:
     """Add ``run``."""
     from cli.run_file import add_run_argument
 
-    run = subparsers.add_parser("run", help="run files: show what one configures")
+    run = subparsers.add_parser("run", help=command_summary("run"))
     commands = run.add_subparsers(dest="run_command", metavar="COMMAND", required=True)
     show = commands.add_parser(
         "show",

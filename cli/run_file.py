@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipesim.common.checks import SpecError
-from pipesim.config.run_file import KEYS, RunFile, load_run_file
 from pipesim.errors import PipesimError
-from pipesim.workload.model import Model
+
+if TYPE_CHECKING:  # the run file's reader and the models load when a run file is read
+    from pipesim.config.run_file import RunFile
 
 # The model's place-holder on the command line while a run file's inline model is parsed.
 INLINE_MODEL = "<the run file's [model]>"
@@ -104,7 +105,13 @@ _PLAN_SEARCHES = (
     "steps",
 )
 FLAGS_OF = {"simulate": _SIMULATE_FLAGS, "sweep": _SWEEP_FLAGS, "plan": _PLAN_FLAGS}
-_KEY_OF = {key.attribute: f"{key.section}.{key.key}" for key in KEYS}
+
+
+def _key_of(attribute: str) -> str:
+    """The run file's ``section.key`` that sets ``attribute``."""
+    from pipesim.config.run_file import KEYS
+
+    return next(f"{key.section}.{key.key}" for key in KEYS if key.attribute == attribute)
 
 
 def add_run_argument(parser: argparse.ArgumentParser | Any) -> None:
@@ -148,6 +155,8 @@ def run_flag_pairs(
     """The (flag, value) pairs that state ``run`` for ``command`` (value None: a flag that
     takes none); the file's keys the command searches itself (plan); and those it has no flag
     for."""
+    from pipesim.workload.model import Model
+
     flags = FLAGS_OF[command]
     model = INLINE_MODEL if isinstance(run.model, Model) else run.located(run.model)
     pairs: list[tuple[str, str | None]] = [
@@ -160,7 +169,7 @@ def run_flag_pairs(
         flag = flags.get(attribute)
         if flag is None:
             (searched if command == "plan" and attribute in _PLAN_SEARCHES else unread).append(
-                _KEY_OF[attribute]
+                _key_of(attribute)
             )
             continue
         if isinstance(value, bool):
@@ -274,6 +283,8 @@ def read_run_source(words: Sequence[str]) -> tuple[RunFile, str, tuple[str, ...]
         )
     option, path = given[0], getattr(known, _dest(given[0]))
     if option == "--run":
+        from pipesim.config.run_file import load_run_file
+
         return load_run_file(path), f"run file {path}", ()
     if known.hardware is None:
         raise PipesimError(
@@ -312,6 +323,10 @@ def _dest(option: str) -> str:
 
 def with_inline_model(args: argparse.Namespace, run: RunFile | None) -> argparse.Namespace:
     """``args`` with the run file's inline model in place of its place-holder."""
-    if run is not None and isinstance(run.model, Model) and args.model == INLINE_MODEL:
+    if run is None or args.model != INLINE_MODEL:
+        return args
+    from pipesim.workload.model import Model
+
+    if isinstance(run.model, Model):
         args.model = run.model
     return args

@@ -8,6 +8,7 @@ from typing import Any
 
 from application.command_line import EXIT_OK
 from application.outputs import write_text_atomically
+from cli.commands import command_summary
 from cli.schedule_source import (
     add_schedule_source_arguments,
     add_update_rule_argument,
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
     """Add ``schedule`` and its sub-commands."""
     parser = subparsers.add_parser(
         "schedule",
-        help="list, show, export and check pipeline schedules",
+        help=command_summary("schedule"),
         description="List, show, export and check pipeline schedules.",
     )
     commands = parser.add_subparsers(dest="schedule_command", metavar="COMMAND", required=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from application.command_line import EXIT_OK
 from application.outputs import output_path, write_text_atomically
+from cli.commands import command_summary
 from cli.run_config import add_recipe_argument
 from cli.run_file import add_run_argument
 from cli.schedule_source import add_schedule_source_arguments, read_schedule_source
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
     """Add ``simulate``."""
     parser = subparsers.add_parser(
         "simulate",
-        help="simulate a schedule: iteration time, bubble, throughput, memory",
+        help=command_summary("simulate"),
         description=(
             "Simulate a pipeline schedule with synthetic costs (--costs) or a model on a "
             "hardware spec (--model and --hardware). Times in seconds, sizes in bytes."

@@ -10,6 +10,7 @@ from typing import Any
 from application.command_line import EXIT_OK, add_cluster_argument, positive_ints
 from application.outputs import output_path
 from application.rows_file import SweepFile, row_of
+from cli.commands import command_summary
 from cli.run_file import add_run_argument
 from cli.simulate_cmd import (
     add_cost_arguments,
@@ -36,7 +37,7 @@ def register(subparsers: Any) -> None:
     """Add ``sweep``."""
     parser = subparsers.add_parser(
         "sweep",
-        help="simulate a grid of schedules x K x M (x v) under one cost model",
+        help=command_summary("sweep"),
         description="Simulate every combination; combinations a schedule cannot take are "
         "listed as skipped with the reason.",
     )

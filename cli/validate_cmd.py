@@ -8,6 +8,7 @@ from typing import Any
 
 from application.command_line import EXIT_CHECK_FAILED, EXIT_OK
 from application.outputs import new_output_directory, output_directory
+from cli.commands import command_summary
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
 
@@ -19,7 +20,7 @@ def register(subparsers: Any) -> None:
     """Add ``validate``."""
     parser = subparsers.add_parser(
         "validate",
-        help="calibrate, predict, run for real, compare (needs the executor extra: torch)",
+        help=command_summary("validate"),
         description=(
             "Calibrate stage costs and the link on this machine, predict every run with the "
             "simulator, run it with the PyTorch executor, and compare step time, speedup over "
