@@ -787,6 +787,10 @@ def _search(
         limit = compute_limit_s * (1 + _TOLERANCE)
         budget = [nodes]
         feasible = _depth_first(problem, parts, matrices, budget)
+        if feasible(math.inf, False) is None and budget[0] > 0:
+            # nothing fits at all, whatever the limit (one test, not a bisection first)
+            raise _no_fit(problem, forms, first.counts)
+        budget = [nodes]
         highest = int(np.searchsorted(candidates, limit, side="right")) - 1
         found = _bisect(feasible, candidates, 0, highest, budget)
         if budget[0] <= 0:
