@@ -348,7 +348,7 @@ def path_rates(
     """The plain longest path and the engine's walk on each case (synthetic costs F=1, B=2,
     transfers 0.1, links not shared: the walk needs no replay). The makespans are reported
     side by side: the plain path is an independent check of the engine's."""
-    from pipesim.engine.fast import _durations, _transfers
+    from pipesim.engine.fast import _durations, _lone_channels, _transfers
     from pipesim.engine.kernels import play_in_order
     from pipesim.engine.run_layout import run_layout
 
@@ -388,11 +388,14 @@ def path_rates(
                 transfer,
                 starts,
                 channels,
+                _lone_channels(starts, channels, duration),
+                bool(costs.transfers_use_compute),
             )
             spare = [np.zeros(count) for _ in range(3)]
 
             def play() -> None:
-                walk(*walk_arrays, len(names), k, bool(costs.transfers_use_compute), *spare)  # noqa: B023
+                scratch = (np.zeros(k), np.zeros(len(names)), np.zeros(len(names)))  # noqa: B023
+                walk(*walk_arrays, *scratch, *spare)  # noqa: B023
 
             play()
             walk_s = best_of(repeats, play)

@@ -32,8 +32,12 @@ from pipesim.schedules.registry import build
 from pipesim.schedules.schedule import Schedule
 
 # Above this many items a one-off run pays for importing numba and loading its cached kernels
-# (about 1.5 s on a 2-core machine) with the time the interpreted walk would take.
-COMPILE_ABOVE_ITEMS = 500_000
+# with the time the interpreted kernels would take. Measured (2-core x86_64, Python 3.11,
+# numba 0.68, cache on disk; a fresh process's first run_fast of 1F1B K=64, costs 1,2, layout
+# made before; median of 5): compiled 313 / 296 / 339 ms, interpreted 116 / 228 / 469 ms at
+# 131k / 262k / 524k items, i.e. about 0.25 s fixed (import and cache load) against 0.73 us
+# per item saved: even at about 350k items.
+COMPILE_ABOVE_ITEMS = 350_000
 
 
 def warm_up() -> bool:
@@ -212,6 +216,27 @@ def _transfers(
     return route, occupancy, transfer, route_starts, route_channels, list(channel_number), routes
 
 
+def _lone_channels(
+    route_starts: IntArray, route_channels: IntArray, duration: FloatArray
+) -> IntArray:
+    """Per route, its *lone channel* for :func:`~pipesim.engine.kernels.play_in_order`: the
+    route's only channel when no other route uses it, else -1; -1 for every route unless every
+    duration is >= 0 (not NaN).
+
+    Why the walk needs no order check on such a channel: a route is one (sender, receiver)
+    pair, so only the sender's items request its lone channel; the walk visits a device's items
+    in list order, and each starts no sooner than the previous one's end (its device is free no
+    sooner), so with durations >= 0 their ends, the request times, never decrease."""
+    lone = np.full(len(route_starts) - 1, -1, dtype=np.int64)
+    if len(route_channels) == 0 or not bool(np.all(duration >= 0)):
+        return lone
+    single = np.flatnonzero(np.diff(route_starts) == 1)
+    channel = route_channels[route_starts[single]]
+    users = np.bincount(route_channels)
+    lone[single] = np.where(users[channel] == 1, channel, -1)
+    return lone
+
+
 def _play(
     arguments: dict[str, Any],
     order: IntArray,
@@ -228,14 +253,20 @@ def _play(
     times, and the transfers' start and arrival times (per item)."""
     count = len(order)
     use_compute = bool(costs.transfers_use_compute)
+    lone = _lone_channels(
+        arguments["route_starts"], arguments["route_channels"], arguments["duration"]
+    )
     if compiled:
         start, sent, arrival = (np.zeros(count) for _ in range(3))
         converted = {k: np.ascontiguousarray(v) for k, v in arguments.items()}
+        scratch: list[Any] = [np.zeros(devices), np.zeros(channels), np.zeros(channels)]
         walk = play_in_order.compiled()
         events = play_by_events.compiled()
     else:
         start, sent, arrival = ([0.0] * count for _ in range(3))  # type: ignore[assignment]
         converted = {k: v.tolist() for k, v in arguments.items()}
+        lone = lone.tolist()
+        scratch = [[0.0] * devices, [0.0] * channels, [0.0] * channels]
         walk, events = play_in_order.python, play_by_events.python
         order = order.tolist()
         key = key.tolist()
@@ -252,9 +283,9 @@ def _play(
             converted["transfer"],
             converted["route_starts"],
             converted["route_channels"],
-            channels,
-            devices,
+            lone,
             use_compute,
+            *scratch,
             start,
             sent,
             arrival,

@@ -15,17 +15,22 @@ SimPy engine:
   with ``use_compute`` the device stays busy until then;
 * channels serve requests in order of request time, and at equal times in execution order.
 
-That booking rule is :func:`reserve_route`, written once: both loops here call it, and so does
-the SimPy engine (:mod:`pipesim.engine.simpy_engine`), in the interpreter, on its own channel
-names. It lives in this file because numba's on-disk cache is invalidated by a change to the
-caller's source file only: a callee in another file could leave stale compiled loops behind.
+That booking rule is :func:`reserve_route`, written once: both loops here call it (the walk
+does its one-channel case in line, in the same operations, for a route's lone channel: see
+below), and so does the SimPy engine (:mod:`pipesim.engine.simpy_engine`), in the interpreter,
+on its own channel names. It lives in this file because numba's on-disk cache is invalidated by
+a change to the caller's source file only: a callee in another file could leave stale compiled
+loops behind.
 
 :func:`play_in_order` walks the items in execution order once: a longest-path walk. It is exact
 as long as every channel receives its requests in time order, which holds for every channel
 used by one sending device only (a device's actions end in list order); when a channel shared
 by several senders gets a request earlier than one it already served, the walk stops and
 :func:`play_by_events` replays the run with a heap of end events ordered by (time, execution
-order): the discrete-event form of the same rule.
+order): the discrete-event form of the same rule. A route's *lone channel* (its only channel,
+used by no other route) cannot see a request out of order, as the walk visits each device's
+items in list order and, with no negative duration, their ends never decrease: the walk
+skips the check there, and books it without the loops.
 """
 
 from __future__ import annotations
@@ -66,9 +71,11 @@ def play_in_order(
     transfer: Any,
     route_starts: Any,
     route_channels: Any,
-    channels: int,
-    devices: int,
+    lone_channel: Any,
     use_compute: bool,
+    device_free: Any,
+    channel_free: Any,
+    last_request: Any,
     start: Any,
     sent: Any,
     arrival: Any,
@@ -76,10 +83,16 @@ def play_in_order(
     """Play the items in ``order``; fill ``start``, and ``sent`` (transfer start) and
     ``arrival`` of the items that send (an item ends at start + duration). Returns -1, or the
     position in ``order`` where a channel saw a request earlier than one it had served (the
-    caller then replays with :func:`play_by_events`)."""
-    device_free = [0.0] * devices
-    channel_free = [0.0] * channels
-    last_request = [0.0] * channels
+    caller then replays with :func:`play_by_events`).
+
+    ``lone_channel[r]`` is route r's channel when it is r's only channel and no other route
+    uses it, else -1 (-1 for every route unless every duration is >= 0): such a channel gets
+    requests from r's sender alone, in its list order, at end times that never decrease, so the
+    order check cannot fail there and is skipped, and :func:`reserve_route`'s one-channel case
+    is done in line (the same comparisons and the one addition). ``device_free`` (per device),
+    ``channel_free`` and ``last_request`` (per channel) are zeros given by the caller, in the
+    form the loop runs on (lists in the interpreter, arrays compiled: numba indexes an array
+    faster than a list)."""
     for position, item in enumerate(order):
         here = device[item]
         ready = device_free[here]
@@ -94,12 +107,21 @@ def play_in_order(
         if path < 0:
             device_free[here] = finish
             continue
-        first, last = route_starts[path], route_starts[path + 1]
-        for k in range(first, last):
-            if last_request[route_channels[k]] > finish:
-                return position
-            last_request[route_channels[k]] = finish
-        begin = reserve_route(channel_free, route_channels, first, last, finish, occupancy[item])
+        channel = lone_channel[path]
+        if channel >= 0:
+            begin = finish
+            if channel_free[channel] > begin:
+                begin = channel_free[channel]
+            channel_free[channel] = begin + occupancy[item]
+        else:
+            first, last = route_starts[path], route_starts[path + 1]
+            for k in range(first, last):
+                if last_request[route_channels[k]] > finish:
+                    return position
+                last_request[route_channels[k]] = finish
+            begin = reserve_route(
+                channel_free, route_channels, first, last, finish, occupancy[item]
+            )
         sent[item] = begin
         came = begin + transfer[item]
         arrival[item] = came
