@@ -628,6 +628,7 @@ class PlanContext:
         self.syncs: dict[tuple[int, ...], SyncTerms] = {}
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
         self.rules: dict[str, tuple[UpdateRule, int]] = {}
+        self.whole_backwards: dict[str, bool] = {}
         self.schedules: dict[tuple[str, int, int, int, bool], Schedule] = {}
         self.extras: dict[LayerKey, tuple[float, float]] = {}
         self.evaluations: dict[Candidate, Evaluated] = {}
@@ -865,12 +866,19 @@ class PlanContext:
         return self.rules[c.schedule]
 
     def fill_bound(self, c: Candidate) -> float:
-        """For one stage per device on a transformer: device d cannot start before micro-batch
-        0's forwards of the stages before it, f times their blocks, and then works M·w times
-        its own (w a block's forward and backward); weighting the devices' bounds so that
-        every block counts alike (lambda_d proportional to (1 - r)^(K-1-d), r = f / (M w))
-        gives, for any partition of the L blocks, the step at least L f / (1 - (1 - r)^K):
-        M L w / K with the pipeline's fill on top. 0 where it does not apply."""
+        """For one stage per device on a transformer: device d works M·w times its own blocks
+        (w a block's forward and backward), and outside that work the chain of the stages
+        before it runs: before its first forward, micro-batch 0's forwards through them;
+        where every backward is whole (no I and W apart), after its last backward that
+        micro-batch's backwards through them too (they need its result, and the device has
+        nothing left to run). So the step is at least g times the blocks before d plus M·w
+        times d's, g a block's share of that chain (its forward, or its whole work f + b:
+        under re-materialization the backward recomputes the forward, 2f + b). Weighting the
+        devices' bounds so that every block counts alike (lambda_d proportional to (1 -
+        r)^(K-1-d), r = g / (M w)) gives, for any partition of the L blocks, the step at least
+        L g / (1 - (1 - r)^K): M L w / K with the pipeline's fill (and drain) on top. With I
+        and W apart a device's weight gradients may run after the chain, so g is the forward
+        alone. 0 where it does not apply."""
         if c.chunks != 1 or self.model.architecture is None or c.devices == 1:
             return 0.0
         layers = self.layer_costs(c)
@@ -878,14 +886,22 @@ class PlanContext:
         blocks = [x for x, layer in zip(layers, self.model.layers, strict=True) if is_block(layer)]
         if not blocks:
             return 0.0
-        forward = min(x.forward_s for x in blocks)
         work = min(x.forward_s * again + x.backward_s for x in blocks)
-        if forward <= 0 or work <= 0:
+        chain = work if self.whole_backward(c) else min(x.forward_s for x in blocks)
+        if chain <= 0 or work <= 0:
             return 0.0
-        share = forward / (c.microbatches * work)
+        share = chain / (c.microbatches * work)
         if share >= 1:
-            return 0.0
-        return len(blocks) * forward / (1 - (1 - share) ** c.devices)
+            return len(blocks) * chain  # one micro-batch: every block's chain in turn
+        return len(blocks) * chain / (1 - (1 - share) ** c.devices)
+
+    def whole_backward(self, c: Candidate) -> bool:
+        """Whether ``c``'s schedule runs every backward whole, never as I and W apart (cached
+        per schedule name: a generator splits the backward at every shape or at none)."""
+        if c.schedule not in self.whole_backwards:
+            shape = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
+            self.whole_backwards[c.schedule] = not shape.uses_split_backward()
+        return self.whole_backwards[c.schedule]
 
     def sync_terms(self, c: Candidate) -> SyncTerms:
         """The least per-byte and fixed costs of a stage's data-parallel communication over

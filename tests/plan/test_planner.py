@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import math
+import random
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -686,3 +687,53 @@ def test_pruning_finds_the_exhaustive_top_on_real_costs(
         report = plan(dataclasses.replace(settings, top=top), show_progress=False)
         found = [e.iteration_time_s for e in report.plans]
         assert found == pytest.approx(best[:top], rel=1e-12)
+
+
+def _compositions(total: int, parts: int, rng: random.Random, count: int) -> set[tuple[int, ...]]:
+    """Up to ``count`` random ways to cut ``total`` layers into ``parts`` non-empty stages,
+    with the most lopsided ones (one layer in every stage but one) among them."""
+    out = {tuple(total - parts + 1 if s == p else 1 for s in range(parts)) for p in range(parts)}
+    while len(out) < count:
+        cuts = sorted(rng.sample(range(1, total), parts - 1))
+        out.add(tuple(b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)))
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1"])
+def test_the_quick_bound_holds_for_every_partition_not_only_the_chosen_one(
+    schedule: str,
+) -> None:
+    """The quick bound (with its fill and drain term for one stage per device) is below the
+    simulated step of each configuration under any partition of its layers, balanced or as
+    lopsided as a memory-aware search could choose; where every backward is whole the fill
+    term counts the backward chain too, and is above the fill of the forwards alone."""
+    settings = plan_settings(
+        "megatron-1.7b",
+        "a100",
+        4,
+        16,
+        schedules=(schedule,),
+        tensor_sizes=(1,),
+        recompute=("none",),
+        chunk_options=(1,),
+    )
+    context = _context(settings)
+    limits = space_limits(context.model, context.hardware, settings)
+    rng = random.Random(7)
+    checked = 0
+    for c in candidates(4, 16, limits, settings.schedules):
+        if c.devices < 2 or c.chunks != 1:
+            continue
+        quick, fill = context.quick_bound(c), context.fill_bound(c)
+        assert fill > 0, c.label()
+        item = context.evaluate(c)
+        for counts in _compositions(len(context.model.layers), c.devices, rng, 8):
+            done = context.simulate(dataclasses.replace(item, partition=counts))
+            assert done.iteration_time_s is not None
+            assert quick <= done.iteration_time_s * (1 + 1e-9), (c.label(), counts)
+            checked += 1
+        if context.whole_backward(c):
+            context.whole_backwards[c.schedule] = False  # the forwards' chain alone
+            assert context.fill_bound(c) < fill, c.label()
+            context.whole_backwards[c.schedule] = True
+    assert checked >= 16
