@@ -56,7 +56,7 @@ class _Rows(Protocol):
 
     def row(self, stage: int, start: int) -> tuple[np.ndarray, np.ndarray]: ...
 
-    def column(self, stage: int, end: int) -> tuple[np.ndarray, np.ndarray] | None: ...
+    def column(self, stage: int, end: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class BlockFeasibility:
@@ -74,13 +74,15 @@ class BlockFeasibility:
         self._problem = problem
         self._parts = parts
         self._values = values
-        self._memory = memory  # per stage but the last: static[n], levels[:, n]
-        self._last: dict[int, tuple[float, np.ndarray]] = {}  # the last stage's, per n
+        self._memory = memory  # per stage: static[n], levels[:, n]
         self._blocks = len(problem.layers) - 2
         self._device_stages: dict[int, list[int]] = {}
         for stage, device in enumerate(problem.placement):
             self._device_stages.setdefault(device, []).append(stage)
         self._least = [0 if s in (0, problem.stages - 1) else 1 for s in range(problem.stages)]
+        # per device: its grid over every count from each stage's least up (_device_totals)
+        self._whole_grids: dict[int, tuple[list[np.ndarray], np.ndarray, np.ndarray] | str] = {}
+        self._prefix_tables: dict[int, tuple[list[int], np.ndarray, int] | int | None] = {}
 
     @classmethod
     def of(
@@ -115,6 +117,12 @@ class BlockFeasibility:
         for stage in range(stages):
             if stage == stages - 1:  # n blocks and the output layer: [L - 1 - n, L)
                 values.append(np.asarray(matrices[stage][last - 1 - counts, last], dtype=float))
+                static, level = parts.column(stage, last)  # every start at once
+                starts = last - 1 - counts
+                memory[stage] = (
+                    np.asarray(static[starts], float),
+                    np.asarray(level[:, starts], float),
+                )
                 continue
             start = stage  # the embedding's stage from 0, a middle one from a block boundary
             ends = np.minimum(start + (1 if stage == 0 else 0) + counts, last - 1)
@@ -155,24 +163,9 @@ class BlockFeasibility:
         return out
 
     def _stage_memory(self, stage: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Static bytes and level shares of ``stage`` holding each of ``counts`` blocks (the
-        last stage's computed as they are asked for: one start per count)."""
-        if stage in self._memory:
-            static, levels = self._memory[stage]
-            return static[counts], levels[:, counts]
-        last = len(self._problem.layers)
-        if not self._last:  # every count at once where the spans allow it
-            column = self._parts.column(stage, last)
-            if column is not None:
-                static, levels = column
-                for n in range(self._blocks + 1):
-                    self._last[n] = (float(static[last - 1 - n]), levels[:, last - 1 - n])
-        for n in counts:
-            if int(n) not in self._last:
-                static, levels = self._parts.row(stage, last - 1 - int(n))
-                self._last[int(n)] = (float(static[last]), np.asarray(levels[:, last], float))
-        statics = np.array([self._last[int(n)][0] for n in counts])
-        return statics, np.stack([self._last[int(n)][1] for n in counts], axis=-1)
+        """Static bytes and level shares of ``stage`` holding each of ``counts`` blocks."""
+        static, levels = self._memory[stage]
+        return static[counts], levels[:, counts]
 
     def first_fit(self, limit: float, build: bool = True) -> tuple[int, ...] | bool | str | None:
         """The depth-first order's first partition (layers per stage) within ``limit`` that
@@ -194,20 +187,19 @@ class BlockFeasibility:
         fixed: dict[int, int] = {}
         ranges: dict[int, tuple[int, int]] = {}
         for device in self._device_stages:
-            whole = self._grid(device, boxes, fixed)
-            if isinstance(whole, str):
+            totals = self._device_totals(device, boxes)
+            if totals == UNKNOWN:
                 return UNKNOWN
-            totals = _totals(whole)
             if totals is None:
                 return None
-            ranges[device] = totals
+            ranges[device] = totals  # type: ignore[assignment]
         if not self._within(ranges.values()):
             return None
         if not build:
             return True
         for stage in range(stages):
             device = problem.placement[stage]
-            probed = self._grid(device, boxes, fixed, probe=stage)
+            probed = self._probe(device, boxes, fixed, stage)
             if isinstance(probed, str):
                 return UNKNOWN
             axis, fits, sums = probed
@@ -228,6 +220,138 @@ class BlockFeasibility:
             fixed[stage], ranges[device] = chosen
         blocks = [fixed[s] for s in range(stages)]
         return (blocks[0] + 1, *blocks[1:-1], blocks[-1] + 1)
+
+    def _device_totals(
+        self, device: int, boxes: Sequence[tuple[int, int]]
+    ) -> tuple[int, int] | str | None:
+        """The least and most total blocks of ``device``'s count combinations within
+        ``boxes`` that fit its memory (None where its least combination overflows, then every
+        one does), read off the device's whole grid (every count from each stage's least up,
+        made once: a bisection asks with many limits, each only a box of it);
+        :data:`UNKNOWN` where the grids are too large. A combination's fit is the same
+        computation whatever box it is read in, so the answer is :meth:`_grid`'s."""
+        grid = self._whole_grid(device)
+        if isinstance(grid, str):
+            in_box = self._grid(device, boxes, {})  # the box alone may be small enough
+            return UNKNOWN if isinstance(in_box, str) else _totals(in_box)
+        axes, fits, totals = grid
+        stages = self._device_stages[device]
+        window = []
+        for stage, axis in zip(stages, axes, strict=True):
+            low, high = boxes[stage]  # the axis counts from the stage's least up
+            if low > int(axis[-1]):
+                return None  # this count overflows the device with the others' least
+            window.append(slice(low - int(axis[0]), high - int(axis[0]) + 1))
+        fits_here, totals_here = fits[tuple(window)], totals[tuple(window)]
+        if not fits_here.flat[0]:
+            return None
+        return int(totals_here.flat[0]), int(np.max(np.where(fits_here, totals_here, -1)))
+
+    def feasible_limits(self, limits: np.ndarray) -> np.ndarray | None:
+        """For each of ``limits`` (finite), whether :meth:`first_fit` with ``build`` False
+        finds a partition, all at once; None where this reading does not apply (a stage whose
+        values are not finite and non-decreasing from its first finite count, a first finite
+        count above the stage's least, a device's grid too large), and the caller asks
+        :meth:`first_fit` limit by limit.
+
+        Where it applies, each stage's box is [its least count, the most whose value is within
+        the limit], starting where every device's whole grid starts; a device fits its least
+        combination or none, and the most blocks it can hold within a box is a prefix maximum
+        of its grid (the largest total of a fitting combination at or below each corner),
+        read at the box's corner: the same answer as :meth:`first_fit`'s, limit by limit."""
+        count = len(limits)
+        highs: list[np.ndarray] = []
+        ok = np.ones(count, dtype=bool)
+        for stage in range(self._problem.stages):
+            values = self._values[stage]
+            finite = np.flatnonzero(np.isfinite(values))
+            if finite.size == 0:
+                return np.zeros(count, dtype=bool)
+            first, last = int(finite[0]), int(finite[-1])
+            run = values[first : last + 1]
+            if first > self._least[stage] or not np.all(np.isfinite(run)):
+                return None
+            if run.size > 1 and np.any(np.diff(run) < 0):
+                return None
+            high = first + np.searchsorted(run, limits, side="right") - 1
+            ok &= high >= self._least[stage]
+            highs.append(high)
+        most = np.zeros(count, dtype=np.int64)
+        least = 0
+        for device, stages in self._device_stages.items():
+            table = self._prefix_most(device)
+            if table is None:
+                return None
+            if isinstance(table, int):
+                return np.zeros(count, dtype=bool)  # its least combination overflows
+            origins, best, smallest = table
+            index = tuple(
+                np.clip(highs[stage] - origin, 0, size - 1)
+                for stage, origin, size in zip(stages, origins, best.shape, strict=True)
+            )
+            most += best[index]
+            least += smallest
+        return ok & (least <= self._blocks) & (most >= self._blocks)
+
+    def _prefix_most(self, device: int) -> tuple[list[int], np.ndarray, int] | int | None:
+        """``device``'s whole grid as (each axis's first count, the largest total of a
+        fitting combination at or below each corner: -1 where none, the least combination's
+        total); -1 where its least combination overflows; None where the grid is too large
+        (cached)."""
+        if device not in self._prefix_tables:
+            grid = self._whole_grid(device)
+            if isinstance(grid, str):
+                self._prefix_tables[device] = None
+            elif not grid[1].flat[0]:
+                self._prefix_tables[device] = -1
+            else:
+                axes, fits, totals = grid
+                best = np.where(fits, totals, -1)
+                for axis in range(best.ndim):
+                    best = np.maximum.accumulate(best, axis=axis)
+                origins = [int(a[0]) for a in axes]
+                self._prefix_tables[device] = (origins, best, int(totals.flat[0]))
+        return self._prefix_tables[device]
+
+    def _whole_grid(self, device: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray] | str:
+        """:meth:`_combinations` of ``device`` over every count from each stage's least up
+        (cached): any box's combinations are a window of it, each combination's fit computed
+        as in the box's own grid."""
+        if device not in self._whole_grids:
+            whole = [(self._least[s], self._blocks) for s in range(self._problem.stages)]
+            self._whole_grids[device] = self._combinations(device, whole, {})
+        return self._whole_grids[device]
+
+    def _probe(
+        self,
+        device: int,
+        boxes: Sequence[tuple[int, int]],
+        fixed: dict[int, int],
+        probe: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+        """:meth:`_grid` with ``probe``, read as a window of the device's whole grid where
+        there is one (the window may reach past the box's own cut where memory overflows:
+        those combinations do not fit, and change neither the least nor the most total)."""
+        grid = self._whole_grid(device)
+        if isinstance(grid, str):
+            return self._grid(device, boxes, fixed, probe=probe)
+        axes, fits, totals = grid
+        stages = self._device_stages[device]
+        window = []
+        for stage, axis in zip(stages, axes, strict=True):
+            origin, end = int(axis[0]), int(axis[-1])
+            low, high = (fixed[stage], fixed[stage]) if stage in fixed else boxes[stage]
+            if stage == probe:
+                low, high = boxes[stage]
+            if low > end:
+                return self._grid(device, boxes, fixed, probe=probe)
+            window.append(slice(low - origin, high - origin + 1))
+        position = stages.index(probe)
+        probe_axis = axes[position][window[position]]
+        here = tuple(window)
+        fits_here = np.moveaxis(fits[here], position, 0).reshape(len(probe_axis), -1)
+        totals_here = np.moveaxis(totals[here], position, 0).reshape(len(probe_axis), -1)
+        return probe_axis, fits_here, totals_here
 
     def _level_count(self, stage: int) -> int:
         """How many memory levels the stage's device has."""
@@ -250,6 +374,30 @@ class BlockFeasibility:
         others within their boxes): (the ``probe`` stage's counts, whether each combination
         fits, its total blocks), both with the probe's counts first and the rest flattened
         in ascending order (the first the least); :data:`UNKNOWN` where they are too many."""
+        combined = self._combinations(device, boxes, fixed, probe)
+        if isinstance(combined, str):
+            return combined
+        axes, fits, totals = combined
+        stages = self._device_stages[device]
+        position = stages.index(probe) if probe is not None else 0
+        probe_axis = axes[position] if probe is not None else np.array([0])
+        if probe is None:
+            return probe_axis, fits.reshape(1, -1), totals.reshape(1, -1)
+        fits = np.moveaxis(fits, position, 0).reshape(len(probe_axis), -1)
+        totals = np.moveaxis(totals, position, 0).reshape(len(probe_axis), -1)
+        return probe_axis, fits, totals
+
+    def _combinations(
+        self,
+        device: int,
+        boxes: Sequence[tuple[int, int]],
+        fixed: dict[int, int],
+        probe: int | None = None,
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray] | str:
+        """``device``'s stages' counts as :meth:`_grid` takes them (one axis per stage, in
+        the device's order, cut where memory already overflows), whether each combination
+        fits and its total blocks, as arrays of one dimension per stage; :data:`UNKNOWN`
+        where they are too many."""
         problem = self._problem
         stages = self._device_stages[device]
         axes = []
@@ -280,13 +428,7 @@ class BlockFeasibility:
             problem.fragmentation_fraction,
         )
         fits = peaks <= (problem.memory_capacity_bytes or ())[device]
-        position = stages.index(probe) if probe is not None else 0
-        probe_axis = axes[position] if probe is not None else np.array([0])
-        if probe is None:
-            return probe_axis, fits.reshape(1, -1), totals.reshape(1, -1)
-        fits = np.moveaxis(fits, position, 0).reshape(len(probe_axis), -1)
-        totals = np.moveaxis(totals, position, 0).reshape(len(probe_axis), -1)
-        return probe_axis, fits, totals
+        return axes, fits, totals
 
     def _shrunk(
         self, device: int, stages: list[int], axes: list[np.ndarray], level_count: int

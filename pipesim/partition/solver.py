@@ -502,18 +502,45 @@ class _SpanMemory:
             )
         return self._rows[key]
 
-    def column(self, stage: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """S[:, end] and A[:, :, end] of ``stage`` (every start at once), or None under
-        ``--recompute N`` (each start swaps in twins of its own: :meth:`row` per start)."""
-        if self._ends is not None:
-            return None
+    def column(self, stage: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """S[:, end] and A[:, :, end] of ``stage`` (every start at once): each start's value
+        in the same operations as its :meth:`row` (under ``--recompute N`` with the twins
+        that start swaps in)."""
         spans = {name: p[end] - p for name, p in self._prefixes.items()}
+        if self._ends is not None:
+            index = np.arange(len(self._inputs))
+            reach = np.minimum(end, self._ends)
+            after = end > index
+            for name, twin in self._twin_prefixes.items():
+                spans[name] = spans[name] + (twin[reach] - twin) * after
         maxima = []
-        for values in self._transients:
+        for kind, values in enumerate(self._transients):
             column = np.zeros(len(values) + 1)
-            column[:end] = np.maximum.accumulate(values[:end][::-1])[::-1]
+            if end > 0:
+                column[:end] = (
+                    np.maximum.accumulate(values[:end][::-1])[::-1]
+                    if self._ends is None
+                    else self._swapped_maxima(kind, end)
+                )
             maxima.append(column)
         return self._stage(stage, spans, maxima, self._inputs)
+
+    def _swapped_maxima(self, kind: int, end: int) -> np.ndarray:
+        """Under ``--recompute N``: for each start i < ``end``, the largest transient of
+        action ``kind`` over [i, end), the blocks in [i, ends[i]) as their twins (a maximum
+        is the same in any order: :meth:`row`'s running one gives it too)."""
+        assert self._ends is not None
+        plain = self._transients[kind][:end]
+        swapped = np.where(self._blocks[:end], self._twin_transients[kind][:end], plain)
+        suffix = np.maximum.accumulate(plain[::-1])[::-1]  # the plain layers of [k, end)
+        starts = np.arange(end)
+        edge = np.minimum(self._ends[:end], end)  # the twins' [i, edge)
+        out = np.where(edge < end, suffix[np.minimum(edge, end - 1)], -np.inf)
+        for offset in range(int((edge - starts).max())):
+            layer = starts + offset
+            inside = layer < edge
+            out = np.where(inside, np.maximum(out, swapped[np.minimum(layer, end - 1)]), out)
+        return out
 
     def _maxima_row(self, start: int) -> list[np.ndarray]:
         """Per action kind, the largest transient of the layers [start, j) for every j (the
@@ -653,12 +680,35 @@ def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
 # -- several stages per device: bisection with a depth-first search -------------------------
 
 
+class _Feasible:
+    """A feasibility test (:func:`_depth_first`): called with a limit, the first partition in
+    depth-first order within it that fits, or None (True in its place where only existence
+    was asked); :meth:`each` answers many limits at once where the transformer's shape lets
+    it (:meth:`pipesim.partition.blocks.BlockFeasibility.feasible_limits`)."""
+
+    def __init__(
+        self,
+        test: Callable[[float, bool], tuple[int, ...] | bool | None],
+        blocks: BlockFeasibility | None,
+    ) -> None:
+        self._test = test
+        self._blocks = blocks
+
+    def __call__(self, limit: float, build: bool = True) -> tuple[int, ...] | bool | None:
+        return self._test(limit, build)
+
+    def each(self, limits: np.ndarray) -> np.ndarray | None:
+        """Whether a partition exists within each of ``limits`` (finite), or None where only
+        one limit at a time can be asked."""
+        return None if self._blocks is None else self._blocks.feasible_limits(limits)
+
+
 def _depth_first(
     problem: PartitionProblem,
     parts: _SpanMemory,
     matrices: list[np.ndarray],
     budget: list[int],
-) -> Callable[[float, bool], tuple[int, ...] | bool | None]:
+) -> _Feasible:
     """A feasibility test over ``matrices`` (each stage's value for every span: its time, or
     its least compute): given a limit, the first partition in depth-first order (the
     smallest first stage, then the next) whose every stage's value is at most the limit and
@@ -721,7 +771,7 @@ def _depth_first(
 
         return tuple(counts) if go(0, 0) else None
 
-    return feasible
+    return _Feasible(feasible, blocks)
 
 
 Found = tuple[tuple[int, ...] | bool, int]
@@ -729,14 +779,20 @@ Found = tuple[tuple[int, ...] | bool, int]
 
 
 def _bisect(
-    feasible: Callable[[float, bool], tuple[int, ...] | bool | None],
+    feasible: _Feasible,
     candidates: np.ndarray,
     low: int,
     high: int,
     budget: list[int],
 ) -> Found | None:
     """The least of ``candidates[low..high]`` at which a partition is feasible (feasibility
-    only grows with the limit), while the budget lasts; None where none is."""
+    only grows with the limit), while the budget lasts; None where none is. On a
+    transformer's shape every candidate is answered at once, exactly (no budget spent)."""
+    if low <= high:
+        answers = feasible.each(candidates[low : high + 1] * (1 + _TOLERANCE))
+        if answers is not None:
+            hits = np.flatnonzero(answers)
+            return (True, low + int(hits[0])) if hits.size else None
     found = None
     while low <= high and budget[0] > 0:
         middle = (low + high) // 2
@@ -749,7 +805,7 @@ def _bisect(
 
 
 def _built(
-    feasible: Callable[[float, bool], tuple[int, ...] | bool | None],
+    feasible: _Feasible,
     found: Found,
     candidates: np.ndarray,
 ) -> tuple[int, ...]:

@@ -120,6 +120,32 @@ def test_the_block_test_finds_the_depth_first_search_s_first_partition(
     assert _first_fits(problem, forms, True) == _first_fits(problem, forms, False)
 
 
+@settings(max_examples=80, deadline=None)
+@given(shaped())
+def test_every_limit_at_once_is_the_block_test_asked_limit_by_limit(
+    case: tuple[PartitionProblem, tuple[object, ...], int],
+) -> None:
+    """feasible_limits (a bisection's candidates answered at once, from each device's prefix
+    maxima) says, for every limit, exactly whether first_fit finds a partition; the same on
+    the least-compute tables the planner's proof reads."""
+    problem, forms, _ = case
+    parts = solver._SpanMemory(problem, forms)  # type: ignore[arg-type]
+    answered = 0
+    for matrices in (solver._time_matrices(problem), solver._least_compute_matrices(problem)):
+        shaped_test = blocks_module.BlockFeasibility.of(problem, parts, matrices)
+        assert shaped_test is not None
+        limits = np.unique(np.concatenate([m[np.isfinite(m)] for m in matrices]))
+        limits = np.concatenate([limits * (1 + 1e-9), limits * (1 - 1e-9), [0.0, 1e30]])
+        at_once = shaped_test.feasible_limits(limits)
+        one_by_one = [shaped_test.first_fit(float(x), False) for x in limits]
+        if at_once is None:
+            continue
+        answered += 1
+        assert blocks_module.UNKNOWN not in one_by_one
+        assert at_once.tolist() == [answer is True for answer in one_by_one]
+    assert answered >= 1  # the shape's tables are read at once
+
+
 def test_the_block_test_declines_other_shapes() -> None:
     """Blocks that differ (a mixture-of-experts model's leading dense blocks): not its shape."""
     a = StageCosts(1.0, 1.0, 1.0, activation_bytes=1.0, output_bytes=4.0, parameter_bytes=1.0)
@@ -239,3 +265,68 @@ def test_an_infinite_stash_reads_as_an_infinite_peak() -> None:
     schedule = build("interleaved-1f1b", 2, 4, 2)
     forms = memory_forms(schedule, 1)
     assert all(form.peak_level_bytes([big] * 4) == math.inf for form in forms)
+
+
+def _layer(draw: st.DrawFn) -> StageCosts:
+    """A layer with transients of their own (not derived from its stash)."""
+    small = st.integers(0, 9)
+    stash = draw(small) * 1.0
+    return StageCosts(
+        forward_s=1.0,
+        input_grad_s=1.0,
+        weight_grad_s=1.0,
+        activation_bytes=stash,
+        weight_grad_activation_bytes=stash * draw(st.sampled_from([0.0, 0.5, 1.0])),
+        output_bytes=4.0,
+        parameter_bytes=draw(small) * 1.0,
+        gradient_bytes=draw(small) * 1.0,
+        optimizer_bytes=draw(small) * 1.0,
+        forward_transient_bytes=draw(small) * 1.0,
+        input_grad_transient_bytes=draw(small) * 1.0,
+        weight_grad_transient_bytes=draw(small) * 1.0,
+    )
+
+
+@st.composite
+def recomputed_rows(draw: st.DrawFn) -> tuple[PartitionProblem, tuple[object, ...]]:
+    """Layers all different, some of them blocks with twins of their own (larger or
+    smaller transients and stashes), recompute N from 0 to 4, on 1F1B or interleaved
+    stages."""
+    count = draw(st.integers(4, 12))
+    layers = tuple(_layer(draw) for _ in range(count))
+    twins = tuple(_layer(draw) for _ in range(count))
+    flags = tuple(draw(st.booleans()) for _ in range(count))
+    name, chunks = draw(st.sampled_from([("1f1b", 1), ("interleaved-1f1b", 2)]))
+    schedule = build(name, 2, 4, chunks)
+    problem = PartitionProblem(
+        layers,
+        1.0,
+        schedule.placement,
+        None,
+        None,
+        (math.inf,) * 2,
+        False,
+        None,
+        recompute_first=RecomputeFirst(draw(st.integers(0, 4)), twins, flags),
+    )
+    return problem, memory_forms(schedule, 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(recomputed_rows())
+def test_a_column_is_every_start_s_row_read_at_its_end(
+    case: tuple[PartitionProblem, tuple[object, ...]],
+) -> None:
+    """_SpanMemory.column(stage, end) gives, for every start, exactly (bit for bit) what
+    row(stage, start) gives at that end, with --recompute N's twins as each start swaps
+    them in (the last stage of a transformer's shape reads its memory from one column)."""
+    problem, forms = case
+    parts = solver._SpanMemory(problem, forms)  # type: ignore[arg-type]
+    layers = len(problem.layers)
+    for stage in range(problem.stages):
+        for end in range(1, layers + 1):
+            static, levels = parts.column(stage, end)
+            for start in range(end):
+                row_static, row_levels = parts.row(stage, start)
+                assert static[start] == row_static[end], (stage, start, end)
+                assert levels[:, start].tolist() == row_levels[:, end].tolist()
