@@ -17,7 +17,7 @@ latencies add up (no store-and-forward of the whole message at each hop).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar, overload
 
@@ -129,6 +129,11 @@ def transfer_time_s(size_bytes: Number, latency_s: Number, bandwidth_bytes_per_s
     return latency_s + occupancy_s(size_bytes, bandwidth_bytes_per_s)
 
 
+_MOST_ROUTES = 1 << 16
+"""The most routes one network remembers (a few MB): the pairs a pipeline exchanges on are
+few; a caller walking every pair of a large cluster computes the rest each time."""
+
+
 @dataclass(frozen=True)
 class Network:
     """``devices`` devices joined by ``link`` in ``topology``.
@@ -150,6 +155,12 @@ class Network:
     torus_columns: int | None = None
     rank_stride: int = 1
     message_overhead_s: float = 0.0
+    # routes already asked for, by (source, destination): a partition search asks for the same
+    # few pairs many thousand times (not a field of the value: dataclasses.replace starts a
+    # new one, and equality and hashing leave it out)
+    _routes: dict[tuple[int, int], Route] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         checks.positive_int("network.devices", self.devices)
@@ -183,7 +194,17 @@ class Network:
         return self.devices * self.rank_stride
 
     def route(self, source: int, destination: int) -> Route:
-        """The channels, latency and bandwidth of a transfer ``source`` -> ``destination``."""
+        """The channels, latency and bandwidth of a transfer ``source`` -> ``destination``
+        (remembered per pair: a route depends on nothing else)."""
+        known = self._routes.get((source, destination))
+        if known is not None:
+            return known
+        found = self._route(source, destination)
+        if len(self._routes) < _MOST_ROUTES:
+            self._routes[(source, destination)] = found
+        return found
+
+    def _route(self, source: int, destination: int) -> Route:
         for what, device in (("source", source), ("destination", destination)):
             if not 0 <= device < self.devices:
                 raise SpecError(
