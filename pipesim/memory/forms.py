@@ -116,18 +116,38 @@ class MemoryForm:
         total = np.where(np.isnan(total), -np.inf, total)
         return max(0.0, float(total.max()))
 
+    @cached_property
+    def _flag_columns(self) -> tuple[tuple[tuple[int, bool], ...], ...]:
+        """Per stage position, its running-transient columns that are ever set, each with
+        whether it is set on every level (computed once): a column never set adds nothing,
+        one always set its product on every level."""
+        counts = self._level_array
+        out = []
+        for position in range(len(self.stages)):
+            base = SLOT * position
+            columns = []
+            for offset in range(3, SLOT):
+                set_on = counts[:, base + offset] != 0
+                if set_on.any():
+                    columns.append((base + offset, bool(set_on.all())))
+            out.append(tuple(columns))
+        return tuple(out)
+
     def _levels_summed(
         self, per_stage: Sequence[StageCosts], counts: np.ndarray, total: np.ndarray
     ) -> np.ndarray:
-        """Every level's bytes, each summed in :func:`level_bytes`'s order."""
+        """Every level's bytes, each summed in :func:`level_bytes`'s order (a transient
+        flag of 0 adds nothing there, nor here: its column is skipped, or masked)."""
         for position, stage in enumerate(self.stages):
             sizes = stage_sizes(per_stage[stage], self.rematerialize)
             base = SLOT * position
             part = counts[:, base] * sizes[0] + counts[:, base + 1] * sizes[1]
             part = part + counts[:, base + 2] * sizes[2]
-            for offset in range(3, SLOT):
-                flags = counts[:, base + offset]
-                part = part + np.where(flags != 0, flags * sizes[offset], 0.0)
+            for column, everywhere in self._flag_columns[position]:
+                flags = counts[:, column]
+                size = sizes[column - base]
+                term = flags * size
+                part = part + (term if everywhere else np.where(flags != 0, term, 0.0))
             total = total + part
         return total
 
