@@ -629,6 +629,8 @@ class PlanContext:
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
         self.rules: dict[str, tuple[UpdateRule, int]] = {}
         self.whole_backwards: dict[str, bool] = {}
+        # per layer table and remat: the blocks' count, least forward and least work
+        self.block_minima: dict[tuple[LayerKey, bool], tuple[int, float, float]] = {}
         self.schedules: dict[tuple[str, int, int, int, bool], Schedule] = {}
         self.extras: dict[LayerKey, tuple[float, float]] = {}
         self.evaluations: dict[Candidate, Evaluated] = {}
@@ -881,19 +883,24 @@ class PlanContext:
         alone. 0 where it does not apply."""
         if c.chunks != 1 or self.model.architecture is None or c.devices == 1:
             return 0.0
-        layers = self.layer_costs(c)
-        again = 2 if c.remat else 1
-        blocks = [x for x, layer in zip(layers, self.model.layers, strict=True) if is_block(layer)]
-        if not blocks:
-            return 0.0
-        work = min(x.forward_s * again + x.backward_s for x in blocks)
-        chain = work if self.whole_backward(c) else min(x.forward_s for x in blocks)
-        if chain <= 0 or work <= 0:
+        key = (table_key(c), c.remat)
+        if key not in self.block_minima:
+            layers = self.layer_costs(c)
+            again = 2 if c.remat else 1
+            blocks = [x for x, block in zip(layers, self.blocks, strict=True) if block]
+            self.block_minima[key] = (
+                len(blocks),
+                min((x.forward_s for x in blocks), default=0.0),
+                min((x.forward_s * again + x.backward_s for x in blocks), default=0.0),
+            )
+        count, forward, work = self.block_minima[key]
+        chain = work if self.whole_backward(c) else forward
+        if count == 0 or chain <= 0 or work <= 0:
             return 0.0
         share = chain / (c.microbatches * work)
         if share >= 1:
-            return len(blocks) * chain  # one micro-batch: every block's chain in turn
-        return len(blocks) * chain / (1 - (1 - share) ** c.devices)
+            return count * chain  # one micro-batch: every block's chain in turn
+        return count * chain / (1 - (1 - share) ** c.devices)
 
     def whole_backward(self, c: Candidate) -> bool:
         """Whether ``c``'s schedule runs every backward whole, never as I and W apart (cached
