@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipesim.config import DEFAULT_RECIPE, RECIPES, RunConfig, named_recipe
+from pipesim.config import DEFAULT_RECIPE, RECIPES
 from pipesim.errors import PipesimError
-from pipesim.parallel.config import IDENTITY, ContextComm, Parallelism
-from pipesim.parallel.sharding import ReshardPolicy
+
+if TYPE_CHECKING:  # the run's configuration loads the models and the hardware: when one is read
+    from pipesim.config import RunConfig
+    from pipesim.parallel.config import ContextComm
+    from pipesim.parallel.sharding import ReshardPolicy
 
 # The recipe's true-or-false choices a flag of the command line turns on (its --no- form undoes
 # only a true given before it, a run file's: it never turns a recipe's own choice off). plan
@@ -46,8 +49,9 @@ def run_config_of(args: argparse.Namespace, data_parallel: int | None = None) ->
     a plan's, which the search chooses) and the recipe asked for (``--recipe`` with the
     choices its flags change). Every flag is read first, then the library resolves and checks
     the whole; what the run sets that no cost reads is warned about on stderr."""
+    from pipesim.config import RunConfig, named_recipe
     from pipesim.hardware import resolve_hardware
-    from pipesim.parallel.config import Recompute
+    from pipesim.parallel.config import IDENTITY, Parallelism, Recompute
     from pipesim.request.cost_request import resolved_model, with_allowances
     from pipesim.workload.sharding import attention_kind
 
@@ -160,6 +164,8 @@ class _RunFlags:
 
 def _reshard_policy(text: str) -> ReshardPolicy:
     """``--reshard-after-forward``'s policy, or a one-line error naming the flag."""
+    from pipesim.parallel.sharding import ReshardPolicy
+
     try:
         return ReshardPolicy(str(text).strip().lower())
     except ValueError:
@@ -170,6 +176,8 @@ def _reshard_policy(text: str) -> ReshardPolicy:
 
 def _cp_comm_type(text: str) -> ContextComm:
     """``--cp-comm-type``'s kind, or a one-line error naming the flag."""
+    from pipesim.parallel.config import ContextComm
+
     try:
         return ContextComm(str(text).strip().lower())
     except ValueError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from application.command_line import EXIT_OK
 from application.outputs import write_text_atomically
@@ -23,16 +23,11 @@ from cli.synthesized import (
 )
 from pipesim.errors import PipesimError
 from pipesim.files.strict_json import write_json
-from pipesim.schedules import (
-    Schedule,
-    read_csv,
-    render_schedule,
-    schedule_info,
-    schedule_names,
-    to_csv,
-    unit_slots,
-)
-from pipesim.synthesis.synthesis import SYNTH_NAME, Synthesis
+from pipesim.synthesis.names import SYNTH_NAME
+
+if TYPE_CHECKING:  # the schedules' generators and the synthesis (numpy) load in the handlers
+    from pipesim.schedules import Schedule
+    from pipesim.synthesis.synthesis import Synthesis
 
 
 def register(subparsers: Any) -> None:
@@ -101,6 +96,8 @@ def describe(schedule: Schedule) -> dict[str, Any]:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from pipesim.schedules import schedule_info, schedule_names
+
     infos = [schedule_info(name) for name in schedule_names()]
     if args.json:
         write_json(
@@ -157,6 +154,8 @@ def _schedule(args: argparse.Namespace) -> tuple[Schedule, Synthesis | None]:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from pipesim.schedules import render_schedule, unit_slots
+
     schedule, synthesis = _schedule(args)
     if synthesis is not None and not args.json:
         sys.stdout.write(synthesis_line(synthesis) + "\n")
@@ -172,6 +171,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from pipesim.schedules import to_csv
+
     schedule, _ = _schedule(args)
     text = to_csv(schedule)
     if args.out is not None:
@@ -182,6 +183,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from pipesim.schedules import read_csv
+
     schedule = read_csv(args.file, update_rule=update_rule(args))
     if args.json:
         payload = describe(schedule)

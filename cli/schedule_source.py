@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipesim.errors import PipesimError
-from pipesim.schedules import Schedule, UpdateRule, build, read_csv
+from pipesim.schedules import UpdateRule
+
+if TYPE_CHECKING:  # the schedules' generators (and numpy) load when a schedule is loaded
+    from pipesim.schedules import Schedule
 
 _UPDATE_RULES = [rule.value for rule in UpdateRule]
 
@@ -82,6 +86,8 @@ class ScheduleSource:
 
     def load(self) -> Schedule:
         """The schedule itself: built by name, or read from the file."""
+        from pipesim.schedules import build, read_csv
+
         if self.file is not None:
             schedule = read_csv(self.file, update_rule=self.update_rule)
             return schedule.replace(rematerialize=True) if self.remat else schedule

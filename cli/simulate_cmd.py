@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from application.command_line import EXIT_OK
-from application.outputs import output_path, write_text_atomically
 from cli.commands import command_summary
 from cli.run_config import add_recipe_argument
 from cli.run_file import add_run_argument
@@ -444,7 +443,6 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from pipesim.engine import simulate
-    from pipesim.export import chrome_trace, timeline_csv
 
     # The whole command line, read and checked against itself before anything is built.
     synthesis = read_synthesis(args)
@@ -475,6 +473,9 @@ def _simulate(args: argparse.Namespace) -> int:
         result = simulate(schedule, costs, steps=args.steps, engine=args.engine)
     require_reportable(result.to_json(), "simulate")
     if args.trace is not None:
+        from application.outputs import write_text_atomically
+        from pipesim.export.chrome_trace import chrome_trace
+
         memory = [d.memory.timeline for d in result.per_device]
         trace = chrome_trace(
             result.compute,
@@ -485,12 +486,16 @@ def _simulate(args: argparse.Namespace) -> int:
         )
         write_text_atomically(args.trace, json_text(trace), field="--trace")
     if args.timeline_csv is not None:
+        from application.outputs import write_text_atomically
+        from pipesim.export.timeline_csv import timeline_csv
+
         write_text_atomically(
             args.timeline_csv,
             timeline_csv(result.compute, result.transfers),
             field="--timeline-csv",
         )
     if args.save is not None:
+        from application.outputs import write_text_atomically
         from pipesim.export.saved import saved_run
 
         saved = saved_run(result)
@@ -539,6 +544,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         (args.save, "--save"),
     ):
         if path is not None:
+            from application.outputs import output_path
+
             output_path(path, field)
     if args.timeline is not None:
         from plots.style import figure_path

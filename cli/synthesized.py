@@ -7,20 +7,16 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.schedule_source import require_shape
 from pipesim.common.units import format_bytes
 from pipesim.errors import PipesimError
-from pipesim.schedules.schedule import Schedule
-from pipesim.synthesis.synthesis import (
-    PLACEMENTS,
-    SYNTH_NAME,
-    Synthesis,
-    check_pair_limit,
-    check_synthesis_size,
-    placement_of,
-)
+from pipesim.synthesis.names import PLACEMENTS, SYNTH_NAME
+
+if TYPE_CHECKING:  # the synthesis (and numpy) loads when a synthesis is asked for
+    from pipesim.schedules.schedule import Schedule
+    from pipesim.synthesis.synthesis import Synthesis
 
 
 def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +65,8 @@ class SynthesisAsk:
         """What the library refuses before any costs are built: recomputation a split
         backward cannot carry, more actions than the limits allow over ``steps``, a pair limit
         below what the placement needs."""
+        from pipesim.synthesis.synthesis import check_pair_limit, check_synthesis_size
+
         if recompute is not None:
             from pipesim.parallel.config import Recompute
             from pipesim.request.cost_request import check_split_backward_recompute
@@ -81,6 +79,8 @@ class SynthesisAsk:
 
     def placement(self) -> tuple[int, ...]:
         """Each stage's device."""
+        from pipesim.synthesis.synthesis import placement_of
+
         return placement_of(self.placement_name, self.devices, self.chunks)
 
     def shape(self) -> Schedule:

@@ -26,24 +26,19 @@ from typing import TYPE_CHECKING
 
 from pipesim.common.checks import SpecError, non_negative, positive_int, slack
 from pipesim.common.limits import Limit, check
-from pipesim.config.run_config import RunConfig
 from pipesim.costs.data_parallel import add_to_optimizer_step, exposed_sync_s
-from pipesim.costs.model_on_hardware import model_on_hardware
-from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
 from pipesim.errors import named
-from pipesim.hardware.catalogue import HardwareSpec
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.parallel.config import Parallelism, Recompute, RecomputeMode
 from pipesim.parallel.groups import TensorGroup
 from pipesim.parallel.ranks import RankLayout
-from pipesim.partition.from_model import choose_partition, objective
-from pipesim.workload import resolve_model
 from pipesim.workload.model import Model
-from pipesim.workload.optimizer import with_optimizer
-from pipesim.workload.transformer import at_sequence_length
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a model request's own: loaded when one is built (synthetic costs need none)
+    from pipesim.config.run_config import RunConfig
+    from pipesim.costs.pipeline_costs import PipelineCosts
+    from pipesim.hardware.catalogue import HardwareSpec
     from pipesim.schedules.schedule import Schedule
 
 
@@ -111,6 +106,9 @@ class ModelRequest:
         """The model cut into K·v stages on K devices, the batch split into M micro-batches
         (per replica under data parallelism); ``schedule`` and ``steps`` serve the
         memory-aware partition and the checks that pair a schedule with recomputation."""
+        from pipesim.costs.model_on_hardware import model_on_hardware
+        from pipesim.partition.from_model import choose_partition, objective
+
         run = self.run
         parallelism = run.parallelism
         tensor, replicas = parallelism.tensor, parallelism.data
@@ -334,6 +332,10 @@ def resolved_model(
     when given: the one reading of the model, optimizer, master weights, dtype and sequence
     fields that simulating and planning share (how the software runs it is the run's recipe).
     A Hugging Face config is read at that sequence directly (its checks depend on it)."""
+    from pipesim.workload import resolve_model
+    from pipesim.workload.optimizer import with_optimizer
+    from pipesim.workload.transformer import at_sequence_length
+
     if isinstance(name, Model):  # a run file's inline one
         found = name
     elif seq_length is not None and name.endswith(".json"):

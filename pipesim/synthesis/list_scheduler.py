@@ -31,8 +31,7 @@ from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.memory.rules import changes
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.schedule import Schedule
-
-SYNTH_NAME = "synth"
+from pipesim.synthesis.names import SYNTH_NAME as SYNTH_NAME
 
 WEIGHT_GRAD_MODES = ("eager", "fit", "late")
 # A memory count within this relative difference of the limit keeps within it (sums of

@@ -74,7 +74,6 @@ from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.v_family import v_block_schedule
 from pipesim.synthesis.bounds import lower_bound
 from pipesim.synthesis.exact import MAX_ACTIONS, optimum
-from pipesim.synthesis.list_scheduler import SYNTH_NAME as SYNTH_NAME
 from pipesim.synthesis.list_scheduler import (
     GreedyPolicy,
     MemoryCount,
@@ -85,6 +84,8 @@ from pipesim.synthesis.list_scheduler import (
     policies,
     within,
 )
+from pipesim.synthesis.names import PLACEMENTS as PLACEMENTS
+from pipesim.synthesis.names import SYNTH_NAME as SYNTH_NAME
 from pipesim.synthesis.warmup import (
     WARMUP_RULES,
     estimate,
@@ -99,7 +100,6 @@ if TYPE_CHECKING:
 # Objective values within this relative difference are a tie (the engines' sums differ in the
 # last digits between orders of the same length).
 TIE_TOLERANCE = 1e-12
-PLACEMENTS = ("looped", "v")
 # The fixed schedules offered beside the greedy orders, per placement (all flush).
 FIXED_SEEDS = ("1f1b", "zb-h1", "zb-h2", "gpipe")
 V_BLOCKS = ("v-min", "v-half")  # 2405.15362's building blocks (pipesim.schedules.v_family)

@@ -82,3 +82,32 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
     loaded = _modules_after(["schedule", "list"])
     assert "cli.schedule_cmd" in loaded
     assert not {"cli.plan_cmd", "cli.plot_cmd", "cli.bench_cmd", "cli.validate_cmd"} & loaded
+
+
+@pytest.mark.parametrize("name", sorted({command.name for command in COMMANDS}))
+def test_a_commands_help_imports_no_numpy(name: str) -> None:
+    """Issue 39: a command's parser (its help, its choices) reads only light modules; the
+    library's heavy ones load in the handler that uses them."""
+    loaded = _modules_after([name, "--help"])
+    assert "numpy" not in loaded
+    assert not {"pipesim.workload.catalogue", "pipesim.hardware.catalogue"} & loaded
+
+
+def test_a_small_synthetic_simulation_loads_no_catalogue_synthesis_or_planner() -> None:
+    loaded = _modules_after(
+        ["simulate", "--schedule", "1f1b", "-K", "4", "-M", "8", "--costs", "1,2"]
+    )
+    assert "pipesim.engine" in loaded  # it did simulate
+    heavy = {
+        "pipesim.workload.catalogue",  # the models
+        "pipesim.hardware.catalogue",  # the hardware
+        "pipesim.config.run_config",  # a model's run
+        "pipesim.costs.model_on_hardware",
+        "pipesim.partition",
+        "pipesim.synthesis.synthesis",
+        "pipesim.plan",
+        "pipesim.sweep",
+        "pipesim.export",
+        "plots",
+    }
+    assert not heavy & loaded
