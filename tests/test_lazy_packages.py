@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAZY = ("pipesim.config", "pipesim.hardware", "pipesim.schedules", "pipesim.workload")
+LAZY = (
+    "pipesim.config",
+    "pipesim.costs",
+    "pipesim.hardware",
+    "pipesim.schedules",
+    "pipesim.workload",
+)
 
 
 def _stated(package: str) -> dict[str, str]:
