@@ -27,7 +27,10 @@ class RunArrays:
     """Per compute record (actions and optimizer steps), in completion order.
 
     ``stage`` and ``kind`` are -1 (:data:`OPTIMIZER`) for an optimizer step; kinds are coded as
-    in :mod:`pipesim.schedules.encoded`.
+    in :mod:`pipesim.schedules.encoded`. ``item``, where known, is each record's index among
+    the items of the run's layout (:func:`pipesim.engine.run_layout.run_layout`), so what
+    depends on the schedule alone can be looked up per record. The arrays are read-only once
+    made.
     """
 
     device: IntArray
@@ -37,6 +40,16 @@ class RunArrays:
     microbatch: IntArray
     start_s: FloatArray
     end_s: FloatArray
+    item: IntArray | None = None  # each record's item in the run's layout (the fast engine's)
+
+    def __post_init__(self) -> None:
+        # a finished run: read-only (what is summarised from it later, the memory curves
+        # made when first read, must see the run as it ended)
+        for values in (self.device, self.step, self.stage, self.kind, self.microbatch):
+            values.flags.writeable = False
+        for values in (self.start_s, self.end_s, self.item):
+            if values is not None:
+                values.flags.writeable = False
 
     def __len__(self) -> int:
         return len(self.device)

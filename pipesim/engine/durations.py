@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
-from pipesim.engine.arrays import FloatArray
+from pipesim.engine.arrays import FloatArray, IntArray
 from pipesim.schedules.action import Action, Kind
 from pipesim.schedules.dualpipe import overlapped_pairs
 from pipesim.schedules.encoded import B as B_CODE
@@ -88,20 +88,42 @@ def overlap_savings_s(schedule: Schedule, costs: PipelineCosts) -> FloatArray:
     savings = np.zeros(len(arrays.kind))
     if schedule.name not in OVERLAPPED_SCHEDULES:
         return savings
-    forwards, backwards = overlapped_pairs(schedule)
+    backwards, kinds, which = _pair_kinds(schedule)
+    if not kinds:
+        return savings
     stages = costs.stages
-    for f, x in zip(forwards.tolist(), backwards.tolist(), strict=True):
-        full = int(arrays.kind[x]) == B_CODE
-        backward = stages[int(arrays.stage[x])]
+    remat = schedule.rematerialize
+    values = []
+    for f, x, full in kinds:  # each distinct (forward stage, backward stage, full B) once
+        backward = stages[x]
         if full:
-            recompute = backward.forward_s if schedule.rematerialize else 0.0
+            recompute = backward.forward_s if remat else 0.0
             duration = recompute + backward.backward_s
         else:
             duration = backward.input_grad_s
-        savings[x] = overlap_saving_s(
-            stages[int(arrays.stage[f])], backward, duration, full, schedule.rematerialize
-        )
+        values.append(overlap_saving_s(stages[f], backward, duration, full, remat))
+    savings[backwards] = np.array(values)[which]
     return savings
+
+
+def _pair_kinds(schedule: Schedule) -> tuple[IntArray, list[tuple[int, int, bool]], IntArray]:
+    """The overlapped pairs' backwards (flat positions), the distinct (forward stage, backward
+    stage, full B) of the pairs, and each pair's index among them; kept on the schedule."""
+
+    def make() -> tuple[IntArray, list[tuple[int, int, bool]], IntArray]:
+        arrays = schedule.action_arrays
+        forwards, backwards = overlapped_pairs(schedule)
+        kinds: dict[tuple[int, int, bool], int] = {}
+        which = [
+            kinds.setdefault(
+                (int(arrays.stage[f]), int(arrays.stage[x]), int(arrays.kind[x]) == B_CODE),
+                len(kinds),
+            )
+            for f, x in zip(forwards.tolist(), backwards.tolist(), strict=True)
+        ]
+        return backwards, list(kinds), np.array(which, dtype=np.int64)
+
+    return schedule.derived("overlapped pair kinds", make)
 
 
 def overlap_savings_by_action(schedule: Schedule, costs: PipelineCosts) -> dict[Action, float]:

@@ -11,25 +11,32 @@ interpreter otherwise (:func:`should_compile` chooses by default); the numbers a
 
 from __future__ import annotations
 
+import functools
 import itertools
+import weakref
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from pipesim.common.jit import numba_available
 from pipesim.costs.pipeline_costs import PipelineCosts
 from pipesim.costs.synthetic import synthetic_costs
+from pipesim.engine import durations as duration_rules
 from pipesim.engine.arrays import OPTIMIZER, FloatArray, IntArray, RunArrays
 from pipesim.engine.durations import overlap_savings_s
 from pipesim.engine.kernels import play_by_events, play_in_order
 from pipesim.engine.records import TransferRecord
 from pipesim.engine.run_layout import Items, run_layout
-from pipesim.hardware.network import occupancy_s, transfer_time_s
+from pipesim.hardware.network import Network, occupancy_s, transfer_time_s
 from pipesim.schedules.action import Action
 from pipesim.schedules.dry_run import dry_run_kernel
 from pipesim.schedules.registry import build
 from pipesim.schedules.schedule import Schedule
+
+_T = TypeVar("_T")
 
 # Above this many items a one-off run pays for importing numba and loading its cached kernels
 # with the time the interpreted kernels would take. Measured (2-core x86_64, Python 3.11,
@@ -120,6 +127,7 @@ def run_fast(
         microbatch[done],
         start[done],
         end[done],
+        done,
     )
 
     def transfer_records() -> tuple[TransferRecord, ...]:
@@ -160,21 +168,126 @@ def _durations(
 ) -> FloatArray:
     """Per item: F, I, W as given; B = I + W (plus F under remat); the optimizer step; less
     what DualPipe's forward-backward overlap hides (:func:`overlap_savings_s`)."""
-    table = np.zeros((len(costs.stages) + 1, 4))
-    for s, c in enumerate(costs.stages):
-        recompute = c.forward_s if schedule.rematerialize else 0.0
-        table[s] = (c.forward_s, recompute + c.backward_s, c.input_grad_s, c.weight_grad_s)
-    optimizer = np.array(
-        [
-            sum(costs.stages[s].optimizer_step_s for s in schedule.stages_on(d))
-            for d in range(schedule.devices)
-        ]
+    remat = schedule.rematerialize
+    stages = costs.stages
+    seen: dict[int, tuple[float, float, float, float]] = {}
+    flat_table: list[float] = []
+    for c in stages:  # per stage: F, B (plus F under remat), I, W; each stage's costs read once
+        row = seen.get(id(c))
+        if row is None:
+            recompute = c.forward_s if remat else 0.0
+            row = seen[id(c)] = (
+                c.forward_s,
+                recompute + c.backward_s,
+                c.input_grad_s,
+                c.weight_grad_s,
+            )
+        flat_table.extend(row)
+    flat_table.extend(
+        sum(stages[s].optimizer_step_s for s in held) for held in _stages_on(schedule)
     )
-    duration = np.where(kind == OPTIMIZER, optimizer[device], table[stage, np.maximum(kind, 0)])
-    savings = overlap_savings_s(schedule, costs)
-    if savings.any():
-        duration = duration - np.where(flat >= 0, savings[np.maximum(flat, 0)], 0.0)
+    cells = _kept((stage, kind, device), lambda: _duration_cells(stage, kind, device, len(stages)))
+    duration = np.array(flat_table)[cells]
+    if schedule.name in duration_rules.OVERLAPPED_SCHEDULES:  # (read late: tests patch it)
+        savings = overlap_savings_s(schedule, costs)
+        if savings.any():
+            duration = duration - np.where(flat >= 0, savings[np.maximum(flat, 0)], 0.0)
     return duration
+
+
+def _duration_cells(stage: IntArray, kind: IntArray, device: IntArray, stages: int) -> IntArray:
+    """Per item, its duration's place in :func:`_durations`'s flat table: stage x 4 + kind for
+    an action, after the stages' rows the device's optimizer step."""
+    cells: IntArray = np.where(
+        kind == OPTIMIZER, 4 * stages + device, 4 * stage + np.maximum(kind, 0)
+    )
+    return cells
+
+
+def _stages_on(schedule: Schedule) -> tuple[tuple[int, ...], ...]:
+    """Each device's stages (:meth:`Schedule.stages_on`), kept on the schedule."""
+    return schedule.derived(
+        "stages on", lambda: tuple(map(schedule.stages_on, range(schedule.devices)))
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _TransferPlan:
+    """The cost-independent part of :func:`_transfers` for one layout: the items that send
+    (``has``), the stage whose output each sends, the device pairs that exchange data (sender
+    * devices + receiver, sorted), each sender's pair (``on``) and each item's (``route``,
+    -1 for none); and the transfer times worked out for the networks and sizes seen last."""
+
+    stage: IntArray
+    consumer: IntArray
+    devices: int
+    has: npt.NDArray[np.bool_]
+    size_stage: IntArray
+    pairs: tuple[int, ...]
+    route: IntArray
+    on: IntArray
+    times: dict[tuple[Network, str, bytes], tuple[FloatArray, FloatArray]] = field(
+        default_factory=dict
+    )  # (occupancy, transfer) per item, kept for the last network and output sizes
+
+
+# Networks and sizes whose transfer times a plan keeps: one (a sweep over compute speeds reuses
+# it; more would hold two arrays per item for every memoized schedule: measured by a review,
+# 16 made a sweep over 24 shapes x 16 link speeds grow to 625 MiB against 65 MiB)
+_KEPT_TIMES = 1
+
+
+_PLANS: weakref.WeakKeyDictionary[Items, _TransferPlan] = weakref.WeakKeyDictionary()
+
+
+def _transfer_plan(
+    items: Items, stage: IntArray, consumer: IntArray, devices: int
+) -> _TransferPlan:
+    """:class:`_TransferPlan` for these arrays, made once per layout (kept while ``items``
+    lives, for the same ``stage`` and ``consumer`` arrays)."""
+    plan = _PLANS.get(items)
+    if (
+        plan is not None
+        and plan.stage is stage
+        and plan.consumer is consumer
+        and plan.devices == devices
+    ):
+        return plan
+    has = consumer >= 0
+    sender, receiver = items.device[has], items.device[consumer[has]]
+    keys = sender * devices + receiver
+    pairs = np.unique(keys)
+    on = np.searchsorted(pairs, keys)
+    route = np.full(len(items.device), -1, dtype=np.int64)
+    route[has] = on
+    size_stage = np.minimum(stage[has], stage[consumer[has]])
+    plan = _TransferPlan(
+        stage, consumer, devices, has, size_stage, tuple(pairs.tolist()), route, on
+    )
+    _PLANS[items] = plan
+    return plan
+
+
+@functools.lru_cache(maxsize=256)
+def _routes(
+    network: Network, pairs: tuple[int, ...]
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray, list[str], list[tuple[str, ...]]]:
+    """Per device pair (sender * devices + receiver): its route's latency and bandwidth; the
+    routes' channels as CSR over channel numbers; the channel names; each route's channels by
+    name. Kept per network (a frozen value: equal networks route alike) and pairs."""
+    devices = network.devices
+    channel_number: dict[str, int] = {}
+    routes: list[tuple[str, ...]] = []
+    latency, bandwidth = np.zeros(len(pairs)), np.zeros(len(pairs))
+    for index, pair in enumerate(pairs):
+        r = network.route(pair // devices, pair % devices)
+        latency[index], bandwidth[index] = r.latency_s, r.bandwidth_bytes_per_s
+        routes.append(r.channels)
+        for channel in r.channels:
+            channel_number.setdefault(channel, len(channel_number))
+    route_starts = np.array([0, *itertools.accumulate(map(len, routes))], dtype=np.int64)
+    route_channels = np.array([channel_number[c] for r in routes for c in r], dtype=np.int64)
+    return latency, bandwidth, route_starts, route_channels, list(channel_number), routes
 
 
 def _transfers(
@@ -186,34 +299,39 @@ def _transfers(
 ) -> tuple[IntArray, FloatArray, FloatArray, IntArray, IntArray, list[str], list[tuple[str, ...]]]:
     """Per item: the index of the route its transfer takes (-1: no transfer), its occupancy
     and transfer time; the routes' channels as CSR over channel numbers; the channel names;
-    each route's channels by name. Only the device pairs that exchange data get a route."""
+    each route's channels by name. Only the device pairs that exchange data get a route.
+
+    The arrays returned are shared with later calls (the layout's and the network's parts are
+    made once): callers read them, never write them."""
     network = costs.network
-    has = consumer >= 0
-    sender, receiver = items.device[has], items.device[consumer[has]]
-    devices = costs.network.devices
-    pairs = np.unique(sender * devices + receiver)
-    channel_number: dict[str, int] = {}
-    routes: list[tuple[str, ...]] = []
-    latency, bandwidth = np.zeros(len(pairs)), np.zeros(len(pairs))
-    for index, pair in enumerate(pairs.tolist()):
-        r = network.route(pair // devices, pair % devices)
-        latency[index], bandwidth[index] = r.latency_s, r.bandwidth_bytes_per_s
-        routes.append(r.channels)
-        for channel in r.channels:
-            channel_number.setdefault(channel, len(channel_number))
-    route_starts = np.array([0, *itertools.accumulate(map(len, routes))], dtype=np.int64)
-    route_channels = np.array([channel_number[c] for r in routes for c in r], dtype=np.int64)
-    route = np.full(len(items.device), -1, dtype=np.int64)
-    route[has] = np.searchsorted(pairs, sender * devices + receiver)
+    plan = _transfer_plan(items, stage, consumer, network.devices)
+    try:
+        hash(network)
+    except TypeError:  # a network that is no value (not hashable): nothing is kept for it
+        routed, kept = _routes.__wrapped__(network, plan.pairs), False
+    else:
+        routed, kept = _routes(network, plan.pairs), True
+    latency, bandwidth, route_starts, route_channels, names, routes = routed
     output = np.array([s.output_bytes for s in costs.stages])
-    size = np.zeros(len(items.device))
-    size[has] = output[np.minimum(stage[has], stage[consumer[has]])]
-    occupancy, transfer = np.zeros(len(route)), np.zeros(len(route))
-    if len(pairs):  # the link model's formulas, elementwise over the items that send
-        on = route[has]
-        occupancy[has] = occupancy_s(size[has], bandwidth[on])
-        transfer[has] = transfer_time_s(size[has], latency[on], bandwidth[on])
-    return route, occupancy, transfer, route_starts, route_channels, list(channel_number), routes
+    # the sizes bit for bit with their type (a signed zero is kept apart, an integer array
+    # from a float one with the same bytes); sizes held as Python objects are not kept
+    kept = kept and output.dtype != object
+    key = (network, output.dtype.str, output.tobytes())
+    times = plan.times.get(key) if kept else None
+    if times is None:
+        has, on = plan.has, plan.on
+        size = output[plan.size_stage]
+        occupancy, transfer = np.zeros(len(has)), np.zeros(len(has))
+        if len(plan.pairs):  # the link model's formulas, elementwise over the items that send
+            occupancy[has] = occupancy_s(size, bandwidth[on])
+            transfer[has] = transfer_time_s(size, latency[on], bandwidth[on])
+        times = (occupancy, transfer)
+        if kept:
+            if len(plan.times) >= _KEPT_TIMES:
+                plan.times.clear()
+            plan.times[key] = times
+    occupancy, transfer = times
+    return plan.route, occupancy, transfer, route_starts, route_channels, names, routes
 
 
 def _lone_channels(
@@ -237,6 +355,25 @@ def _lone_channels(
     return lone
 
 
+_KEPT: dict[tuple[int, ...], tuple[tuple[weakref.ref[Any], ...], Any]] = {}
+
+
+def _kept(arrays: tuple[Any, ...], make: Callable[[], _T]) -> _T:
+    """What ``make`` computes from ``arrays`` alone (arrays never written after they are
+    made), made once while they live."""
+    key = tuple(map(id, arrays))
+    entry = _KEPT.get(key)
+    if entry is not None and all(ref() is a for ref, a in zip(entry[0], arrays, strict=True)):
+        return cast(_T, entry[1])
+    value = make()
+
+    def forget(_: object, key: tuple[int, ...] = key) -> None:
+        _KEPT.pop(key, None)
+
+    _KEPT[key] = (tuple(weakref.ref(a, forget) for a in arrays), value)
+    return value
+
+
 def _play(
     arguments: dict[str, Any],
     order: IntArray,
@@ -253,9 +390,15 @@ def _play(
     times, and the transfers' start and arrival times (per item)."""
     count = len(order)
     use_compute = bool(costs.transfers_use_compute)
-    lone = _lone_channels(
-        arguments["route_starts"], arguments["route_channels"], arguments["duration"]
-    )
+    route_starts, route_channels = arguments["route_starts"], arguments["route_channels"]
+    if bool(np.all(arguments["duration"] >= 0)):  # the lone channels by the routes alone
+        lone = _kept(
+            (route_starts, route_channels),
+            lambda: _lone_channels(route_starts, route_channels, np.zeros(0)),
+        )
+    else:
+        lone = _lone_channels(route_starts, route_channels, arguments["duration"])
+    converted: dict[str, Any]
     if compiled:
         start, sent, arrival = (np.zeros(count) for _ in range(3))
         converted = {k: np.ascontiguousarray(v) for k, v in arguments.items()}
@@ -264,12 +407,13 @@ def _play(
         events = play_by_events.compiled()
     else:
         start, sent, arrival = ([0.0] * count for _ in range(3))  # type: ignore[assignment]
+        # the interpreter reads lists; made afresh each time (kept, they would hold a
+        # Python object per item for every memoized schedule)
         converted = {k: v.tolist() for k, v in arguments.items()}
-        lone = lone.tolist()
+        order, key = cast(Any, order.tolist()), cast(Any, key.tolist())
+        lone = cast(Any, lone.tolist())
         scratch = [[0.0] * devices, [0.0] * channels, [0.0] * channels]
         walk, events = play_in_order.python, play_by_events.python
-        order = order.tolist()
-        key = key.tolist()
     stopped = (
         0
         if force_events

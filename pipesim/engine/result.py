@@ -10,10 +10,11 @@ import numpy as np
 
 from pipesim.analysis.bubble import analytic_bubble_fraction
 from pipesim.costs.pipeline_costs import PipelineCosts
-from pipesim.engine.arrays import OPTIMIZER, RunArrays, running_totals
+from pipesim.engine.arrays import OPTIMIZER, IntArray, RunArrays, running_totals
 from pipesim.engine.durations import overlap_savings_s
 from pipesim.engine.memory_over_time import DeviceMemory, device_memory
 from pipesim.engine.records import ComputeRecord, Timeline, TransferRecord
+from pipesim.engine.run_layout import run_layout
 from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import KINDS
 from pipesim.schedules.schedule import Schedule
@@ -173,6 +174,21 @@ class SimulationResult:
 
     def to_json(self) -> dict[str, Any]:
         """The ``pipesim simulate --json`` object (times in seconds, sizes in bytes)."""
+        devices = [
+            {
+                "device": d.device,
+                "busy_time": d.busy_time_s,
+                "idle_time": d.idle_time_s,
+                "peak_memory_bytes": (peak := d.peak_memory_bytes),
+                "peak_activation_bytes": d.peak_activation_bytes,
+                "static_memory_bytes": d.memory.static_bytes,
+                "memory_breakdown": d.memory.breakdown(),
+                "peak_action": self.peak_action(d),
+                "memory_capacity_bytes": _json_number(d.memory_capacity_bytes),
+                "oom": peak > d.memory_capacity_bytes,  # DeviceSummary.oom
+            }
+            for d in self.per_device
+        ]
         return {
             "schedule": self.schedule.name,
             "devices": self.schedule.devices,
@@ -190,27 +206,13 @@ class SimulationResult:
             "throughput": self.throughput,
             "throughput_unit": self.throughput_unit,
             "speedup": self.speedup,
-            "oom": self.oom,
+            "oom": any(device["oom"] for device in devices),  # self.oom
             "costs": self.costs.description,
             "recipe": None if self.costs.recipe is None else dict(self.costs.recipe),
             "layout": None if self.costs.layout is None else dict(self.costs.layout),
             "engine": self.engine,
             **self._flops_json(),
-            "per_device": [
-                {
-                    "device": d.device,
-                    "busy_time": d.busy_time_s,
-                    "idle_time": d.idle_time_s,
-                    "peak_memory_bytes": d.peak_memory_bytes,
-                    "peak_activation_bytes": d.peak_activation_bytes,
-                    "static_memory_bytes": d.memory.static_bytes,
-                    "memory_breakdown": d.memory.breakdown(),
-                    "peak_action": self.peak_action(d),
-                    "memory_capacity_bytes": _json_number(d.memory_capacity_bytes),
-                    "oom": d.oom,
-                }
-                for d in self.per_device
-            ],
+            "per_device": devices,
         }
 
     def _flops_json(self) -> dict[str, Any]:
@@ -251,14 +253,17 @@ def summarize(
     engine: str,
 ) -> SimulationResult:
     """Metrics from a finished run: step ends, per-device busy time of the last step, memory."""
-    step_end = np.full(steps, -np.inf)
-    np.maximum.at(step_end, run.step, run.end_s)
-    step_end = np.maximum(step_end, 0.0)
+    if steps == 1 and len(run):  # the same maximum (a maximum is exact in any order)
+        step_end = np.maximum(run.end_s.max(keepdims=True), 0.0)
+    else:
+        step_end = np.full(steps, -np.inf)
+        np.maximum.at(step_end, run.step, run.end_s)
+        step_end = np.maximum(step_end, 0.0)
     makespan = float(step_end.max())
     iteration = (
         float(step_end[0]) if steps == 1 else float((step_end[-1] - step_end[0]) / (steps - 1))
     )
-    busy = _last_step_busy_s(run, steps, schedule.devices)
+    busy = _last_step_busy_s(run, steps, schedule.devices, schedule)
     memory = device_memory(schedule, costs, run)
     per_device = tuple(
         DeviceSummary(
@@ -306,11 +311,45 @@ def _unpipelined_s(schedule: Schedule, costs: PipelineCosts) -> float:
     )
 
 
-def _last_step_busy_s(run: RunArrays, steps: int, devices: int) -> list[float]:
+def _last_step_busy_s(
+    run: RunArrays, steps: int, devices: int, schedule: Schedule | None = None
+) -> list[float]:
     """Per device, the durations of its last-step records added up in completion order."""
-    last = run.step == steps - 1
-    durations = (run.end_s - run.start_s)[last]
-    owner = run.device[last]
-    order = np.argsort(owner, kind="stable")
+    durations, owner = run.end_s - run.start_s, run.device
+    if steps == 1 and run.item is not None and schedule is not None:
+        place = _busy_places(schedule, len(run))
+        if place is not None and bool((durations >= 0).all()):
+            # A device's records complete in its list order (the layout's): each starts no
+            # sooner than the one before it ends and lasts >= 0, so their ends never decrease,
+            # and the execution order that breaks ties follows the device's list. So each
+            # device's row, filled in layout order, adds the same durations in the same order.
+            positions, shape = place
+            totals = np.zeros(shape)
+            totals.ravel()[positions[run.item]] = durations
+            np.add.accumulate(totals, axis=1, out=totals)
+            return [float(total) for total in totals[:, -1]]
+    if steps > 1:
+        last = run.step == steps - 1
+        durations, owner = durations[last], owner[last]
+    # the same stable order; small integers sort by radix
+    order = np.argsort(owner.astype(np.int16) if devices < 2**15 else owner, kind="stable")
     totals = running_totals(durations[order], owner[order], devices)
     return [float(total) for total in totals[:, -1]]
+
+
+def _busy_places(schedule: Schedule, records: int) -> tuple[IntArray, tuple[int, int]] | None:
+    """For a one-step run of ``records`` records: each layout item's place in a (device,
+    position on the device) matrix, flat, and the matrix's shape; None when the one-step
+    layout has another number of items. Kept on the schedule."""
+    layout = run_layout(schedule, 1)
+    if len(layout.kind) != records:
+        return None
+
+    def make() -> tuple[IntArray, tuple[int, int]]:
+        starts = layout.items.device_starts
+        device = layout.items.device
+        width = max(int(np.diff(starts).max(initial=0)), 1)
+        column = np.arange(len(device)) - starts[device]
+        return device * width + column, (schedule.devices, width)
+
+    return schedule.derived("busy places", make)
