@@ -45,9 +45,11 @@ class RunArrays:
     def __post_init__(self) -> None:
         # a finished run: read-only (what is summarised from it later, the memory curves
         # made when first read, must see the run as it ended)
-        for values in (self.device, self.step, self.stage, self.kind, self.microbatch):
-            values.flags.writeable = False
-        for values in (self.start_s, self.end_s, self.item):
+        arrays: tuple[npt.NDArray[np.generic] | None, ...] = (
+            *(self.device, self.step, self.stage, self.kind, self.microbatch),
+            *(self.start_s, self.end_s, self.item),
+        )
+        for values in arrays:
             if values is not None:
                 values.flags.writeable = False
 
