@@ -343,4 +343,4 @@ def with_data_parallel(
 def add_to_optimizer_step(stage: StageCosts, extra_s: float) -> StageCosts:
     """``stage`` with ``extra_s`` seconds (its gradient communication) added to its optimizer
     step, which waits for it."""
-    return dataclasses.replace(stage, optimizer_step_s=stage.optimizer_step_s + extra_s)
+    return stage.with_optimizer_step_s(stage.optimizer_step_s + extra_s)

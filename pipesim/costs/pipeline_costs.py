@@ -117,6 +117,17 @@ class StageCosts:
             object.__setattr__(costs, name, value)
         return costs
 
+    def with_optimizer_step_s(self, seconds: float) -> StageCosts:
+        """These costs with the optimizer step taking ``seconds`` (checked as
+        ``__post_init__`` checks it; the other fields are this checked value's, so not checked
+        again: a planner adds gradient communication to tens of thousands of stages)."""
+        checks.non_negative("stage cost optimizer_step_s", seconds)
+        costs = object.__new__(type(self))
+        for name in self.__dataclass_fields__:
+            object.__setattr__(costs, name, getattr(self, name))
+        object.__setattr__(costs, "optimizer_step_s", seconds)
+        return costs
+
     @property
     def whole_parameter_bytes(self) -> float:
         """The stage's weights on one tensor rank, sharded or not (what an all-gather of

@@ -25,7 +25,6 @@ import numpy as np
 
 from pipesim.costs.pipeline_costs import StageCosts
 from pipesim.memory import rules
-from pipesim.schedules.action import Action
 from pipesim.schedules.encoded import KIND_CODES, KINDS
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.unroll import unroll
@@ -165,21 +164,37 @@ class MemoryForm:
 
 def memory_forms(schedule: Schedule, steps: int = 1) -> tuple[MemoryForm, ...]:
     """One :class:`MemoryForm` per device of ``schedule`` run for ``steps`` steps."""
-    orders: list[list[Action | None]]
-    if steps == 1:  # each device's row, then its optimizer step: no unrolling needed
-        orders = [[*row, None] if row else [] for row in schedule.device_actions]
+    plays: list[tuple[np.ndarray, np.ndarray, list[int]]] = []
+    if steps == 1:  # each device's row, then its optimizer step: read from the arrays
+        arrays = schedule.action_arrays
+        bounds = arrays.row_starts.tolist()
+        for device in range(schedule.devices):
+            first, last = bounds[device], bounds[device + 1]
+            after = [last - first] if last > first else []
+            plays.append((arrays.kind[first:last], arrays.stage[first:last], after))
     else:
-        orders = [[item.action for item in work] for work in unroll(schedule, steps)]
+        for work in unroll(schedule, steps):
+            order = [item.action for item in work]
+            acting = [action for action in order if action is not None]
+            kinds = np.fromiter((KIND_CODES[a.kind] for a in acting), np.int64, len(acting))
+            stages = np.fromiter((a.stage for a in acting), np.int64, len(acting))
+            done, after = 0, []
+            for action in order:  # the actions before each optimizer step
+                if action is None:
+                    after.append(done)
+                else:
+                    done += 1
+            plays.append((kinds, stages, after))
     return tuple(
         MemoryForm(
             schedule.stages_on(device),
             rules.weight_versions(schedule, device),
-            _maximal(_levels(schedule, device, order)),
+            _maximal(_levels(schedule, device, kinds, stages, after)),
             schedule.rematerialize,
             schedule.copies,
             schedule.model_stages if schedule.copies > 1 else None,
         )
-        for device, order in enumerate(orders)
+        for device, (kinds, stages, after) in enumerate(plays)
     )
 
 
@@ -201,21 +216,28 @@ def _templates(rematerialize: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.array(rows, dtype=np.int64), np.array(firsts), np.array(raises, dtype=bool)
 
 
-def _levels(schedule: Schedule, device: int, order: Sequence[Action | None]) -> np.ndarray:
-    """The count vector after every increase of the device's level, running ``order`` (its
-    actions, None for an optimizer step): one row per increase, duplicates kept. Every
-    action's changes are laid out as rows of a matrix and summed cumulatively (the counts
-    after each change), the optimizer step being every stage's optimizer transient on top of
-    the counts at that moment."""
-    stages = schedule.stages_on(device)
-    index = {stage: i for i, stage in enumerate(stages)}
-    width = SLOT * len(index)
+def _levels(
+    schedule: Schedule,
+    device: int,
+    kinds: np.ndarray,
+    stages: np.ndarray,
+    optimizer_after: Sequence[int],
+) -> np.ndarray:
+    """The count vector after every increase of the device's level, running its actions (kind
+    codes and stages, in order) with an optimizer step after each count of actions in
+    ``optimizer_after``: one row per increase, duplicates kept. Every action's changes are
+    laid out as rows of a matrix and summed cumulatively (the counts after each change), the
+    optimizer step being every stage's optimizer transient on top of the counts at that
+    moment."""
+    held = np.array(schedule.stages_on(device), dtype=np.int64)  # in increasing order
+    width = SLOT * len(held)
     templates, firsts, raises = _templates(schedule.rematerialize)
-    acting = [item for item in order if item is not None]
-    kinds = np.fromiter((KIND_CODES[a.kind] for a in acting), np.int64, len(acting))
-    places = np.fromiter((index[a.stage] for a in acting), np.int64, len(acting))
+    kinds = np.asarray(kinds, dtype=np.int64)
+    places = np.searchsorted(held, stages)
+    if len(places) and not np.array_equal(held[np.minimum(places, len(held) - 1)], stages):
+        raise ValueError(f"device {device} runs a stage it does not hold")
     sizes = firsts[kinds + 1] - firsts[kinds]  # changes per action
-    owner = np.repeat(np.arange(len(acting)), sizes)  # the action of each change
+    owner = np.repeat(np.arange(len(kinds)), sizes)  # the action of each change
     starts = np.concatenate(([0], np.cumsum(sizes)))
     template = firsts[kinds[owner]] + np.arange(len(owner)) - starts[owner]
     deltas = np.zeros((len(owner), width), dtype=np.int64)
@@ -225,11 +247,7 @@ def _levels(schedule: Schedule, device: int, order: Sequence[Action | None]) -> 
     recorded = [counts[raises[template]]]
     optimizer = np.zeros(width, dtype=np.int64)
     optimizer[OPTIMIZER_SLOT::SLOT] = 1
-    done = 0  # actions before each optimizer step
-    for item in order:
-        if item is not None:
-            done += 1
-            continue
+    for done in optimizer_after:
         changes = int(starts[done])
         before = counts[changes - 1] if changes else np.zeros(width, dtype=np.int64)
         recorded.append((before + optimizer)[None, :])
