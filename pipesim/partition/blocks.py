@@ -347,11 +347,8 @@ class BlockFeasibility:
                 return self._grid(device, boxes, fixed, probe=probe)
             window.append(slice(low - origin, high - origin + 1))
         position = stages.index(probe)
-        probe_axis = axes[position][window[position]]
         here = tuple(window)
-        fits_here = np.moveaxis(fits[here], position, 0).reshape(len(probe_axis), -1)
-        totals_here = np.moveaxis(totals[here], position, 0).reshape(len(probe_axis), -1)
-        return probe_axis, fits_here, totals_here
+        return _by_probe(axes[position][window[position]], fits[here], totals[here], position)
 
     def _level_count(self, stage: int) -> int:
         """How many memory levels the stage's device has."""
@@ -383,9 +380,7 @@ class BlockFeasibility:
         probe_axis = axes[position] if probe is not None else np.array([0])
         if probe is None:
             return probe_axis, fits.reshape(1, -1), totals.reshape(1, -1)
-        fits = np.moveaxis(fits, position, 0).reshape(len(probe_axis), -1)
-        totals = np.moveaxis(totals, position, 0).reshape(len(probe_axis), -1)
-        return probe_axis, fits, totals
+        return _by_probe(probe_axis, fits, totals, position)
 
     def _combinations(
         self,
@@ -457,6 +452,19 @@ class BlockFeasibility:
             fitting = int(np.count_nonzero(peaks <= capacity))
             out.append(values[: max(fitting, 1)])
         return out
+
+
+def _by_probe(
+    probe_axis: np.ndarray, fits: np.ndarray, totals: np.ndarray, position: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A device's combinations with the probe stage's axis (at ``position``) first and the
+    others flattened in ascending order (the first the least): one row per probe count."""
+    rows = len(probe_axis)
+    return (
+        probe_axis,
+        np.moveaxis(fits, position, 0).reshape(rows, -1),
+        np.moveaxis(totals, position, 0).reshape(rows, -1),
+    )
 
 
 def _totals(grid: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[int, int] | None:

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipesim.costs import PipelineCosts, StageCosts, synthetic_costs
-from pipesim.engine import durations, fast, result, simulate
+from pipesim.engine import durations, fast, memory_over_time, result, simulate
 from pipesim.engine.arrays import OPTIMIZER, FloatArray, RunArrays, running_totals
 from pipesim.engine.memory_over_time import device_memory
 from pipesim.engine.run_layout import run_layout
@@ -36,22 +36,9 @@ from .strategies import any_schedule, costs_for
 # -- the straightforward forms -------------------------------------------------------------
 
 
-def _change_table(remat: bool) -> list[tuple[FloatArray, ...]]:
-    table = []
-    for slot in range(2):
-        happens, at_start, counts = [], [], []
-        for kind in KINDS:
-            found = rules.changes(kind, remat)
-            change = found[slot] if slot < len(found) else None
-            happens.append(change is not None)
-            at_start.append(change is not None and change.at is rules.At.START)
-            counts.append((0, 0, 0, 0) if change is None else (*change.counts, change.transient))
-        happens.append(True)
-        at_start.append(slot == 0)
-        counts.append((0, 0, 0, 1 if slot == 0 else -1))
-        columns = np.array(counts, dtype=np.int64)
-        table.append((np.array(happens), np.array(at_start), *columns.T))
-    return table
+def _change_table(remat: bool) -> tuple[tuple[FloatArray, ...], ...]:
+    """The rules' change table (unchanged by the summary's rewrite: the module's own)."""
+    return memory_over_time._change_table(remat)
 
 
 def _bytes(counts: tuple[FloatArray, ...], sizes: tuple[FloatArray, ...]) -> FloatArray:
