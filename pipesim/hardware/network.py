@@ -17,6 +17,7 @@ latencies add up (no store-and-forward of the whole message at each hop).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar, overload
@@ -195,7 +196,9 @@ class Network:
 
     def route(self, source: int, destination: int) -> Route:
         """The channels, latency and bandwidth of a transfer ``source`` -> ``destination``
-        (remembered per pair: a route depends on nothing else)."""
+        (remembered per pair: a route depends on nothing else). Devices are integers (numpy's
+        too); another number is refused, not looked up as the integer it equals."""
+        source, destination = operator.index(source), operator.index(destination)
         known = self._routes.get((source, destination))
         if known is not None:
             return known

@@ -52,6 +52,7 @@ from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.memory.forms import MemoryForm
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.parallel.groups import TensorGroup
+from pipesim.parallel.ranks import RankLayout
 from pipesim.parallel.sharding import ZERO_STAGES
 from pipesim.partition import (
     BeyondComputeLimit,
@@ -655,6 +656,12 @@ class PlanContext:
             expert=c.expert,
         )
 
+    def layout(self, c: Candidate) -> RankLayout:
+        """``c``'s ranks: which recomputation it uses does not change them, so they are read
+        without it (a recompute ``layers`` candidate stands for several counts, each with the
+        same ranks)."""
+        return self.parallelism(c, "none").layout(c.devices)
+
     def run_of(self, c: Candidate) -> RunConfig:
         """The run's configuration under ``c``'s parallel layout."""
         return self.run.with_parallelism(self.parallelism(c))
@@ -664,8 +671,7 @@ class PlanContext:
         pipeline device's groups on the job's network."""
         if c.context == 1 and c.expert == 1:
             return self.tensor_group(c.tensor)
-        layout = self.parallelism(c).layout(c.devices)
-        return TensorGroup.of(self.job, layout, self.run.recipe.tp_comm_overlap)
+        return TensorGroup.of(self.job, self.layout(c), self.run.recipe.tp_comm_overlap)
 
     def tensor_group(self, tensor: int) -> TensorGroup | None:
         """Where the tensor-parallel collectives run: the first T ranks of the job, overlapped
@@ -916,7 +922,7 @@ class PlanContext:
         under ZeRO-1): every group's cost is at least these."""
         key = (c.devices, c.tensor, c.data_parallel, c.zero, c.context, c.expert)
         if key not in self.syncs:
-            layout = self.parallelism(c).layout(c.devices)
+            layout = self.layout(c)
             grad_kind = Collective.REDUCE_SCATTER if c.zero else Collective.ALL_REDUCE
             terms = []
             for device in range(c.devices):
@@ -1167,7 +1173,7 @@ class PlanContext:
             stage_costs,
             placement,
             self.job,
-            self.parallelism(c).layout(c.devices),
+            self.layout(c),
             self.parallelism(c),
             self.run.recipe.overlap_grad_reduce,
         )

@@ -213,3 +213,23 @@ def test_a_count_is_searched_where_every_partition_holds_that_many_blocks(
     assert space and all(c.recompute == "3" for c in space)
     assert {c.stages for c in space} == {1, 2}
     assert not any(c.schedule in SPLIT_BACKWARD for c in space)
+
+
+def test_recompute_layers_searches_beside_context_parallelism() -> None:
+    """With CP > 1 the bound of a ``layers`` candidate reads its ranks (which recomputation
+    does not change): the search runs (it used to stop on '--recompute must be ... got
+    layers'), resolves every plan to a count, ``none`` or ``full``, and finds no worse a plan
+    than the same space without it."""
+    options = {"schedules": ("1f1b",), "context_sizes": (1, 2), "tensor_sizes": (1,)}
+    settings = plan_settings(
+        "megatron-1.7b", "a100", 8, 16, recompute=("none", "layers"), **options
+    )
+    report = plan(settings, show_progress=False)
+    assert report.plans
+    assert all(e.candidate.recompute != "layers" for e in report.plans)
+    assert any(e.candidate.context == 2 for e in report.evaluated)
+    without = plan(
+        plan_settings("megatron-1.7b", "a100", 8, 16, recompute=("none",), **options),
+        show_progress=False,
+    )
+    assert report.plans[0].iteration_time_s <= without.plans[0].iteration_time_s  # type: ignore[operator]
