@@ -20,7 +20,12 @@ structure that answers it exactly and at once:
 * devices share nothing but the blocks: a partition exists exactly when each device fits its
   least counts and the B blocks lie between the sum of the least totals and the sum of the
   most, and the depth-first order's first partition is built stage by stage, each count the
-  smallest that leaves the rest feasible by the same test.
+  smallest that leaves the rest feasible by the same test;
+* each device's grid of count combinations is made once, over every count from each stage's
+  least up: a limit only bounds each stage's count from above, so the combinations it allows
+  are a window of that grid, and the most blocks a device can hold under a limit is the grid's
+  prefix maximum at the window's corner. A bisection's every limit is then answered at once
+  (:meth:`BlockFeasibility.feasible_limits`).
 
 The answer is the depth-first search's own whenever that search finishes within its budget
 (the same first partition: the test in ``tests/partition/test_blocks.py`` holds them equal),
