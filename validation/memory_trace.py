@@ -201,6 +201,21 @@ def _snapshot(tracker: Any, kind: str) -> dict[str, int]:
     }
 
 
+def backward(out: Any, grad: Any) -> None:
+    """A stage's backward from its output ``out`` with the gradient ``grad`` received, as
+    ``torch.autograd.backward`` runs it (graph freed, gradients accumulated), without its
+    checks that the output still holds data: a sent output's data is freed at once."""
+    Variable._execution_engine.run_backward(
+        tensors=(out,),
+        grad_tensors=(grad,),
+        keep_graph=False,
+        create_graph=False,
+        inputs=(),
+        allow_unreachable=True,
+        accumulate_grad=True,
+    )
+
+
 def run_order(
     stage: _Stage,
     order: Sequence[Any],
@@ -238,15 +253,7 @@ def run_order(
         else:
             out = pending.pop(m)
             grad = torch.ones_like(out) if last else torch.ones(b, s, h, dtype=DTYPE)
-            Variable._execution_engine.run_backward(
-                tensors=(out,),
-                grad_tensors=(grad,),
-                keep_graph=False,
-                create_graph=False,
-                inputs=(),
-                allow_unreachable=True,
-                accumulate_grad=True,
-            )
+            backward(out, grad)
             del out, grad
             if m in received:  # its gradient sent back: both freed
                 x = received.pop(m)

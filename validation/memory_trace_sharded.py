@@ -65,7 +65,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd import Variable
 
 from pipesim.parallel.config import Parallelism, Recompute
 from pipesim.schedules import Kind, build
@@ -78,6 +77,7 @@ from validation.memory_trace import (
     TraceCase,
     _Call,
     _Stage,
+    backward,
     error,
     simulated_memory,
     stage_name,
@@ -583,15 +583,7 @@ def trace(case: ShardedCase) -> Traced:
                         stage.set_reshard_after_backward(final)
                     x, out = pending.pop(m)
                     grad = torch.ones_like(out) if last else torch.ones(b, s, h, dtype=DTYPE)
-                    Variable._execution_engine.run_backward(
-                        tensors=(out,),
-                        grad_tensors=(grad,),
-                        keep_graph=False,
-                        create_graph=False,
-                        inputs=(),
-                        allow_unreachable=True,
-                        accumulate_grad=True,
-                    )
+                    backward(out, grad)
                     if not first:  # the input's gradient is sent back, then both are freed
                         x.grad = None
                         x.data = torch.empty((1,), dtype=x.dtype)
