@@ -628,8 +628,7 @@ class PlanContext:
         self.sums: dict[tuple[LayerKey, bool, bool], tuple[float, float, float, float, float]] = {}
         self.syncs: dict[tuple[int, ...], SyncTerms] = {}
         self.spans: dict[tuple[LayerKey, int, int], StageCosts] = {}
-        self.rules: dict[str, tuple[UpdateRule, int]] = {}
-        self.whole_backwards: dict[str, bool] = {}
+        self.rules: dict[str, tuple[UpdateRule, int, bool]] = {}
         # per layer table and remat: the blocks' count, least forward and least work
         self.block_minima: dict[tuple[LayerKey, bool], tuple[int, float, float]] = {}
         self.schedules: dict[tuple[str, int, int, int, bool], Schedule] = {}
@@ -866,11 +865,19 @@ class PlanContext:
         return float(max(bottleneck, average, path, fill))
 
     def rule_and_copies(self, c: Candidate) -> tuple[UpdateRule, int]:
-        """``c``'s schedule's update rule and copies of the model (cached per schedule name:
-        both are the generator's, whatever the shape)."""
+        """``c``'s schedule's update rule and copies of the model (the generator's, whatever
+        the shape: :meth:`_schedule_facts`)."""
+        rule, copies, _ = self._schedule_facts(c)
+        return rule, copies
+
+    def _schedule_facts(self, c: Candidate) -> tuple[UpdateRule, int, bool]:
+        """What ``c``'s schedule generator decides at every shape: its update rule, its copies
+        of the model, and whether it runs every backward whole (never I and W apart); read
+        from ``c``'s shape once per schedule name."""
         if c.schedule not in self.rules:
             shape = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-            self.rules[c.schedule] = (shape.update_rule, shape.copies)
+            whole = not shape.uses_split_backward()
+            self.rules[c.schedule] = (shape.update_rule, shape.copies, whole)
         return self.rules[c.schedule]
 
     def fill_bound(self, c: Candidate) -> float:
@@ -909,12 +916,9 @@ class PlanContext:
         return count * chain / (1 - (1 - share) ** c.devices)
 
     def whole_backward(self, c: Candidate) -> bool:
-        """Whether ``c``'s schedule runs every backward whole, never as I and W apart (cached
-        per schedule name: a generator splits the backward at every shape or at none)."""
-        if c.schedule not in self.whole_backwards:
-            shape = build(c.schedule, c.devices, c.microbatches, c.chunks, remat=c.remat)
-            self.whole_backwards[c.schedule] = not shape.uses_split_backward()
-        return self.whole_backwards[c.schedule]
+        """Whether ``c``'s schedule runs every backward whole, never as I and W apart (a
+        generator splits the backward at every shape or at none: :meth:`_schedule_facts`)."""
+        return self._schedule_facts(c)[2]
 
     def sync_terms(self, c: Candidate) -> SyncTerms:
         """The least per-byte and fixed costs of a stage's data-parallel communication over
