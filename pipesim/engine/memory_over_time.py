@@ -66,10 +66,10 @@ class _Curves:
         """The walk, made once."""
         return self.walk()
 
-    def __reduce__(self) -> tuple[Callable[[_Walk], _Curves], tuple[_Walk]]:
+    def __reduce__(self) -> tuple[type[_Curves], tuple[_Given]]:
         """Pickled as the walk itself (made now): a result crosses to another process with
         its curves, not with the closure that would make them."""
-        return _made_curves, (self.made,)
+        return _Curves, (_Given(self.made),)
 
     def times(self, device: int) -> FloatArray:
         """``device``'s change times."""
@@ -84,11 +84,6 @@ class _Curves:
     def transients(self, device: int) -> FloatArray:
         """``device``'s transient levels."""
         return self.made.transient_rows[device, : self.made.widths[device]]
-
-
-def _made_curves(made: _Walk) -> _Curves:
-    """Curves of a walk already made (what a pickled :class:`_Curves` becomes)."""
-    return _Curves(_Given(made))
 
 
 @dataclass(frozen=True)
