@@ -719,12 +719,18 @@ def _depth_first(
     capacities = problem.memory_capacity_bytes or ()
     firsts = [parts.first_stage(device) for device in range(problem.devices)]
     blocks = BlockFeasibility.of(problem, parts, matrices)
+    # a span the matrices mark inf is not one a stage can hold (empty, or leaving a later stage
+    # no layer): a limit of inf would admit them, so no limit is read above the largest value
+    largest = max(
+        (float(m[np.isfinite(m)].max(initial=-np.inf)) for m in matrices), default=-np.inf
+    )
 
     def feasible(limit: float, build: bool = True) -> tuple[int, ...] | bool | None:
         if blocks is not None:  # a transformer's shape: the same answer, exactly and at once
             answer = blocks.first_fit(limit, build)
             if answer != UNKNOWN:
                 return answer  # type: ignore[return-value]
+        limit = min(limit, largest)
         # reach[s][i]: layers [i, L) split into stages s.. with every stage's value <= limit
         reach = np.zeros((stages + 1, layers + 1), dtype=bool)
         reach[stages, layers] = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from pipesim.partition import (
     memory_aware,
     memory_forms,
     partition_stage_costs,
+    solver,
     stage_times,
 )
 from pipesim.schedules import Schedule, build, unsupported_reason
@@ -181,6 +183,35 @@ def _check_memory_aware(
     capacities = problem.memory_capacity_bytes or ()
     for device in result.per_device:
         assert device.peak_memory_bytes <= capacities[device.device] * (1 + 1e-12)
+
+
+@settings(max_examples=40)
+@given(problems(chunks=2, memory=True), st.sampled_from(SCHEDULES[5:]))
+def test_the_depth_first_search_without_a_limit_holds_only_spans_a_stage_can_hold(
+    problem: PartitionProblem, case: tuple[str, int, bool]
+) -> None:
+    """Asked with no limit (inf, as the planner's proofs ask), the depth-first search answers
+    as at the largest stage time: its first partition gives every stage a layer, and it finds
+    none exactly when none fits. (Read as a limit, inf once admitted the spans the time tables
+    mark inf, empty ones included: the search walked partitions with empty stages, spent its
+    budget there and proved nothing.)"""
+    name, chunks, remat = case
+    problem, _, forms, _ = _memory_case(problem, name, chunks, remat)
+    matrices = solver._time_matrices(problem)
+    parts = solver._SpanMemory(problem, forms)
+    budget = [10**9]
+    feasible = solver._depth_first(problem, parts, matrices, budget)
+    largest = max(float(m[np.isfinite(m)].max()) for m in matrices)
+    unlimited = feasible(math.inf, True)
+    assert unlimited == feasible(largest, True)
+    if brute_memory_aware(problem, forms) is None:
+        assert unlimited is None
+    else:
+        assert isinstance(unlimited, tuple)
+        assert min(unlimited) >= 1 and sum(unlimited) == len(problem.layers)
+        peaks = device_peaks(problem, forms, unlimited)
+        capacities = problem.memory_capacity_bytes or ()
+        assert all(peak <= capacities[d] for d, peak in enumerate(peaks))
 
 
 @settings(max_examples=40)
