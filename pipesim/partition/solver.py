@@ -646,12 +646,24 @@ def _memory_matrices(
 
 
 def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
-    """Min-max over stages of matrices[s][i, j], ties broken by the least sum of squares."""
+    """Min-max over stages of matrices[s][i, j], ties broken by the least sum of squares.
+
+    The matrices are :func:`_time_matrices`' (or masks of them): inf where stage s cannot
+    hold [i, j) (it starts at layer s or later and leaves a layer for each stage after), so
+    each stage is read in its window of starts [s, L - S + s] and ends [s + 1, L - S + s + 1]
+    alone, where every finite value lies: the same minima and the same first ones (a cell
+    outside is inf), on a fraction of the table when S is a good part of L."""
     stages = len(matrices)
+    if not 0 < stages <= layers:
+        return None  # a stage per layer at most
+    windows = [(s, layers - stages + s + 1) for s in range(stages)]  # starts [a, b), ends +1
     best = np.full(layers + 1, np.inf)
     best[0] = -np.inf
-    for matrix in matrices:
-        best = np.min(np.maximum(best[:, None], matrix), axis=0)
+    for matrix, (low, high) in zip(matrices, windows, strict=True):
+        window = matrix[low:high, low + 1 : high + 1]
+        reached = np.min(np.maximum(best[low:high, None], window), axis=0)
+        best = np.full(layers + 1, np.inf)
+        best[low + 1 : high + 1] = reached
     bottleneck = best[layers]
     if not math.isfinite(bottleneck):
         return None
@@ -663,12 +675,16 @@ def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
     squares = np.full(layers + 1, np.inf)
     squares[0] = 0.0
     choices = []
-    for matrix in matrices:
-        within = np.where(matrix <= limit, np.square(np.maximum(matrix, 0.0) / scale), np.inf)
-        total = squares[:, None] + within
+    for matrix, (low, high) in zip(matrices, windows, strict=True):
+        window = matrix[low:high, low + 1 : high + 1]
+        within = np.where(window <= limit, np.square(np.maximum(window, 0.0) / scale), np.inf)
+        total = squares[low:high, None] + within
         choice = np.argmin(total, axis=0)
-        squares = total[choice, np.arange(layers + 1)]
-        choices.append(choice)
+        squares = np.full(layers + 1, np.inf)
+        squares[low + 1 : high + 1] = total[choice, np.arange(high - low)]
+        starts = np.zeros(layers + 1, dtype=np.int64)
+        starts[low + 1 : high + 1] = choice + low
+        choices.append(starts)
     end, counts = layers, []
     for s in range(stages - 1, -1, -1):
         start = int(choices[s][end])

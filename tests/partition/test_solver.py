@@ -27,7 +27,12 @@ from pipesim.partition import (
     stage_times,
 )
 from pipesim.schedules import Schedule, build, unsupported_reason
-from tests.partition.reference import brute_bottleneck, brute_memory_aware
+from tests.partition.reference import (
+    brute_bottleneck,
+    brute_memory_aware,
+    compositions,
+    full_table_solve,
+)
 
 SCHEDULES = [
     ("1f1b", 1, False),
@@ -122,6 +127,38 @@ def test_balanced_equals_brute_force(problem: PartitionProblem) -> None:
 @given(problems(chunks=2))
 def test_balanced_equals_brute_force_with_two_chunks(problem: PartitionProblem) -> None:
     assert balanced(problem).bottleneck_s == pytest.approx(brute_bottleneck(problem), rel=1e-9)
+
+
+@settings(max_examples=60)
+@given(problems(chunks=2), st.integers(0, 2**32 - 1))
+def test_the_dynamic_program_reads_each_stage_s_window_as_the_whole_table(
+    problem: PartitionProblem, seed: int
+) -> None:
+    """The balanced program reads stage s's table between starts s and L - S + s only: the
+    same partition, tie-breaks included, as the program over every cell, on the time tables
+    and on masks of them (as the memory-aware search gives it), where some spans are barred."""
+    layers = len(problem.layers)
+    matrices = solver._time_matrices(problem)
+    barred = np.random.default_rng(seed)
+    masked = [np.where(barred.random(m.shape) < 0.25, np.inf, m) for m in matrices]
+    rounded = [np.round(m) for m in matrices]  # whole seconds: many ties
+    for tables in (matrices, masked, rounded):
+        assert solver._solve(tables, layers) == full_table_solve(tables, layers)
+
+
+@settings(max_examples=60)
+@given(problems(chunks=1))
+def test_the_balanced_tie_break_is_the_least_sum_of_squares(problem: PartitionProblem) -> None:
+    """Among the partitions whose slowest stage is the least, the balanced one has the least
+    sum of squared stage times (checked against every partition)."""
+    found = balanced(problem)
+    least = found.bottleneck_s
+    tied = [
+        sum(t * t for t in stage_times(problem, counts))
+        for counts in compositions(len(problem.layers), problem.stages)
+        if max(stage_times(problem, counts)) <= least * (1 + 1e-9)
+    ]
+    assert sum(t * t for t in found.stage_times_s) == pytest.approx(min(tied), rel=1e-9)
 
 
 def _memory_case(
