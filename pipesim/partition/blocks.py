@@ -75,16 +75,33 @@ class BlockFeasibility:
         parts: _Rows,
         values: list[np.ndarray],
         memory: dict[int, tuple[np.ndarray, np.ndarray]],
+        least: Sequence[int] | None = None,
+        other_layers: Sequence[int] | None = None,
     ) -> None:
+        """``values`` and ``memory`` per stage and count of blocks n = 0..B; ``least`` each
+        stage's fewest blocks and ``other_layers`` the layers it holds besides its blocks
+        (default: the embedding's and the output layer's stages 0 blocks or more and one layer
+        besides, the others a block or more; a model with leading layers of other kinds gives
+        its own: :mod:`pipesim.partition.prefixed_blocks`)."""
         self._problem = problem
         self._parts = parts
         self._values = values
         self._memory = memory  # per stage: static[n], levels[:, n]
-        self._blocks = len(problem.layers) - 2
+        self._blocks = len(values[0]) - 1
         self._device_stages: dict[int, list[int]] = {}
         for stage, device in enumerate(problem.placement):
             self._device_stages.setdefault(device, []).append(stage)
-        self._least = [0 if s in (0, problem.stages - 1) else 1 for s in range(problem.stages)]
+        ends = (0, problem.stages - 1)
+        self._least = (
+            list(least)
+            if least is not None
+            else [0 if s in ends else 1 for s in range(problem.stages)]
+        )
+        self._other_layers = (
+            list(other_layers)
+            if other_layers is not None
+            else [1 if s in ends else 0 for s in range(problem.stages)]
+        )
         # per device: its grid over every count from each stage's least up (_device_totals)
         self._whole_grids: dict[int, tuple[list[np.ndarray], np.ndarray, np.ndarray] | str] = {}
         self._prefix_tables: dict[int, tuple[list[int], np.ndarray, int] | int | None] = {}
@@ -223,8 +240,7 @@ class BlockFeasibility:
             if chosen is None:  # pragma: no cover - the totals said a partition exists
                 return UNKNOWN
             fixed[stage], ranges[device] = chosen
-        blocks = [fixed[s] for s in range(stages)]
-        return (blocks[0] + 1, *blocks[1:-1], blocks[-1] + 1)
+        return tuple(fixed[s] + self._other_layers[s] for s in range(stages))
 
     def _device_totals(
         self, device: int, boxes: Sequence[tuple[int, int]]

@@ -43,6 +43,7 @@ from pipesim.memory.rules import (
     transient_bytes,
 )
 from pipesim.partition.blocks import UNKNOWN, BlockFeasibility
+from pipesim.partition.prefixed_blocks import PrefixedFeasibility, shaped_feasibility
 from pipesim.partition.problem import PartitionProblem, counts_to_cuts
 from pipesim.schedules.encoded import KINDS
 
@@ -705,7 +706,7 @@ class _Feasible:
     def __init__(
         self,
         test: Callable[[float, bool], tuple[int, ...] | bool | None],
-        blocks: BlockFeasibility | None,
+        blocks: BlockFeasibility | PrefixedFeasibility | None,
     ) -> None:
         self._test = test
         self._blocks = blocks
@@ -730,11 +731,13 @@ def _depth_first(
     smallest first stage, then the next) whose every stage's value is at most the limit and
     whose every device fits its memory, or None; each node spends one of ``budget[0]``. On a
     transformer's shape (:mod:`pipesim.partition.blocks`) the same answer is found without
-    searching, and with ``build`` False it may be True in place of the partition."""
+    searching (and on one with a few leading layers of other kinds:
+    :mod:`pipesim.partition.prefixed_blocks`), and with ``build`` False it may be True in
+    place of the partition."""
     layers, stages = len(problem.layers), problem.stages
     capacities = problem.memory_capacity_bytes or ()
     firsts = [parts.first_stage(device) for device in range(problem.devices)]
-    blocks = BlockFeasibility.of(problem, parts, matrices)
+    blocks = shaped_feasibility(problem, parts, matrices)
     # a span the matrices mark inf is not one a stage can hold (empty, or leaving a later stage
     # no layer): a limit of inf would admit them, so no limit is read above the largest value
     largest = max(
@@ -742,11 +745,11 @@ def _depth_first(
     )
 
     def feasible(limit: float, build: bool = True) -> tuple[int, ...] | bool | None:
+        limit = min(limit, largest)
         if blocks is not None:  # a transformer's shape: the same answer, exactly and at once
             answer = blocks.first_fit(limit, build)
             if answer != UNKNOWN:
                 return answer  # type: ignore[return-value]
-        limit = min(limit, largest)
         # reach[s][i]: layers [i, L) split into stages s.. with every stage's value <= limit
         reach = np.zeros((stages + 1, layers + 1), dtype=bool)
         reach[stages, layers] = True
