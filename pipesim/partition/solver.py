@@ -468,6 +468,7 @@ class _SpanMemory:
         # the running transients of every span, stage-independent: computed once
         self._row_maxima: dict[int, list[np.ndarray]] = {}
         self._table_maxima: list[np.ndarray] | None = None
+        self._spans: dict[str, np.ndarray] | None = None
 
     def first_stage(self, device: int) -> int:
         """The first stage the device's memory form lists."""
@@ -570,11 +571,17 @@ class _SpanMemory:
 
     def table(self, stage: int) -> tuple[np.ndarray, np.ndarray]:
         """S[i, j] and A[l, i, j] of ``stage`` for every span at once."""
-        spans = {name: p[None, :] - p[:, None] for name, p in self._prefixes.items()}
-        if self._ends is not None:
-            for name, twin in self._twin_prefixes.items():
-                spans[name] = spans[name] + _twin_spans(twin, self._ends)
-        return self._stage(stage, spans, self._maxima_table(), self._inputs[:, None])
+        return self._stage(stage, self._table_spans(), self._maxima_table(), self._inputs[:, None])
+
+    def _table_spans(self) -> dict[str, np.ndarray]:
+        """Every span's sums of each size, the same for every stage (computed once)."""
+        if self._spans is None:
+            spans = {name: p[None, :] - p[:, None] for name, p in self._prefixes.items()}
+            if self._ends is not None:
+                for name, twin in self._twin_prefixes.items():
+                    spans[name] = spans[name] + _twin_spans(twin, self._ends)
+            self._spans = spans
+        return self._spans
 
     def _stage(
         self,
