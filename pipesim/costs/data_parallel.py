@@ -58,7 +58,7 @@ from pipesim.costs.pipeline_costs import PipelineCosts, StageCosts
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Network
 from pipesim.parallel.config import Parallelism
-from pipesim.parallel.ranks import RankLayout
+from pipesim.parallel.ranks import RankLayout, reduction_group
 from pipesim.parallel.sharding import ReshardPolicy, Sharding
 
 _NEVER = ReshardPolicy.NEVER
@@ -252,7 +252,7 @@ def sync_times_s(
     pipelined = len(stages) > 1
     sharding = parallelism.sharding(pipelined)
     for index, stage in enumerate(stages):
-        group = layout.data_group(placement[index])
+        group = reduction_group(layout, placement[index])
         experts, expert_regime = _expert_reduction(layout, parallelism, placement[index], pipelined)
         sync = step_sync_s(stage, job_network, group, sharding, experts, expert_regime)
         out[index] += exposed_sync_s(stage, sync, overlap_grad_reduce)
@@ -268,12 +268,12 @@ def _replicated(layout: RankLayout) -> bool:
 
 def _expert_reduction(
     layout: RankLayout, parallelism: Parallelism, device: int, pipelined: bool
-) -> tuple[list[int], Sharding | None]:
+) -> tuple[Sequence[int], Sharding | None]:
     """Pipeline device ``device``'s expert data group and the experts' ZeRO regime over it;
-    ([], None) without expert parallelism."""
+    ((), None) without expert parallelism."""
     if not layout.experts_apart:
-        return [], None
-    group = layout.expert_data_group(device)
+        return (), None
+    group = reduction_group(layout, device, experts=True)
     return group, expert_sharding(parallelism, group, pipelined)
 
 
@@ -296,7 +296,7 @@ def with_sync(
     ):
         return out
     for index, stage in enumerate(out):
-        group = layout.data_group(placement[index])
+        group = reduction_group(layout, placement[index])
         experts, regime = _expert_reduction(layout, parallelism, placement[index], len(out) > 1)
         passes = pass_sync_s(stage, job_network, group, sharding, experts, regime)
         out[index] = with_pass_sync(stage, *passes)

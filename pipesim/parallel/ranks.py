@@ -174,3 +174,31 @@ class RankLayout:
             self._expert_rank(pipeline_rank, et, expert_rank, index)
             for et in range(self.expert_tensor_size)
         ]
+
+
+_GROUPS: dict[tuple[RankLayout, bool, int], tuple[int, ...]] = {}
+_GROUP_RANKS = [0]  # ranks held in the remembered groups
+# ranks the remembered groups may hold together (the oldest forgotten first): about 8 MB,
+# whatever the groups' sizes (a data group of a 65,536-GPU job has thousands of ranks)
+_GROUP_RANKS_MOST = 1_000_000
+
+
+def reduction_group(
+    layout: RankLayout, pipeline_rank: int, experts: bool = False
+) -> tuple[int, ...]:
+    """``layout``'s data group (or, with ``experts``, expert data group) of pipeline device
+    ``pipeline_rank`` at tensor rank 0, as a tuple, remembered: a planner costs the gradient
+    reduction of every stage of thousands of configurations, most of them over the same
+    groups."""
+    key = (layout, experts, pipeline_rank)
+    found = _GROUPS.get(key)
+    if found is None:
+        made = (
+            layout.expert_data_group(pipeline_rank) if experts else layout.data_group(pipeline_rank)
+        )
+        found = _GROUPS[key] = tuple(made)
+        _GROUP_RANKS[0] += len(found)
+        while _GROUP_RANKS[0] > _GROUP_RANKS_MOST and len(_GROUPS) > 1:
+            oldest = next(iter(_GROUPS))
+            _GROUP_RANKS[0] -= len(_GROUPS.pop(oldest))
+    return found

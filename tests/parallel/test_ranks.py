@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pipesim.common.checks import SpecError
+from pipesim.parallel import ranks
 from pipesim.parallel.config import Parallelism
-from pipesim.parallel.ranks import RankLayout
+from pipesim.parallel.ranks import RankLayout, reduction_group
 
 
 def test_without_context_parallelism_the_order_is_unchanged() -> None:
@@ -40,3 +41,26 @@ def test_expert_parallelism_must_divide_the_replicated_ranks() -> None:
         RankLayout(1, 1, 2, context=2, expert=3)
     with pytest.raises(SpecError, match=r"expert_parallel must divide data_parallel x"):
         Parallelism(data=2, context=2, expert=3)
+
+
+def test_a_remembered_reduction_group_is_the_layout_s_own_and_the_memory_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """reduction_group is data_group (or expert_data_group) as a tuple, the same object when
+    asked again; past the rank budget the oldest groups are forgotten, never the newest."""
+    monkeypatch.setattr(ranks, "_GROUPS", {})
+    monkeypatch.setattr(ranks, "_GROUP_RANKS", [0])
+    monkeypatch.setattr(ranks, "_GROUP_RANKS_MOST", 100)
+    layout = RankLayout(tensor=2, pipeline=4, data=8, context=2, expert=4)
+    for device in range(4):
+        assert reduction_group(layout, device) == tuple(layout.data_group(device))
+        assert reduction_group(layout, device, experts=True) == tuple(
+            layout.expert_data_group(device)
+        )
+    first = reduction_group(layout, 3)
+    assert reduction_group(layout, 3) is first
+    assert ranks._GROUP_RANKS[0] <= 100
+    assert sum(len(group) for group in ranks._GROUPS.values()) == ranks._GROUP_RANKS[0]
+    big = RankLayout(tensor=1, pipeline=1, data=300)
+    assert reduction_group(big, 0) == tuple(range(300))  # alone over the budget: kept alone
+    assert list(ranks._GROUPS) == [(big, False, 0)]
