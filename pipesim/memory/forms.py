@@ -17,6 +17,7 @@ model stage (each copy's stage then costs its model stage's).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,6 +29,11 @@ from pipesim.memory import rules
 from pipesim.schedules.encoded import KIND_CODES, KINDS
 from pipesim.schedules.schedule import Schedule
 from pipesim.schedules.unroll import unroll
+
+PYTHON_LEVEL_CELLS = 16
+"""A form with at most this many levels x stages has its peak summed on Python floats (one
+stage of 1F1B has 3 or 4 levels): array operations cost more than they save below it (measured
+on the planner's forms: about 2x on a stage's peak)."""
 
 SLOT = 3 + len(KINDS) + 1
 """Counts per stage in a level: n_stash, n_keep, n_input, then a 0/1 for each kind's transient
@@ -107,6 +113,8 @@ class MemoryForm:
         if not self.levels:
             return 0.0
         per_stage = self._per_stage(stage_costs)
+        if len(self.levels) * len(self.stages) <= PYTHON_LEVEL_CELLS:
+            return self._peak_in_python(per_stage)
         counts = self._level_array
         total = np.zeros(len(counts))
         with np.errstate(invalid="ignore"):  # 0 x inf: NaN, passed over below
@@ -131,6 +139,30 @@ class MemoryForm:
                     columns.append((base + offset, bool(set_on.all())))
             out.append(tuple(columns))
         return tuple(out)
+
+    def _peak_in_python(self, per_stage: Sequence[StageCosts]) -> float:
+        """:meth:`peak_level_bytes` of a form with few levels, level by level on Python
+        floats: the same operations in the same order as the arrays' (so the same sums, bit
+        for bit), without an array operation's fixed cost per column."""
+        sized = [
+            (SLOT * position, stage_sizes(per_stage[stage], self.rematerialize), flags)
+            for position, (stage, flags) in enumerate(
+                zip(self.stages, self._flag_columns, strict=True)
+            )
+        ]
+        best = -math.inf
+        for level in self.levels:
+            total = 0.0
+            for base, sizes, flags in sized:
+                part = level[base] * sizes[0] + level[base + 1] * sizes[1]
+                part = part + level[base + 2] * sizes[2]
+                for column, _ in flags:
+                    flag = level[column]
+                    part = part + (flag * sizes[column - base] if flag != 0 else 0.0)
+                total = total + part
+            if total > best:  # a NaN level (0 x inf bytes) is passed over
+                best = total
+        return max(0.0, best)
 
     def _levels_summed(
         self, per_stage: Sequence[StageCosts], counts: np.ndarray, total: np.ndarray

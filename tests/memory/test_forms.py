@@ -3,10 +3,12 @@ bit, what the per-level rule (level_bytes, stage by stage) gives on its largest 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs.pipeline_costs import StageCosts
+from pipesim.costs.pipeline_costs import StageCosts, merge_layers
+from pipesim.memory import forms as forms_module
 from pipesim.memory.forms import SLOT, level_bytes, memory_forms, stage_sizes
 from pipesim.schedules import build
 
@@ -73,4 +75,45 @@ def test_every_level_at_once_is_the_per_level_rule(
     schedule = build(name, devices, devices * rounds, chunks, remat=remat)
     stages = [data.draw(stage()) for _ in range(schedule.stages)]
     for form in memory_forms(schedule, 1 if name != "pipedream-2bw" else 3):
-        assert form.peak_level_bytes(stages) == _reference(form, stages)
+        for cells in (0, 10**9):  # summed as arrays, and level by level on Python floats
+            with pytest.MonkeyPatch.context() as patched:
+                patched.setattr(forms_module, "PYTHON_LEVEL_CELLS", cells)
+                assert form.peak_level_bytes(stages) == _reference(form, stages)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the arrays'
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(SHAPES),
+    st.integers(2, 3),
+    st.lists(st.sampled_from([0.0, 1.0, 3.5, 1e308]), min_size=8, max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+)
+def test_a_peak_on_python_floats_is_the_arrays_bit_for_bit_with_huge_sizes(
+    shape: tuple[str, int], devices: int, values: list[float], merged: list[bool]
+) -> None:
+    """Sizes of 1e308 (their sums overflow to inf), and stashes of inf (two such layers
+    merged: 0 x inf is a NaN level, passed over): the level-by-level sum gives the arrays'
+    peak exactly."""
+    name, chunks = shape
+    schedule = build(name, devices, 2 * devices, chunks)
+    stages = []
+    for s in range(schedule.stages):
+        layer = StageCosts(
+            1.0,
+            1.0,
+            1.0,
+            activation_bytes=values[s % 8],
+            weight_grad_activation_bytes=min(values[(s + 1) % 8], values[s % 8]),
+            input_bytes=values[(s + 2) % 8],
+            forward_transient_bytes=values[(s + 3) % 8],
+            optimizer_transient_bytes=values[(s + 4) % 8],
+        )
+        stages.append(merge_layers([layer, layer], layer.input_bytes) if merged[s % 8] else layer)
+    for form in memory_forms(schedule, 1):
+        peaks = []
+        for cells in (0, 10**9):
+            with pytest.MonkeyPatch.context() as patched:
+                patched.setattr(forms_module, "PYTHON_LEVEL_CELLS", cells)
+                peaks.append(form.peak_level_bytes(stages))
+        assert peaks[0] == peaks[1]
