@@ -126,9 +126,10 @@ def balanced(problem: PartitionProblem, matrices: list[np.ndarray] | None = None
     problem's stage-time tables when the caller has them already."""
     if problem.stages == 1:  # one stage holds every layer: no table to fill
         return Partition((len(problem.layers),), stage_times(problem, (len(problem.layers),)))
-    if matrices is None:
-        matrices = _time_matrices(problem)
-    counts = _solve(matrices, len(problem.layers))
+    if matrices is None:  # the program reads each stage's window alone: made so
+        counts = _solve(_time_matrices(problem, windowed=True), len(problem.layers), True)
+    else:
+        counts = _solve(matrices, len(problem.layers))
     if counts is None:  # pragma: no cover - every shape with S <= L has a partition
         raise SpecError("no partition: more stages than layers")
     return Partition(counts, stage_times(problem, counts))
@@ -324,10 +325,12 @@ def _time_matrices(
     problem: PartitionProblem,
     per_layer: Callable[[StageCosts], float] | None = None,
     transfers: bool = True,
+    windowed: bool = False,
 ) -> list[np.ndarray]:
     """Per stage s, T[i, j] = time of stage s holding layers [i, j) (inf where not allowed):
     each layer's ``per_layer`` time (default its compute), with the boundary transfers unless
-    ``transfers`` is False."""
+    ``transfers`` is False. ``windowed``: each stage's window alone (:func:`_windows`), the
+    same values, for the balanced program, which reads nothing else."""
     compute = problem.compute_s if per_layer is None else per_layer
     layers, stages = len(problem.layers), problem.stages
     cells = stages * (layers + 1) ** 2  # estimated before any table is allocated
@@ -365,13 +368,21 @@ def _time_matrices(
     nonempty = index[:, None] < index[None, :]
     spans: dict[tuple[int, float], np.ndarray] = {}  # per device table and speed
     matrices = []
-    for s in range(stages):
+    for s, (low, high) in enumerate(_windows(stages, layers)):
         speed = speeds[problem.placement[s]]
         prefix = prefixes[problem.placement[s]]
         key = (id(prefix), speed)
         if key not in spans:
             span = (prefix[None, :] - prefix[:, None] + recomputing) / speed
             spans[key] = np.where(nonempty, span, np.inf).astype(float)
+        if windowed:  # the same sums, on the window's cells only
+            window = spans[key][low:high, low + 1 : high + 1]
+            if s > 0 and transfers:
+                window = window + cuts_between(s)[low:high, None]
+            if s + 1 < stages and transfers:
+                window = window + cuts_between(s + 1)[None, low + 1 : high + 1]
+            matrices.append(window)
+            continue
         matrix = spans[key]
         if s > 0 and transfers:
             matrix = matrix + cuts_between(s)[:, None]
@@ -653,22 +664,33 @@ def _memory_matrices(
     return matrices
 
 
-def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
+def _windows(stages: int, layers: int) -> list[tuple[int, int]]:
+    """Per stage s, the starts [s, L - S + s] it can have, as (s, L - S + s + 1); its ends
+    are the same shifted by one: every finite value of its time table lies there (it starts
+    at layer s or later and leaves a layer for each stage after)."""
+    return [(s, layers - stages + s + 1) for s in range(stages)]
+
+
+def _solve(
+    matrices: list[np.ndarray], layers: int, windowed: bool = False
+) -> tuple[int, ...] | None:
     """Min-max over stages of matrices[s][i, j], ties broken by the least sum of squares.
 
     The matrices are :func:`_time_matrices`' (or masks of them): inf where stage s cannot
-    hold [i, j) (it starts at layer s or later and leaves a layer for each stage after), so
-    each stage is read in its window of starts [s, L - S + s] and ends [s + 1, L - S + s + 1]
-    alone, where every finite value lies: the same minima and the same first ones (a cell
-    outside is inf), on a fraction of the table when S is a good part of L."""
+    hold [i, j), so each stage is read in its window (:func:`_windows`) alone, where every
+    finite value lies: the same minima and the same first ones (a cell outside is inf), on a
+    fraction of the table when S is a good part of L. ``windowed``: the matrices are those
+    windows already."""
     stages = len(matrices)
     if not 0 < stages <= layers:
         return None  # a stage per layer at most
-    windows = [(s, layers - stages + s + 1) for s in range(stages)]  # starts [a, b), ends +1
+    windows = _windows(stages, layers)
+    if not windowed:
+        pairs = zip(matrices, windows, strict=True)
+        matrices = [m[low:high, low + 1 : high + 1] for m, (low, high) in pairs]
     best = np.full(layers + 1, np.inf)
     best[0] = -np.inf
-    for matrix, (low, high) in zip(matrices, windows, strict=True):
-        window = matrix[low:high, low + 1 : high + 1]
+    for window, (low, high) in zip(matrices, windows, strict=True):
         reached = np.min(np.maximum(best[low:high, None], window), axis=0)
         best = np.full(layers + 1, np.inf)
         best[low + 1 : high + 1] = reached
@@ -683,8 +705,7 @@ def _solve(matrices: list[np.ndarray], layers: int) -> tuple[int, ...] | None:
     squares = np.full(layers + 1, np.inf)
     squares[0] = 0.0
     choices = []
-    for matrix, (low, high) in zip(matrices, windows, strict=True):
-        window = matrix[low:high, low + 1 : high + 1]
+    for window, (low, high) in zip(matrices, windows, strict=True):
         within = np.where(window <= limit, np.square(np.maximum(window, 0.0) / scale), np.inf)
         total = squares[low:high, None] + within
         choice = np.argmin(total, axis=0)

@@ -144,6 +144,13 @@ def test_the_dynamic_program_reads_each_stage_s_window_as_the_whole_table(
     rounded = [np.round(m) for m in matrices]  # whole seconds: many ties
     for tables in (matrices, masked, rounded):
         assert solver._solve(tables, layers) == full_table_solve(tables, layers)
+    # the balanced partition's own tables, made as windows: the full tables' windows exactly
+    windows = solver._time_matrices(problem, windowed=True)
+    for window, full, (low, high) in zip(
+        windows, matrices, solver._windows(problem.stages, layers), strict=True
+    ):
+        np.testing.assert_array_equal(window, full[low:high, low + 1 : high + 1])
+    assert solver._solve(windows, layers, windowed=True) == full_table_solve(matrices, layers)
 
 
 @settings(max_examples=60)
