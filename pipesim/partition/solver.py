@@ -888,8 +888,8 @@ def _search(
     proves :class:`BeyondComputeLimit`, or returns None where it cannot (a partition within
     the limit on compute but not on time, or the budget spent)."""
     layers, stages = len(problem.layers), problem.stages
-    candidates = np.unique(np.concatenate([m[np.isfinite(m)] for m in matrices]))
-    candidates = candidates[candidates >= first.bottleneck_s * (1 - _TOLERANCE)]
+    values = np.concatenate([m[np.isfinite(m)] for m in matrices])
+    candidates = np.unique(values[values >= first.bottleneck_s * (1 - _TOLERANCE)])
     nodes = NODE_BUDGET if budget_nodes is None else budget_nodes
     parts = _SpanMemory(problem, forms)
     if proving:
