@@ -899,7 +899,7 @@ def _search(
         if feasible(math.inf, False) is None and budget[0] > 0:
             # nothing fits at all, whatever the limit (one test, not a bisection first)
             raise _no_fit(problem, forms, first.counts)
-        budget = [nodes]
+        budget[0] = nodes  # a fresh budget in the list the search spends (not a new list)
         highest = int(np.searchsorted(candidates, limit, side="right")) - 1
         found = _bisect(feasible, candidates, 0, highest, budget)
         if budget[0] <= 0:

@@ -15,6 +15,7 @@ from pipesim.engine import simulate
 from pipesim.errors import LimitError
 from pipesim.hardware.network import Link, Network, Topology
 from pipesim.partition import (
+    BeyondComputeLimit,
     MemoryForm,
     NoPartitionFits,
     PartitionProblem,
@@ -166,6 +167,45 @@ def test_the_balanced_tie_break_is_the_least_sum_of_squares(problem: PartitionPr
         if max(stage_times(problem, counts)) <= least * (1 + 1e-9)
     ]
     assert sum(t * t for t in found.stage_times_s) == pytest.approx(min(tied), rel=1e-9)
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(st.tuples(*[st.integers(1, 9)] * 4), min_size=10, max_size=13),
+    st.floats(0.6, 0.95),
+    st.sampled_from([5, 10, 20, 40]),
+)
+def test_a_compute_limit_with_a_small_budget_claims_exact_only_for_the_optimum(
+    sizes: list[tuple[int, int, int, int]], tightness: float, budget: int
+) -> None:
+    """memory_aware with a compute limit and a node budget the search may spend: a partition
+    it calls exact is the fastest that fits (brute force). (The bisection once got a fresh
+    budget in a new list while the search spent the old one, so a search stopped by its
+    budget read as a proof and a slower partition came back marked exact.)"""
+    layers = tuple(
+        StageCosts(
+            f * 1.0,
+            i * 1.0,
+            0.0,
+            activation_bytes=a * 1.0,
+            output_bytes=1.0,
+            parameter_bytes=w * 1.0,
+        )
+        for f, i, a, w in sizes
+    )
+    schedule = build("interleaved-1f1b", 2, 4, 2)
+    forms = memory_forms(schedule, 1)
+    loose = PartitionProblem(layers, 0.0, schedule.placement, None, None, (math.inf,) * 2)
+    peak = max(device_peaks(loose, forms, balanced(loose).counts))
+    problem = dataclasses.replace(loose, memory_capacity_bytes=(peak * tightness,) * 2)
+    best = brute_memory_aware(problem, forms)
+    try:
+        found = memory_aware(problem, forms, budget, compute_limit_s=1e9)
+    except (NoPartitionFits, BeyondComputeLimit):
+        return
+    if found.exact:
+        assert best is not None
+        assert found.bottleneck_s == pytest.approx(best, rel=1e-9)
 
 
 def _memory_case(
