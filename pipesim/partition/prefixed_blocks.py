@@ -42,8 +42,8 @@ MOST_FAMILIES = 64
 
 def leading_layers(problem: PartitionProblem) -> int:
     """h: the layers before the run of identical blocks that ends at the output layer (with
-    ``--recompute N``, blocks whose twins are identical too); 1 where only the embedding
-    precedes them."""
+    ``--recompute N``, blocks flagged as such whose twins are identical too); 1 where only the
+    embedding precedes them, L - 1 where there is no such run."""
     layers, first = problem.layers, problem.recompute_first
     block = len(layers) - 2
 
@@ -54,6 +54,8 @@ def leading_layers(problem: PartitionProblem) -> int:
             return True
         return first.blocks[index] and first.recomputed[index] == first.recomputed[block]
 
+    if first is not None and not first.blocks[block]:
+        return block + 1  # the last block is not recomputed as a block: no such run
     start = block
     while start > 1 and alike(start - 1):
         start -= 1
@@ -86,6 +88,8 @@ class PrefixedFeasibility:
         if len({x.output_bytes for x in layers[:-1]}) != 1:
             return None  # every cut a stage's table is read at carries the same message
         blocks = last - 1 - lead
+        if blocks < 1:
+            return None  # no run of identical blocks: nothing to share out
         counts = np.arange(blocks + 1)
         shared: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}
         families = []

@@ -175,6 +175,35 @@ def test_leading_layers_counts_the_layers_before_the_identical_blocks() -> None:
     assert leading_layers(recomputed) == 9  # the last block's twin differs from the others'
 
 
+def test_a_last_block_not_recomputed_as_one_is_left_to_the_search() -> None:
+    """Under recompute N with the last block not flagged as a block, a middle stage holding
+    it does not swap in its twin: the blocks are not alike, the families' test declines, and
+    the search's answer stands (once, a partition over the limit was returned here)."""
+
+    def layer(forward_s: float, weights: float = 1.0) -> StageCosts:
+        return StageCosts(
+            forward_s, 0.0, 0.0, activation_bytes=1.0, output_bytes=4.0, parameter_bytes=weights
+        )
+
+    edge, dense, block, twin = layer(1.0), layer(1.0, 2.0), layer(3.0), layer(2.0)
+    flags = (False, False, True, False, False)
+    problem = PartitionProblem(
+        (edge, dense, block, block, edge),
+        0.0,
+        (0, 1, 2, 3),
+        None,
+        None,
+        (1e9,) * 4,
+        recompute_first=RecomputeFirst(1, (edge, dense, twin, twin, edge), flags),
+    )
+    assert leading_layers(problem) == 4  # no run of blocks alike
+    forms = memory_forms(build("1f1b", 4, 4, 1), 1)
+    matrices = solver._time_matrices(problem)
+    parts = solver._SpanMemory(problem, forms)
+    assert solver.shaped_feasibility(problem, parts, matrices) is None
+    assert solver._depth_first(problem, parts, matrices, [10**9])(2.0) is None
+
+
 @pytest.mark.parametrize("name", ["interleaved-1f1b", "zbv"])
 def test_a_deepseek_like_problem_is_answered_without_the_node_budget(name: str) -> None:
     """An embedding, 3 dense blocks, 58 expert blocks and an output layer over 16 devices x 2
