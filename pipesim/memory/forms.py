@@ -144,8 +144,12 @@ class MemoryForm:
         """:meth:`peak_level_bytes` of a form with few levels, level by level on Python
         floats: the same operations in the same order as the arrays' (so the same sums, bit
         for bit), without an array operation's fixed cost per column."""
-        sized = [
-            (SLOT * position, stage_sizes(per_stage[stage], self.rematerialize), flags)
+        sized = [  # as floats, as the arrays hold them (a size given as an int is summed so)
+            (
+                SLOT * position,
+                tuple(map(float, stage_sizes(per_stage[stage], self.rematerialize))),
+                flags,
+            )
             for position, (stage, flags) in enumerate(
                 zip(self.stages, self._flag_columns, strict=True)
             )

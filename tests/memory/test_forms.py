@@ -3,6 +3,7 @@ bit, what the per-level rule (level_bytes, stage by stage) gives on its largest 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,3 +118,31 @@ def test_a_peak_on_python_floats_is_the_arrays_bit_for_bit_with_huge_sizes(
                 patched.setattr(forms_module, "PYTHON_LEVEL_CELLS", cells)
                 peaks.append(form.peak_level_bytes(stages))
         assert peaks[0] == peaks[1]
+
+
+def test_sizes_given_as_integers_are_summed_as_the_arrays_sum_them() -> None:
+    """A size may be an int (StageCosts keeps it as given): each term is a float, as in the
+    arrays, so 2**53 + 1 rounds as there, and 10**308 stashed twice overflows to inf instead
+    of failing to convert."""
+    schedule = build("1f1b", 2, 4)
+    for stash in (2**53 + 1, 10**308):
+        stages = [
+            StageCosts(
+                1.0,
+                1.0,
+                1.0,
+                activation_bytes=stash,
+                weight_grad_activation_bytes=0,
+                input_bytes=0,
+                forward_transient_bytes=1,
+            )
+        ] * 2
+        for form in memory_forms(schedule, 1):
+            peaks = []
+            for cells in (0, 10**9):
+                with pytest.MonkeyPatch.context() as patched:
+                    patched.setattr(forms_module, "PYTHON_LEVEL_CELLS", cells)
+                    with np.errstate(over="ignore"):
+                        peaks.append(form.peak_level_bytes(stages))
+            assert peaks[0] == peaks[1]
+            assert isinstance(peaks[1], float)
