@@ -34,6 +34,7 @@ the default order does and does not refuse it.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from pipesim.common import checks
@@ -190,7 +191,7 @@ def reduction_group(
     ``pipeline_rank`` at tensor rank 0, as a tuple, remembered: a planner costs the gradient
     reduction of every stage of thousands of configurations, most of them over the same
     groups."""
-    key = (layout, experts, pipeline_rank)
+    key = (layout, experts, operator.index(pipeline_rank))  # 1.0 would key 1's group
     found = _GROUPS.get(key)
     if found is None:
         made = (

@@ -64,3 +64,17 @@ def test_a_remembered_reduction_group_is_the_layout_s_own_and_the_memory_is_boun
     big = RankLayout(tensor=1, pipeline=1, data=300)
     assert reduction_group(big, 0) == tuple(range(300))  # alone over the budget: kept alone
     assert list(ranks._GROUPS) == [(big, False, 0)]
+
+
+def test_a_rank_that_is_not_an_integer_is_refused_before_anything_is_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A float rank (1.0) would have built a group of float ranks under the key of rank 1,
+    and every later call for rank 1 would have read it."""
+    monkeypatch.setattr(ranks, "_GROUPS", {})
+    monkeypatch.setattr(ranks, "_GROUP_RANKS", [0])
+    layout = RankLayout(tensor=1, pipeline=2, data=4)
+    with pytest.raises(TypeError):
+        reduction_group(layout, 1.0)  # type: ignore[arg-type]
+    assert reduction_group(layout, 1) == tuple(layout.data_group(1))
+    assert all(isinstance(rank, int) for rank in reduction_group(layout, 1))
