@@ -69,21 +69,31 @@ def shaped(draw: st.DrawFn) -> tuple[PartitionProblem, tuple[object, ...], int]:
         twins = (layers[0], *([twin] * count), layers[-1])
         flags = (False, *([True] * count), False)
         recompute = RecomputeFirst(draw(st.integers(1, 2)), twins, flags)
-    capacity = draw(st.integers(40, 900)) * 1.0
-    problem = PartitionProblem(
+    return drawn_problem(draw, layers, schedule.placement, recompute), forms, microbatches
+
+
+def drawn_problem(
+    draw: st.DrawFn,
+    layers: tuple[StageCosts, ...],
+    placement: tuple[int, ...],
+    recompute: RecomputeFirst | None,
+) -> PartitionProblem:
+    """``layers`` on ``placement``'s devices, all of one kind, joined all to all by a link of
+    infinite or finite bandwidth, a drawn input size, and one capacity from tight to loose."""
+    devices = max(placement) + 1
+    return PartitionProblem(
         layers,
         draw(st.integers(0, 5)) * 1.0,
-        schedule.placement,
+        placement,
         Network(
             devices, Topology.ALL_TO_ALL, Link("l", draw(st.sampled_from([math.inf, 2.0])), 0.0)
         ),
         (1.0,) * devices,
-        (capacity,) * devices,
+        (draw(st.integers(40, 900)) * 1.0,) * devices,
         False,
         None,
         recompute_first=recompute,
     )
-    return problem, forms, microbatches
 
 
 def _first_fits(problem: PartitionProblem, forms: tuple[object, ...], use_blocks: bool) -> list:

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.costs.pipeline_costs import StageCosts
-from pipesim.hardware.network import Link, Network, Topology
 from pipesim.partition import (
     NoPartitionFits,
     PartitionProblem,
@@ -29,7 +28,7 @@ from pipesim.partition import (
 from pipesim.partition.prefixed_blocks import PrefixedFeasibility, leading_layers
 from pipesim.schedules import build
 from tests.partition.reference import brute_memory_aware
-from tests.partition.test_blocks import SHAPES, _costs
+from tests.partition.test_blocks import SHAPES, _costs, drawn_problem
 
 
 @st.composite
@@ -57,19 +56,7 @@ def prefixed(draw: st.DrawFn) -> tuple[PartitionProblem, tuple[object, ...]]:
         twins = (layers[0], *own, *([twin] * count), layers[-1])
         flags = (False, *dense, *([True] * count), False)
         recompute = RecomputeFirst(draw(st.integers(1, 3)), twins, flags)
-    problem = PartitionProblem(
-        layers,
-        draw(st.integers(0, 5)) * 1.0,
-        schedule.placement,
-        Network(
-            devices, Topology.ALL_TO_ALL, Link("l", draw(st.sampled_from([math.inf, 2.0])), 0.0)
-        ),
-        (1.0,) * devices,
-        (draw(st.integers(40, 900)) * 1.0,) * devices,
-        False,
-        None,
-        recompute_first=recompute,
-    )
+    problem = drawn_problem(draw, layers, schedule.placement, recompute)
     return problem, memory_forms(schedule, 1)
 
 
