@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
+from pipesim.common.sized_memo import SizedMemo
 from pipesim.hardware.network import Network, Topology
 
 
@@ -68,23 +69,17 @@ def _hierarchical(network: Network, group: Sequence[int]) -> tuple[float, float]
     """The ring's bus bandwidth and latency on a hierarchical network: set by how many of
     the group's ranks each node holds (remembered per network and group: a planner asks
     for the same data groups' many times)."""
-    key = (network, tuple(group))
-    found = _HIERARCHICAL.get(key)
-    if found is None:
-        found = _HIERARCHICAL[key] = _hierarchical_uncached(network, group)
-        _REMEMBERED[0] += len(group)
-        while _REMEMBERED[0] > _HIERARCHICAL_RANKS_MOST and len(_HIERARCHICAL) > 1:
-            oldest = next(iter(_HIERARCHICAL))
-            _REMEMBERED[0] -= len(oldest[1])
-            del _HIERARCHICAL[oldest]
-    return found
+    members = tuple(group)
+    return _HIERARCHICAL.get(
+        (network, members), lambda: _hierarchical_uncached(network, members), lambda _: len(members)
+    )
 
 
-_HIERARCHICAL: dict[tuple[Network, tuple[int, ...]], tuple[float, float]] = {}
-_REMEMBERED = [0]  # ranks held in the keys above
-# ranks the remembered groups may hold together (the oldest forgotten first): about 8 MB of
-# keys, whatever the groups' sizes (a data group of a 65,536-GPU job has thousands of ranks)
-_HIERARCHICAL_RANKS_MOST = 1_000_000
+# the ranks the remembered groups may hold together: about 8 MB of keys, whatever the groups'
+# sizes (a data group of a 65,536-GPU job has thousands of ranks)
+_HIERARCHICAL: SizedMemo[tuple[Network, tuple[int, ...]], tuple[float, float]] = SizedMemo(
+    1_000_000
+)
 
 
 def _hierarchical_uncached(network: Network, group: Sequence[int]) -> tuple[float, float]:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from pipesim.common import checks
 from pipesim.common.checks import SpecError
+from pipesim.common.sized_memo import SizedMemo
 
 
 @dataclass(frozen=True)
@@ -177,11 +178,9 @@ class RankLayout:
         ]
 
 
-_GROUPS: dict[tuple[RankLayout, bool, int], tuple[int, ...]] = {}
-_GROUP_RANKS = [0]  # ranks held in the remembered groups
-# ranks the remembered groups may hold together (the oldest forgotten first): about 8 MB,
-# whatever the groups' sizes (a data group of a 65,536-GPU job has thousands of ranks)
-_GROUP_RANKS_MOST = 1_000_000
+# the ranks the remembered groups may hold together: about 8 MB, whatever the groups' sizes (a
+# data group of a 65,536-GPU job has thousands of ranks)
+_GROUPS: SizedMemo[tuple[RankLayout, bool, int], tuple[int, ...]] = SizedMemo(1_000_000)
 
 
 def reduction_group(
@@ -191,15 +190,9 @@ def reduction_group(
     ``pipeline_rank`` at tensor rank 0, as a tuple, remembered: a planner costs the gradient
     reduction of every stage of thousands of configurations, most of them over the same
     groups."""
-    key = (layout, experts, operator.index(pipeline_rank))  # 1.0 would key 1's group
-    found = _GROUPS.get(key)
-    if found is None:
-        made = (
-            layout.expert_data_group(pipeline_rank) if experts else layout.data_group(pipeline_rank)
-        )
-        found = _GROUPS[key] = tuple(made)
-        _GROUP_RANKS[0] += len(found)
-        while _GROUP_RANKS[0] > _GROUP_RANKS_MOST and len(_GROUPS) > 1:
-            oldest = next(iter(_GROUPS))
-            _GROUP_RANKS[0] -= len(_GROUPS.pop(oldest))
-    return found
+    rank = operator.index(pipeline_rank)  # 1.0 would key 1's group
+
+    def made() -> tuple[int, ...]:
+        return tuple(layout.expert_data_group(rank) if experts else layout.data_group(rank))
+
+    return _GROUPS.get((layout, experts, rank), made, len)

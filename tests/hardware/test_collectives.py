@@ -3,8 +3,11 @@ link, one NIC per device)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from pipesim.common.sized_memo import SizedMemo
 from pipesim.hardware.collectives import Collective, collective_time_s
 from pipesim.hardware.network import Link, Network, Topology
 
@@ -87,14 +90,13 @@ def test_remembered_rings_hold_a_bounded_number_of_ranks_and_the_same_answers(
     remembered or not."""
     from pipesim.hardware import collectives
 
-    monkeypatch.setattr(collectives, "_HIERARCHICAL", {})
-    monkeypatch.setattr(collectives, "_REMEMBERED", [0])
-    monkeypatch.setattr(collectives, "_HIERARCHICAL_RANKS_MOST", 10)
+    memo: SizedMemo[Any, Any] = SizedMemo(10)
+    monkeypatch.setattr(collectives, "_HIERARCHICAL", memo)
     network = _two_level(1e-6)
     groups = [[0, 4], [1, 5, 9], [2, 3], [0, 1, 2, 3, 4, 5, 6, 7], [8, 12]]
     first = [collective_time_s(network, g, Collective.ALL_REDUCE, 1e9) for g in groups]
-    assert collectives._REMEMBERED[0] <= 10
-    assert collectives._REMEMBERED[0] == sum(len(key[1]) for key in collectives._HIERARCHICAL)
+    assert memo.held <= 10
+    assert memo.held == sum(len(key[1]) for key in memo.oldest_first())
     again = [collective_time_s(network, g, Collective.ALL_REDUCE, 1e9) for g in groups]
     assert again == first
     fresh = [collectives._hierarchical_uncached(network, g) for g in groups]

@@ -3,9 +3,12 @@ tables for a small job."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pipesim.common.checks import SpecError
+from pipesim.common.sized_memo import SizedMemo
 from pipesim.parallel import ranks
 from pipesim.parallel.config import Parallelism
 from pipesim.parallel.ranks import RankLayout, reduction_group
@@ -48,9 +51,8 @@ def test_a_remembered_reduction_group_is_the_layout_s_own_and_the_memory_is_boun
 ) -> None:
     """reduction_group is data_group (or expert_data_group) as a tuple, the same object when
     asked again; past the rank budget the oldest groups are forgotten, never the newest."""
-    monkeypatch.setattr(ranks, "_GROUPS", {})
-    monkeypatch.setattr(ranks, "_GROUP_RANKS", [0])
-    monkeypatch.setattr(ranks, "_GROUP_RANKS_MOST", 100)
+    memo: SizedMemo[Any, Any] = SizedMemo(100)
+    monkeypatch.setattr(ranks, "_GROUPS", memo)
     layout = RankLayout(tensor=2, pipeline=4, data=8, context=2, expert=4)
     for device in range(4):
         assert reduction_group(layout, device) == tuple(layout.data_group(device))
@@ -59,11 +61,12 @@ def test_a_remembered_reduction_group_is_the_layout_s_own_and_the_memory_is_boun
         )
     first = reduction_group(layout, 3)
     assert reduction_group(layout, 3) is first
-    assert ranks._GROUP_RANKS[0] <= 100
-    assert sum(len(group) for group in ranks._GROUPS.values()) == ranks._GROUP_RANKS[0]
+    assert memo.held <= 100
+    held = memo.oldest_first()
+    assert sum(len(reduction_group(lay, rank, experts)) for lay, experts, rank in held) == memo.held
     big = RankLayout(tensor=1, pipeline=1, data=300)
     assert reduction_group(big, 0) == tuple(range(300))  # alone over the budget: kept alone
-    assert list(ranks._GROUPS) == [(big, False, 0)]
+    assert memo.oldest_first() == [(big, False, 0)]
 
 
 def test_a_rank_that_is_not_an_integer_is_refused_before_anything_is_remembered(
@@ -71,8 +74,7 @@ def test_a_rank_that_is_not_an_integer_is_refused_before_anything_is_remembered(
 ) -> None:
     """A float rank (1.0) would have built a group of float ranks under the key of rank 1,
     and every later call for rank 1 would have read it."""
-    monkeypatch.setattr(ranks, "_GROUPS", {})
-    monkeypatch.setattr(ranks, "_GROUP_RANKS", [0])
+    monkeypatch.setattr(ranks, "_GROUPS", SizedMemo(1_000_000))
     layout = RankLayout(tensor=1, pipeline=2, data=4)
     with pytest.raises(TypeError):
         reduction_group(layout, 1.0)  # type: ignore[arg-type]
