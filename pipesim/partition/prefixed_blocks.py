@@ -117,10 +117,8 @@ class PrefixedFeasibility:
         values: list[np.ndarray] = []
         memory: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for stage in range(problem.stages):
-            start, end = bounds[stage], bounds[stage + 1]
-            static, levels = parts.row(stage, start)
-            values.append(np.array([matrices[stage][start, end]], dtype=float))
-            memory[stage] = (np.array([static[end]], float), np.asarray(levels[:, end : end + 1]))
+            value, memory[stage] = _fixed_span(parts, matrices, stage, bounds[stage : stage + 2], 0)
+            values.append(value)
         spans = [bounds[s + 1] - bounds[s] for s in range(problem.stages)]
         return BlockFeasibility(problem, parts, values, memory, [0] * problem.stages, spans)
 
@@ -146,18 +144,11 @@ class PrefixedFeasibility:
         others: list[int] = []
         for stage in range(stages):
             if stage < straddle:  # a fixed span of the leading layers: count 0 alone
-                start, end = cuts[stage], cuts[stage + 1]
-                value = np.full(blocks + 1, math.inf)
-                value[0] = matrices[stage][start, end]
-                static, levels = parts.row(stage, start)
-                fixed_static = np.full(blocks + 1, math.inf)  # a block more: never fits
-                fixed_static[0] = static[end]
-                fixed_levels = np.zeros((levels.shape[0], blocks + 1))
-                fixed_levels[:, 0] = levels[:, end]
+                span = cuts[stage : stage + 2]
+                value, memory[stage] = _fixed_span(parts, matrices, stage, span, blocks)
                 values.append(value)
-                memory[stage] = (fixed_static, fixed_levels)
                 least.append(0)
-                others.append(end - start)
+                others.append(span[1] - span[0])
                 continue
             if stage == straddle:  # the rest of the leading layers and n >= 0 blocks
                 start = cuts[straddle]
@@ -211,6 +202,27 @@ class PrefixedFeasibility:
                 return None
             out |= answers
         return out
+
+
+def _fixed_span(
+    parts: _Rows,
+    matrices: Sequence[np.ndarray],
+    stage: int,
+    span: tuple[int, ...],
+    blocks: int,
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """A stage holding the layers [start, end) of ``span`` and no block, per count 0..B of
+    blocks: its own time and memory at count 0, and at every count above an infinite time and
+    static memory (a block more never fits)."""
+    start, end = span
+    value = np.full(blocks + 1, math.inf)
+    value[0] = matrices[stage][start, end]
+    static, levels = parts.row(stage, start)
+    fixed_static = np.full(blocks + 1, math.inf)
+    fixed_static[0] = static[end]
+    fixed_levels = np.zeros((levels.shape[0], blocks + 1))
+    fixed_levels[:, 0] = levels[:, end]
+    return value, (fixed_static, fixed_levels)
 
 
 def _block_stage(
