@@ -321,6 +321,10 @@ def _least_compute_matrices(problem: PartitionProblem) -> list[np.ndarray]:
     return _time_matrices(problem, lambda layer: _least_compute_s(problem, layer), False)
 
 
+ALL = slice(None)
+"""Every row (or column) of a table."""
+
+
 def _time_matrices(
     problem: PartitionProblem,
     per_layer: Callable[[StageCosts], float] | None = None,
@@ -375,23 +379,18 @@ def _time_matrices(
         if key not in spans:
             span = (prefix[None, :] - prefix[:, None] + recomputing) / speed
             spans[key] = np.where(nonempty, span, np.inf).astype(float)
-        if windowed:  # the same sums, on the window's cells only
-            window = spans[key][low:high, low + 1 : high + 1]
-            if s > 0 and transfers:
-                window = window + cuts_between(s)[low:high, None]
-            if s + 1 < stages and transfers:
-                window = window + cuts_between(s + 1)[None, low + 1 : high + 1]
-            matrices.append(window)
-            continue
-        matrix = spans[key]
+        # the window's cells only, or every cell (the same sums either way)
+        rows, ends = (slice(low, high), slice(low + 1, high + 1)) if windowed else (ALL, ALL)
+        matrix = spans[key][rows, ends]
         if s > 0 and transfers:
-            matrix = matrix + cuts_between(s)[:, None]
+            matrix = matrix + cuts_between(s)[rows, None]
         if s + 1 < stages and transfers:
-            matrix = matrix + cuts_between(s + 1)[None, :]
-        if matrix is spans[key]:
-            matrix = matrix.copy()
-        matrix[:s, :] = np.inf  # stage s starts at layer s or later
-        matrix[:, layers - (stages - 1 - s) + 1 :] = np.inf  # and leaves a layer for each after
+            matrix = matrix + cuts_between(s + 1)[None, ends]
+        if not windowed:  # the cells outside the window are inf
+            if np.shares_memory(matrix, spans[key]):
+                matrix = matrix.copy()
+            matrix[:s, :] = np.inf  # stage s starts at layer s or later
+            matrix[:, layers - (stages - 1 - s) + 1 :] = np.inf  # and leaves a layer for each after
         matrices.append(matrix)
     return matrices
 
